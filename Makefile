@@ -1,0 +1,51 @@
+# Shale's two commands (see README.md):
+#   make run    installs what is missing, builds, and serves ./var/export on 127.0.0.1
+#   make test   installs what is missing, builds (sanitizer and release builds), runs every suite
+# Meson does the building; this file only names the entry points.
+
+BUILD_DEBUG   := build/debug
+BUILD_RELEASE := build/release
+SUITES        ?= unit proto malformed kclient
+WERROR        ?= true
+CURDIR_ABS    := $(abspath .)
+
+.PHONY: all deps deps-test build build-debug build-release run test clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh build
+
+deps-test:
+	@scripts/install-deps.sh test
+
+$(BUILD_RELEASE)/build.ninja:
+	meson setup $(BUILD_RELEASE) --buildtype=release -Dwerror=$(WERROR)
+
+$(BUILD_DEBUG)/build.ninja:
+	meson setup $(BUILD_DEBUG) --buildtype=debug -Db_sanitize=address,undefined \
+		-Db_lundef=false -Dwerror=$(WERROR)
+
+build-release: $(BUILD_RELEASE)/build.ninja
+	ninja -C $(BUILD_RELEASE)
+
+build-debug: $(BUILD_DEBUG)/build.ninja
+	ninja -C $(BUILD_DEBUG)
+
+build: deps build-release
+
+# The first run creates ./var with an export directory, server state and an exports file made
+# from etc/exports.default (edit var/exports afterwards to change what is served).
+run: deps build-release
+	@mkdir -p var/export var/state
+	@test -f var/exports || sed 's|@EXPORT_DIR@|$(CURDIR_ABS)/var/export|' etc/exports.default > var/exports
+	@echo "Serving $(CURDIR_ABS)/var/export over NFSv3 on 127.0.0.1. Mount it with:"
+	@echo "    mount -t nfs -o vers=3 127.0.0.1:$(CURDIR_ABS)/var/export /mnt"
+	$(BUILD_RELEASE)/shale serve --exports var/exports --state var/state
+
+test: deps-test build-debug build-release
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
+		tests/run.py $(BUILD_DEBUG) $(SUITES)
+
+clean:
+	rm -rf build

@@ -1,0 +1,34 @@
+/* fs.c: the parts of the fs interface that are the same for every back end: completion delivery
+ * to the requesting loop, and operation names for logs. The interface itself is in fs.h. */
+#include "fs/fs.h"
+
+static void fs_req_run_done(struct loop_task *task)
+{
+	struct fs_req *req = SH_CONTAINER_OF(task, struct fs_req, fr_task);
+	req->fr_done(req);
+}
+
+void fs_req_complete(struct fs_req *req)
+{
+	if (req->fr_loop == NULL || loop_on_thread(req->fr_loop)) {
+		req->fr_done(req);
+		return;
+	}
+	req->fr_task.lt_fn = fs_req_run_done;
+	loop_post(req->fr_loop, &req->fr_task);
+}
+
+const char *fs_op_name(enum fs_op op)
+{
+	static const char *const names[] = {
+		[FS_OP_GETATTR] = "getattr", [FS_OP_SETATTR] = "setattr", [FS_OP_LOOKUP] = "lookup",
+		[FS_OP_ACCESS] = "access",   [FS_OP_READLINK] = "readlink", [FS_OP_READ] = "read",
+		[FS_OP_WRITE] = "write",     [FS_OP_CREATE] = "create",   [FS_OP_MKDIR] = "mkdir",
+		[FS_OP_SYMLINK] = "symlink", [FS_OP_MKNOD] = "mknod",     [FS_OP_REMOVE] = "remove",
+		[FS_OP_RMDIR] = "rmdir",     [FS_OP_RENAME] = "rename",   [FS_OP_LINK] = "link",
+		[FS_OP_READDIR] = "readdir", [FS_OP_FSSTAT] = "fsstat",   [FS_OP_COMMIT] = "commit",
+	};
+	if ((unsigned)op < SH_ARRAY_SIZE(names) && names[op])
+		return names[op];
+	return "unknown";
+}

@@ -1,0 +1,271 @@
+/* loop.c: the per-thread event loop.
+ *
+ * Model
+ *   A loop is an epoll set plus an eventfd. File descriptors are registered through struct
+ *   loop_watch objects that the caller embeds in its own state; epoll_event.data.ptr points at the
+ *   watch. Timers are timerfds registered the same way. Cross-thread work arrives as struct
+ *   loop_task items pushed onto a lock-free LIFO (one atomic exchange/compare-exchange per push);
+ *   the pusher that turns the list from empty to non-empty writes the eventfd, so a burst of posts
+ *   costs one wake-up. The loop drains the whole list at once and runs it in FIFO order.
+ *
+ * Invariants
+ *   1. Only the loop's thread touches the epoll set's registrations and runs callbacks.
+ *   2. A watch deleted during a turn receives no further events from that turn: loop_watch_del
+ *      clears any not-yet-dispatched entries of the current batch that point at it, so its owner
+ *      may free it right after deleting it.
+ *   3. Posted tasks run in the order posted by any one thread; a task posted from the loop's own
+ *      thread runs on a later turn, never re-entrantly.
+ *
+ * Concurrency: loop_post and loop_stop are the only entry points safe from other threads; they
+ * touch only the atomic task list head, the atomic stop flag and the eventfd. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "loop/loop.h"
+
+#define LOOP_BATCH 64 /* events fetched per epoll_wait; enough to amortise the syscall */
+
+struct loop {
+	int lp_epoll_fd;
+	int lp_wake_fd;
+	struct loop_watch lp_wake_watch;
+	_Atomic(struct loop_task *) lp_posted; /* LIFO of tasks posted since the last drain */
+	atomic_bool lp_stop;
+	unsigned lp_index;
+	/* The batch being dispatched, so loop_watch_del can cancel pending events (invariant 2). */
+	struct epoll_event lp_batch[LOOP_BATCH];
+	int lp_batch_len;
+	int lp_batch_pos;
+};
+
+static _Thread_local struct loop *loop_this_thread;
+static atomic_uint loop_next_index;
+
+static void loop_drain_posted(struct loop *loop)
+{
+	struct loop_task *list = atomic_exchange(&loop->lp_posted, NULL);
+	/* The list is newest first; reverse it to run tasks in posting order. */
+	struct loop_task *fifo = NULL;
+	while (list) {
+		struct loop_task *next = list->lt_next;
+		list->lt_next = fifo;
+		fifo = list;
+		list = next;
+	}
+	while (fifo) {
+		struct loop_task *task = fifo;
+		fifo = task->lt_next;
+		task->lt_next = NULL;
+		task->lt_fn(task);
+	}
+}
+
+static void loop_on_wake(struct loop_watch *watch, uint32_t events)
+{
+	(void)events;
+	struct loop *loop = watch->lw_arg;
+	uint64_t count;
+	/* Reset the eventfd before draining: a post that lands after the drain writes it again. */
+	ssize_t n = read(loop->lp_wake_fd, &count, sizeof(count));
+	(void)n; /* EAGAIN just means another turn already consumed the wake-up */
+	loop_drain_posted(loop);
+}
+
+int loop_create(struct loop **out)
+{
+	struct loop *loop = mem_zalloc(sizeof(*loop));
+	if (!loop)
+		return -ENOMEM;
+	int rc;
+	loop->lp_epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (loop->lp_epoll_fd < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	loop->lp_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (loop->lp_wake_fd < 0) {
+		rc = -errno;
+		goto out_close_epoll;
+	}
+	atomic_init(&loop->lp_posted, NULL);
+	atomic_init(&loop->lp_stop, false);
+	loop->lp_index = atomic_fetch_add(&loop_next_index, 1);
+	rc = loop_watch_add(loop, &loop->lp_wake_watch, loop->lp_wake_fd, LOOP_IN, loop_on_wake, loop);
+	if (rc < 0)
+		goto out_close_wake;
+	*out = loop;
+	return 0;
+out_close_wake:
+	close(loop->lp_wake_fd);
+out_close_epoll:
+	close(loop->lp_epoll_fd);
+out_free:
+	mem_free(loop);
+	return rc;
+}
+
+void loop_destroy(struct loop *loop)
+{
+	if (!loop)
+		return;
+	close(loop->lp_wake_fd);
+	close(loop->lp_epoll_fd);
+	mem_free(loop);
+}
+
+int loop_watch_add(struct loop *loop, struct loop_watch *watch, int fd, uint32_t events,
+		   loop_io_fn fn, void *arg)
+{
+	watch->lw_fd = fd;
+	watch->lw_events = events;
+	watch->lw_fn = fn;
+	watch->lw_arg = arg;
+	struct epoll_event ev = {.events = events, .data.ptr = watch};
+	if (epoll_ctl(loop->lp_epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		return -errno;
+	return 0;
+}
+
+int loop_watch_mod(struct loop *loop, struct loop_watch *watch, uint32_t events)
+{
+	if (watch->lw_events == events)
+		return 0;
+	struct epoll_event ev = {.events = events, .data.ptr = watch};
+	if (epoll_ctl(loop->lp_epoll_fd, EPOLL_CTL_MOD, watch->lw_fd, &ev) < 0)
+		return -errno;
+	watch->lw_events = events;
+	return 0;
+}
+
+void loop_watch_del(struct loop *loop, struct loop_watch *watch)
+{
+	/* Failure means the fd was already closed or never added: nothing left to undo. */
+	(void)epoll_ctl(loop->lp_epoll_fd, EPOLL_CTL_DEL, watch->lw_fd, NULL);
+	for (int i = loop->lp_batch_pos; i < loop->lp_batch_len; i++)
+		if (loop->lp_batch[i].data.ptr == watch)
+			loop->lp_batch[i].data.ptr = NULL;
+}
+
+static void loop_on_timer(struct loop_watch *watch, uint32_t events)
+{
+	(void)events;
+	struct loop_timer *timer = watch->lw_arg;
+	uint64_t expirations;
+	if (read(timer->lt_fd, &expirations, sizeof(expirations)) != (ssize_t)sizeof(expirations))
+		return; /* spurious wake-up */
+	timer->lt_fn(timer);
+}
+
+int loop_timer_add(struct loop *loop, struct loop_timer *timer, uint64_t first_ns,
+		   uint64_t interval_ns, loop_timer_fn fn, void *arg)
+{
+	timer->lt_fn = fn;
+	timer->lt_arg = arg;
+	timer->lt_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (timer->lt_fd < 0)
+		return -errno;
+	if (first_ns == 0)
+		first_ns = 1; /* an all-zero it_value would disarm the timer */
+	struct itimerspec spec = {
+		.it_value = {.tv_sec = (time_t)(first_ns / 1000000000ull),
+			     .tv_nsec = (long)(first_ns % 1000000000ull)},
+		.it_interval = {.tv_sec = (time_t)(interval_ns / 1000000000ull),
+				.tv_nsec = (long)(interval_ns % 1000000000ull)},
+	};
+	int rc;
+	if (timerfd_settime(timer->lt_fd, 0, &spec, NULL) < 0) {
+		rc = -errno;
+		goto out_close;
+	}
+	rc = loop_watch_add(loop, &timer->lt_watch, timer->lt_fd, LOOP_IN, loop_on_timer, timer);
+	if (rc < 0)
+		goto out_close;
+	return 0;
+out_close:
+	close(timer->lt_fd);
+	timer->lt_fd = -1;
+	return rc;
+}
+
+void loop_timer_del(struct loop *loop, struct loop_timer *timer)
+{
+	if (timer->lt_fd < 0)
+		return;
+	loop_watch_del(loop, &timer->lt_watch);
+	close(timer->lt_fd);
+	timer->lt_fd = -1;
+}
+
+static void loop_wake(struct loop *loop)
+{
+	uint64_t one = 1;
+	/* EAGAIN means the counter is already non-zero: the loop will wake anyway. */
+	ssize_t n = write(loop->lp_wake_fd, &one, sizeof(one));
+	(void)n;
+}
+
+void loop_post(struct loop *loop, struct loop_task *task)
+{
+	struct loop_task *head = atomic_load_explicit(&loop->lp_posted, memory_order_relaxed);
+	do {
+		task->lt_next = head;
+	} while (!atomic_compare_exchange_weak_explicit(&loop->lp_posted, &head, task,
+							memory_order_release, memory_order_relaxed));
+	if (head == NULL)
+		loop_wake(loop);
+}
+
+int loop_run(struct loop *loop)
+{
+	loop_this_thread = loop;
+	int rc = 0;
+	while (!atomic_load_explicit(&loop->lp_stop, memory_order_relaxed)) {
+		int n = epoll_wait(loop->lp_epoll_fd, loop->lp_batch, LOOP_BATCH, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = -errno;
+			log_error("epoll_wait failed: %s", strerror(errno));
+			break;
+		}
+		loop->lp_batch_len = n;
+		for (loop->lp_batch_pos = 0; loop->lp_batch_pos < n;) {
+			struct epoll_event *ev = &loop->lp_batch[loop->lp_batch_pos++];
+			struct loop_watch *watch = ev->data.ptr;
+			if (watch)
+				watch->lw_fn(watch, ev->events);
+		}
+		loop->lp_batch_len = 0;
+		loop->lp_batch_pos = 0;
+	}
+	/* Run what was posted before the stop so that no completion is silently lost. */
+	loop_drain_posted(loop);
+	loop_this_thread = NULL;
+	return rc;
+}
+
+void loop_stop(struct loop *loop)
+{
+	atomic_store(&loop->lp_stop, true);
+	loop_wake(loop);
+}
+
+struct loop *loop_current(void)
+{
+	return loop_this_thread;
+}
+
+bool loop_on_thread(const struct loop *loop)
+{
+	return loop_this_thread == loop;
+}
+
+unsigned loop_index(const struct loop *loop)
+{
+	return loop->lp_index;
+}

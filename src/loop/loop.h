@@ -1,0 +1,90 @@
+/* loop.h: the event loop. One loop runs per thread (one thread per core in `shale serve`); it
+ * multiplexes file descriptors with epoll, runs timers, and runs tasks posted from other threads.
+ *
+ * Threading contract: every function here except loop_post and loop_stop must be called on the
+ * loop's own thread (or before loop_run starts it). Callbacks always run on the loop's thread.
+ * Objects that callers register (struct loop_watch, struct loop_timer, struct loop_task) are
+ * embedded in the caller's own structures; the loop never allocates or frees them. */
+#ifndef SHALE_LOOP_H
+#define SHALE_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+struct loop;
+
+/* Readiness event bits, the same values as EPOLLIN/EPOLLOUT/EPOLLERR/EPOLLHUP/EPOLLRDHUP so that
+ * callers need not include sys/epoll.h. */
+enum {
+	LOOP_IN = 0x001,
+	LOOP_OUT = 0x004,
+	LOOP_ERR = 0x008,
+	LOOP_HUP = 0x010,
+	LOOP_RDHUP = 0x2000,
+};
+
+struct loop_watch;
+typedef void (*loop_io_fn)(struct loop_watch *watch, uint32_t events);
+struct loop_watch {
+	int lw_fd;
+	uint32_t lw_events;
+	loop_io_fn lw_fn;
+	void *lw_arg; /* the caller's own pointer */
+};
+
+struct loop_timer;
+typedef void (*loop_timer_fn)(struct loop_timer *timer);
+struct loop_timer {
+	int lt_fd; /* timerfd */
+	struct loop_watch lt_watch;
+	loop_timer_fn lt_fn;
+	void *lt_arg;
+};
+
+/* A unit of work handed to a loop from any thread. Embed it in the object it concerns. */
+struct loop_task;
+typedef void (*loop_task_fn)(struct loop_task *task);
+struct loop_task {
+	struct loop_task *lt_next; /* the loop's own link while queued */
+	loop_task_fn lt_fn;
+};
+
+/* Creates a loop (epoll set, eventfd for posted tasks). Destroy with loop_destroy. */
+SH_MUST_CHECK int loop_create(struct loop **out);
+/* Frees the loop. Watches still registered are not closed: their owners close their fds. */
+void loop_destroy(struct loop *loop);
+
+/* Starts watching fd for events (LOOP_IN/LOOP_OUT; errors and hang-ups always reported). The
+ * watch must stay valid until loop_watch_del. Returns 0 or -errno. */
+SH_MUST_CHECK int loop_watch_add(struct loop *loop, struct loop_watch *watch, int fd,
+				 uint32_t events, loop_io_fn fn, void *arg);
+SH_MUST_CHECK int loop_watch_mod(struct loop *loop, struct loop_watch *watch, uint32_t events);
+/* Stops watching; safe to call from inside the watch's own callback. */
+void loop_watch_del(struct loop *loop, struct loop_watch *watch);
+
+/* Arms a timer that first fires after first_ns and then every interval_ns (0 = once).
+ * Stop with loop_timer_del. Returns 0 or -errno. */
+SH_MUST_CHECK int loop_timer_add(struct loop *loop, struct loop_timer *timer, uint64_t first_ns,
+				 uint64_t interval_ns, loop_timer_fn fn, void *arg);
+void loop_timer_del(struct loop *loop, struct loop_timer *timer);
+
+/* Queues task to run on the loop's thread. Callable from any thread, including the loop's own
+ * (then it runs on a later turn, never re-entrantly). Never fails: the task is embedded. */
+void loop_post(struct loop *loop, struct loop_task *task);
+
+/* Runs the loop on the calling thread until loop_stop. Returns 0 or -errno on a fatal epoll
+ * error. */
+SH_MUST_CHECK int loop_run(struct loop *loop);
+/* Asks the loop to return from loop_run after the current turn. Callable from any thread. */
+void loop_stop(struct loop *loop);
+
+/* The loop running on the calling thread, or NULL. */
+struct loop *loop_current(void);
+/* True when called on loop's own thread. */
+bool loop_on_thread(const struct loop *loop);
+/* Index in the order loops were created in this process (0, 1, ...), for logs. */
+unsigned loop_index(const struct loop *loop);
+
+#endif

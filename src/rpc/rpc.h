@@ -1,0 +1,195 @@
+/* rpc.h: ONC RPC version 2 (RFC 5531), server and client side.
+ *
+ * Server model: an rpc_server owns N event loops (one thread each, normally one per core) and the
+ * listening sockets. A TCP connection belongs to one loop for its whole life; UDP sockets are read
+ * by every loop (SO_REUSEPORT). A complete call is parsed into a struct rpc_call and handed to the
+ * program's procedure handler on that loop's thread. The handler decodes its arguments from
+ * call->rc_args, does its work (possibly asynchronously: the reply may be sent from a later loop
+ * turn, always on call->rc_loop's thread) and finishes the call with exactly one of
+ * rpc_reply_success, rpc_reply_accept_error, rpc_reply_auth_error or rpc_call_drop. The rpc layer
+ * frees the call after that.
+ *
+ * Buffers: the record a call arrived in is owned by the call and freed when the call finishes, so
+ * decoded opaques (file handles, names, WRITE data) point into it with no copy. The reply header
+ * and result body live in one buffer the handler sizes with rpc_call_res_init; an optional bulk
+ * segment (READ data) is sent from the buffer that holds it by writev and released through its
+ * release callback once sent.
+ *
+ * The rpc layer itself answers the RPC-level errors (RPC_MISMATCH, PROG_UNAVAIL, PROG_MISMATCH,
+ * PROC_UNAVAIL, AUTH_ERROR for unknown or malformed credentials), keeps the duplicate request
+ * cache for procedures marked non-idempotent, and enforces limits on record size, connection count
+ * and bytes buffered per connection (a breach closes that one connection and is logged). */
+#ifndef SHALE_RPC_H
+#define SHALE_RPC_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "base/base.h"
+#include "loop/loop.h"
+#include "xdr/xdr.h"
+
+/* RFC 5531 section 9 */
+enum rpc_auth_flavor { RPC_AUTH_NONE = 0, RPC_AUTH_SYS = 1, RPC_AUTH_SHORT = 2, RPC_AUTH_DH = 3, RPC_AUTH_GSS = 6 };
+enum rpc_accept_stat {
+	RPC_SUCCESS = 0,
+	RPC_PROG_UNAVAIL = 1,
+	RPC_PROG_MISMATCH = 2,
+	RPC_PROC_UNAVAIL = 3,
+	RPC_GARBAGE_ARGS = 4,
+	RPC_SYSTEM_ERR = 5,
+};
+enum rpc_auth_stat {
+	RPC_AUTH_OK = 0,
+	RPC_AUTH_BADCRED = 1,
+	RPC_AUTH_REJECTEDCRED = 2,
+	RPC_AUTH_BADVERF = 3,
+	RPC_AUTH_REJECTEDVERF = 4,
+	RPC_AUTH_TOOWEAK = 5,
+	RPC_AUTH_INVALIDRESP = 6,
+	RPC_AUTH_FAILED = 7,
+};
+
+#define RPC_AUTH_SYS_MAX_GIDS 16     /* RFC 5531 appendix A */
+#define RPC_AUTH_SYS_MAX_MACHINE 255 /* RFC 5531 appendix A */
+
+/* The caller's identity as its credential states it (before any export squashing). */
+struct rpc_cred {
+	uint32_t rcr_flavor; /* RPC_AUTH_NONE or RPC_AUTH_SYS */
+	uint32_t rcr_uid;
+	uint32_t rcr_gid;
+	uint32_t rcr_ngids;
+	uint32_t rcr_gids[RPC_AUTH_SYS_MAX_GIDS];
+};
+
+enum rpc_transport { RPC_TCP = 1, RPC_UDP = 2 };
+
+struct rpc_conn; /* opaque: one TCP connection or one UDP socket */
+
+struct rpc_call {
+	/* ---- read by handlers ---- */
+	uint32_t rc_xid;
+	uint32_t rc_prog;
+	uint32_t rc_vers;
+	uint32_t rc_proc;
+	struct rpc_cred rc_cred;
+	struct sockaddr_storage rc_peer; /* the client's address and port */
+	socklen_t rc_peer_len;
+	enum rpc_transport rc_transport;
+	struct loop *rc_loop;   /* the loop this call runs on; replies are sent from its thread */
+	void *rc_prog_ctx;      /* the ctx given to rpc_server_add_program */
+	struct xdr_dec rc_args; /* the procedure's arguments, pointing into the call's record */
+	/* ---- written by handlers ---- */
+	struct xdr_enc rc_res;  /* result body; valid after rpc_call_res_init */
+	struct iovec rc_bulk;   /* optional data sent after rc_res (e.g. READ data); no padding added */
+	void (*rc_bulk_release)(void *arg); /* called once rc_bulk has been sent or discarded */
+	void *rc_bulk_arg;
+	uint32_t rc_bulk_pad;   /* zero bytes (0..3) to send after the bulk data for XDR alignment */
+	/* ---- the rpc layer's own ---- */
+	struct rpc_conn *rc_conn;
+	uint8_t *rc_record;      /* the received record; owned by the call */
+	uint8_t *rc_reply_buf;   /* header + result buffer */
+	size_t rc_reply_hdr_len;
+	uint64_t rc_drc_key;
+	bool rc_drc_tracked;
+	uint64_t rc_start_ns;
+	struct loop_task rc_task;
+};
+
+/* A procedure: its handler and whether a retransmission must not execute it twice. */
+struct rpc_proc_desc {
+	const char *rpd_name;
+	void (*rpd_handler)(struct rpc_call *call); /* NULL: PROC_UNAVAIL */
+	bool rpd_non_idempotent;                    /* tracked by the duplicate request cache */
+};
+struct rpc_version_desc {
+	uint32_t rvd_vers;
+	const struct rpc_proc_desc *rvd_procs; /* indexed by procedure number */
+	uint32_t rvd_nprocs;
+};
+struct rpc_program_desc {
+	const char *rpg_name;
+	uint32_t rpg_prog;
+	const struct rpc_version_desc *rpg_versions;
+	uint32_t rpg_nversions;
+};
+
+/* Allocates the reply buffer with room for max_res_bytes of result body (plus the RPC reply header
+ * in front) and initialises call->rc_res over it. Returns 0 or -ENOMEM (then finish the call with
+ * rpc_reply_accept_error(call, RPC_SYSTEM_ERR)). */
+SH_MUST_CHECK int rpc_call_res_init(struct rpc_call *call, size_t max_res_bytes);
+/* Sends an accepted SUCCESS reply: header, call->rc_res, bulk. If the encoder failed, sends
+ * SYSTEM_ERR instead and logs. Finishes the call. Must run on call->rc_loop's thread. */
+void rpc_reply_success(struct rpc_call *call);
+/* Sends an accepted reply with a non-SUCCESS status (GARBAGE_ARGS, SYSTEM_ERR, PROC_UNAVAIL...).
+ * Finishes the call. */
+void rpc_reply_accept_error(struct rpc_call *call, enum rpc_accept_stat stat);
+/* Sends a denied reply AUTH_ERROR with the given reason. Finishes the call. */
+void rpc_reply_auth_error(struct rpc_call *call, enum rpc_auth_stat stat);
+/* Finishes the call without any reply. */
+void rpc_call_drop(struct rpc_call *call);
+/* Source port of the caller, host order (for the `secure` export option). */
+uint16_t rpc_call_peer_port(const struct rpc_call *call);
+
+/* ---- server ---- */
+struct rpc_server_config {
+	unsigned rsc_nloops;              /* event loops (threads); 0 = one per online core */
+	size_t rsc_max_record_bytes;      /* largest call record accepted (default 1 MiB + 4 KiB) */
+	unsigned rsc_max_conns;           /* TCP connections at once (default 4096) */
+	size_t rsc_max_conn_buffer_bytes; /* bytes buffered per connection, in + out (default 4 MiB) */
+	unsigned rsc_drc_entries;         /* duplicate request cache capacity (default 4096) */
+	unsigned rsc_idle_timeout_s;      /* close TCP connections idle this long (default 300, 0=never) */
+};
+struct rpc_server;
+
+/* Creates a server (not yet running). Destroy with rpc_server_destroy. */
+SH_MUST_CHECK int rpc_server_create(const struct rpc_server_config *config, struct rpc_server **out);
+/* Registers a program; ctx is handed to its handlers as call->rc_prog_ctx. Before start only. */
+SH_MUST_CHECK int rpc_server_add_program(struct rpc_server *srv, const struct rpc_program_desc *prog,
+					 void *ctx);
+/* Listens on addr (numeric IPv4/IPv6) and port (0 = any free port) over the transports in the
+ * mask (RPC_TCP | RPC_UDP, same port number for both). *bound_port_out receives the port. Every
+ * registered program is served on every listener. Before start only. */
+SH_MUST_CHECK int rpc_server_listen(struct rpc_server *srv, const char *addr, uint16_t port,
+				    unsigned transport_mask, uint16_t *bound_port_out);
+/* Starts the loop threads. Returns 0 or -errno. */
+SH_MUST_CHECK int rpc_server_start(struct rpc_server *srv);
+/* Number of loops and each loop, for back ends that keep per-loop state. */
+unsigned rpc_server_nloops(const struct rpc_server *srv);
+struct loop *rpc_server_loop(const struct rpc_server *srv, unsigned index);
+/* Stops the loops and joins their threads; open connections are closed. */
+void rpc_server_stop(struct rpc_server *srv);
+void rpc_server_destroy(struct rpc_server *srv);
+
+/* ---- portmapper (RFC 1833, PMAP version 2) ----
+ * rpc_portmap_start: if an rpcbind/portmapper answers on 127.0.0.1:111, registers every
+ * (program, version, transport, port) the server serves there (SET) and remembers to UNSET them
+ * in rpc_portmap_stop. Otherwise, when builtin_allowed, the server answers PMAP NULL, GETPORT and
+ * DUMP itself on port 111 (TCP and UDP) of listen_addr. Call after rpc_server_listen and before
+ * rpc_server_start. */
+enum rpc_portmap_mode { RPC_PORTMAP_NONE, RPC_PORTMAP_REGISTERED, RPC_PORTMAP_BUILTIN };
+SH_MUST_CHECK int rpc_portmap_start(struct rpc_server *srv, const char *listen_addr,
+				    bool builtin_allowed, enum rpc_portmap_mode *mode_out);
+void rpc_portmap_stop(struct rpc_server *srv);
+
+/* ---- client side (tests, rpcbind registration, later `shale bench`) ---- */
+struct rpc_clnt;
+/* Connects to addr:port over TCP or UDP. Destroy with rpc_clnt_destroy. */
+SH_MUST_CHECK int rpc_clnt_create(const char *addr, uint16_t port, enum rpc_transport transport,
+				  struct rpc_clnt **out);
+void rpc_clnt_destroy(struct rpc_clnt *clnt);
+/* Credential used for following calls (default AUTH_NONE). */
+void rpc_clnt_set_cred(struct rpc_clnt *clnt, const struct rpc_cred *cred);
+/* One synchronous call: sends args (already XDR-encoded) and waits up to timeout_ms for the
+ * reply. On an accepted SUCCESS reply returns 0 and copies the result body into res_buf
+ * (res_cap bytes; *res_len_out set). Returns -EPROTO with *accept_stat_out / *auth_stat_out set
+ * for error replies, -ETIMEDOUT, or -errno. */
+SH_MUST_CHECK int rpc_clnt_call(struct rpc_clnt *clnt, uint32_t prog, uint32_t vers, uint32_t proc,
+				const void *args, size_t args_len, void *res_buf, size_t res_cap,
+				size_t *res_len_out, int timeout_ms, int *accept_stat_out,
+				int *auth_stat_out);
+
+#endif
