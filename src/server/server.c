@@ -1,0 +1,191 @@
+/* server.c: the daemon's wiring, in start order:
+ *
+ *   exports file -> one posix fs per export -> nfs service (NFS v3 + MOUNT v3 programs)
+ *   -> rpc server (loops, listeners) -> portmapper (rpcbind registration or built-in)
+ *   -> loop threads start -> ready file -> wait for SIGINT/SIGTERM -> stop in reverse order.
+ *
+ * Signals are blocked in every thread (the mask is set before any thread starts, and threads
+ * inherit it) and collected here with sigwait, so no handler ever runs inside a loop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nfs/nfs.h"
+#include "posix/posix.h"
+#include "rpc/rpc.h"
+#include "server/server.h"
+
+static const char *server_portmap_mode_name(enum rpc_portmap_mode mode)
+{
+	switch (mode) {
+	case RPC_PORTMAP_REGISTERED: return "registered";
+	case RPC_PORTMAP_BUILTIN: return "builtin";
+	case RPC_PORTMAP_NONE: break;
+	}
+	return "none";
+}
+
+static int server_mkdir_p(const char *path)
+{
+	char buf[4096];
+	if (strlen(path) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	strcpy(buf, path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* Written to a temporary name and renamed, so a reader never sees half a file. */
+static int server_write_ready_file(const char *path, uint16_t port, enum rpc_portmap_mode mode)
+{
+	char tmp[4096 + 8];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	char text[128];
+	int len = snprintf(text, sizeof(text), "port=%u\nportmap=%s\npid=%d\n", (unsigned)port,
+			   server_portmap_mode_name(mode), (int)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	int rc = sh_write_all(fd, text, (size_t)len);
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	return rc;
+}
+
+int server_run(const struct server_config *config)
+{
+	char err[512] = "";
+	struct nfs_exports *exports = NULL;
+	struct fs **fs_list = NULL;
+	size_t nexports = 0;
+	struct nfs_service *svc = NULL;
+	struct rpc_server *srv = NULL;
+	int rc;
+
+	sigset_t stop_signals;
+	sigemptyset(&stop_signals);
+	sigaddset(&stop_signals, SIGINT);
+	sigaddset(&stop_signals, SIGTERM);
+	sigaddset(&stop_signals, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+	/* A client that vanishes mid-reply must not kill the server. */
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = server_mkdir_p(config->sc_state_dir);
+	if (rc < 0) {
+		log_error("cannot create state directory %s: %s", config->sc_state_dir, sh_strerror(rc));
+		return rc;
+	}
+	rc = nfs_exports_load(config->sc_exports_path, &exports, err, sizeof(err));
+	if (rc < 0) {
+		log_error("exports file %s refused: %s", config->sc_exports_path,
+			  err[0] ? err : sh_strerror(rc));
+		return rc;
+	}
+	nexports = nfs_exports_count(exports);
+	fs_list = mem_zalloc(sizeof(*fs_list) * (nexports ? nexports : 1));
+	if (!fs_list) {
+		rc = -ENOMEM;
+		goto out_exports;
+	}
+	for (size_t i = 0; i < nexports; i++) {
+		struct posix_fs_config pcfg = {
+			.pfc_root_path = nfs_exports_path(exports, i),
+			.pfc_fsid = nfs_exports_fsid(exports, i),
+			.pfc_fd_cache_max = config->sc_fd_cache_max,
+		};
+		rc = posix_fs_create(&pcfg, &fs_list[i]);
+		if (rc < 0) {
+			log_error("cannot export %s: %s", pcfg.pfc_root_path, sh_strerror(rc));
+			goto out_fs;
+		}
+	}
+	struct nfs_service_config ncfg = {
+		.nsc_state_dir = config->sc_state_dir,
+		.nsc_exports = exports,
+		.nsc_fs = fs_list,
+	};
+	rc = nfs_service_create(&ncfg, &svc);
+	if (rc < 0) {
+		log_error("cannot create the NFS service: %s", sh_strerror(rc));
+		goto out_fs;
+	}
+	struct rpc_server_config rcfg = {.rsc_nloops = config->sc_nthreads};
+	rc = rpc_server_create(&rcfg, &srv);
+	if (rc < 0) {
+		log_error("cannot create the RPC server: %s", sh_strerror(rc));
+		goto out_svc;
+	}
+	rc = nfs_service_register(svc, srv);
+	if (rc < 0) {
+		log_error("cannot register NFS programs: %s", sh_strerror(rc));
+		goto out_srv;
+	}
+	uint16_t port = 0;
+	rc = rpc_server_listen(srv, config->sc_listen_addr, config->sc_port, RPC_TCP | RPC_UDP, &port);
+	if (rc < 0) {
+		log_error("cannot listen on %s port %u: %s", config->sc_listen_addr,
+			  (unsigned)config->sc_port, sh_strerror(rc));
+		goto out_srv;
+	}
+	enum rpc_portmap_mode pmap_mode = RPC_PORTMAP_NONE;
+	if (config->sc_portmap) {
+		rc = rpc_portmap_start(srv, config->sc_listen_addr, config->sc_portmap_port, true,
+				       &pmap_mode);
+		if (rc < 0)
+			log_warn("portmapper unavailable (%s): clients must give port=%u,mountport=%u",
+				 sh_strerror(rc), (unsigned)port, (unsigned)port);
+	}
+	rc = rpc_server_start(srv);
+	if (rc < 0) {
+		log_error("cannot start the server threads: %s", sh_strerror(rc));
+		goto out_pmap;
+	}
+	log_info("serving %zu export%s on %s port %u (NFS v3 and MOUNT v3, TCP and UDP), "
+		 "portmapper %s",
+		 nexports, nexports == 1 ? "" : "s", config->sc_listen_addr, (unsigned)port,
+		 server_portmap_mode_name(pmap_mode));
+	for (size_t i = 0; i < nexports; i++)
+		log_info("export %s", nfs_exports_path(exports, i));
+	if (config->sc_ready_file) {
+		rc = server_write_ready_file(config->sc_ready_file, port, pmap_mode);
+		if (rc < 0)
+			log_warn("cannot write ready file %s: %s", config->sc_ready_file, sh_strerror(rc));
+	}
+
+	int sig = 0;
+	while (sigwait(&stop_signals, &sig) != 0 || sig == SIGHUP)
+		;
+	log_info("signal %d: stopping", sig);
+	rc = 0;
+	rpc_server_stop(srv);
+out_pmap:
+	rpc_portmap_stop(srv);
+out_srv:
+	rpc_server_destroy(srv);
+out_svc:
+	nfs_service_destroy(svc);
+out_fs:
+	for (size_t i = 0; i < nexports; i++)
+		if (fs_list[i])
+			fs_destroy(fs_list[i]);
+	mem_free(fs_list);
+out_exports:
+	nfs_exports_destroy(exports);
+	return rc;
+}

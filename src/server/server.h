@@ -1,0 +1,27 @@
+/* server.h: `shale serve`, the daemon: wires the exports, the back ends, the NFS service and the
+ * RPC server together, runs them until SIGINT or SIGTERM, and takes them apart again. */
+#ifndef SHALE_SERVER_H
+#define SHALE_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+struct server_config {
+	const char *sc_exports_path; /* exports(5)-style file */
+	const char *sc_state_dir;    /* created if absent; holds the handle key */
+	const char *sc_listen_addr;  /* numeric address, default 127.0.0.1 */
+	uint16_t sc_port;            /* NFS and MOUNT, TCP and UDP; 0 = any free port */
+	bool sc_portmap;             /* register with rpcbind, or answer port 111 ourselves */
+	uint16_t sc_portmap_port;    /* the built-in portmapper's port (111; tests use others) */
+	unsigned sc_nthreads;        /* event loops; 0 = one per core */
+	unsigned sc_fd_cache_max;    /* posix back end: open files kept */
+	const char *sc_ready_file;   /* written once serving: "port=N" and "portmap=MODE" lines */
+};
+
+/* Runs the server until SIGINT/SIGTERM. Returns 0 after a clean stop, or -errno when it could not
+ * start (the reason is logged). */
+SH_MUST_CHECK int server_run(const struct server_config *config);
+
+#endif

@@ -1,0 +1,154 @@
+/* shale.c: the `shale` command: one program, with verbs in the manner of zpool/zfs.
+ *
+ *   shale serve [options]     the NFSv3 server (src/server)
+ *   shale version
+ *
+ * Each verb parses its own options and calls into one layer; nothing here knows protocol details. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+#define SHALE_VERSION "0.1.0"
+
+static void shale_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shale <command> [options]\n"
+		"\n"
+		"commands:\n"
+		"  serve     serve the exports over NFSv3 (see `shale serve --help`)\n"
+		"  version   print the version\n");
+}
+
+static void shale_serve_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shale serve --exports FILE [options]\n"
+		"\n"
+		"  --exports FILE        exports file, exports(5) syntax (required)\n"
+		"  --state DIR           server state (handle key); default ./var/state\n"
+		"  --listen ADDR         address to listen on; default 127.0.0.1\n"
+		"  --port N              NFS and MOUNT port, TCP and UDP; default 2049, 0 = any\n"
+		"  --no-portmap          neither register with rpcbind nor answer port 111\n"
+		"  --portmap-port N      port of the built-in portmapper; default 111\n"
+		"  --threads N           event-loop threads; default one per core\n"
+		"  --fd-cache N          open files kept by the posix back end; default 1024\n"
+		"  --ready-file FILE     write port=N and portmap=MODE here once serving\n"
+		"  --log-level LEVEL     debug, info, warn or error; default info\n");
+}
+
+static int shale_parse_uint(const char *text, unsigned long max, unsigned long *out)
+{
+	char *end = NULL;
+	errno = 0;
+	unsigned long v = strtoul(text, &end, 10);
+	if (errno || !end || *end || end == text || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int shale_serve(int argc, char **argv)
+{
+	struct server_config config = {
+		.sc_state_dir = "var/state",
+		.sc_listen_addr = "127.0.0.1",
+		.sc_port = 2049,
+		.sc_portmap = true,
+		.sc_portmap_port = 111,
+	};
+	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE };
+	static const struct option options[] = {
+		{"exports", required_argument, NULL, 'e'},
+		{"state", required_argument, NULL, 's'},
+		{"listen", required_argument, NULL, 'l'},
+		{"port", required_argument, NULL, 'p'},
+		{"threads", required_argument, NULL, 't'},
+		{"no-portmap", no_argument, NULL, OPT_NO_PORTMAP},
+		{"portmap-port", required_argument, NULL, OPT_PORTMAP_PORT},
+		{"fd-cache", required_argument, NULL, OPT_FD_CACHE},
+		{"ready-file", required_argument, NULL, OPT_READY},
+		{"log-level", required_argument, NULL, OPT_LOG},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int opt;
+	unsigned long v;
+	while ((opt = getopt_long(argc, argv, "e:s:l:p:t:h", options, NULL)) != -1) {
+		switch (opt) {
+		case 'e': config.sc_exports_path = optarg; break;
+		case 's': config.sc_state_dir = optarg; break;
+		case 'l': config.sc_listen_addr = optarg; break;
+		case 'p':
+			if (shale_parse_uint(optarg, 65535, &v) < 0)
+				goto bad_value;
+			config.sc_port = (uint16_t)v;
+			break;
+		case 't':
+			if (shale_parse_uint(optarg, 256, &v) < 0)
+				goto bad_value;
+			config.sc_nthreads = (unsigned)v;
+			break;
+		case OPT_NO_PORTMAP: config.sc_portmap = false; break;
+		case OPT_PORTMAP_PORT:
+			if (shale_parse_uint(optarg, 65535, &v) < 0 || v == 0)
+				goto bad_value;
+			config.sc_portmap_port = (uint16_t)v;
+			break;
+		case OPT_FD_CACHE:
+			if (shale_parse_uint(optarg, 1u << 20, &v) < 0)
+				goto bad_value;
+			config.sc_fd_cache_max = (unsigned)v;
+			break;
+		case OPT_READY: config.sc_ready_file = optarg; break;
+		case OPT_LOG:
+			if (strcmp(optarg, "debug") == 0)
+				log_set_level(LOG_DEBUG);
+			else if (strcmp(optarg, "info") == 0)
+				log_set_level(LOG_INFO);
+			else if (strcmp(optarg, "warn") == 0)
+				log_set_level(LOG_WARN);
+			else if (strcmp(optarg, "error") == 0)
+				log_set_level(LOG_ERROR);
+			else
+				goto bad_value;
+			break;
+		case 'h': shale_serve_usage(stdout); return 0;
+		default: shale_serve_usage(stderr); return 2;
+		}
+	}
+	if (optind != argc || !config.sc_exports_path) {
+		shale_serve_usage(stderr);
+		return 2;
+	}
+	return server_run(&config) == 0 ? 0 : 1;
+bad_value:
+	fprintf(stderr, "shale serve: bad value '%s' for an option\n", optarg);
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		shale_usage(stderr);
+		return 2;
+	}
+	const char *verb = argv[1];
+	if (strcmp(verb, "serve") == 0)
+		return shale_serve(argc - 1, argv + 1);
+	if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
+		printf("shale %s\n", SHALE_VERSION);
+		return 0;
+	}
+	if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+		shale_usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "shale: unknown command '%s'\n", verb);
+	shale_usage(stderr);
+	return 2;
+}
