@@ -1,0 +1,367 @@
+/* posix.c: the posix back end: an existing host directory served through the fs interface.
+ *
+ * Theory of operation
+ * ===================
+ *
+ * Handles. An object is named by the kernel's own file handle for it (name_to_handle_at), wrapped
+ * in a small header (format in posix_impl.h: version, object type, export tag, handle type,
+ * handle bytes). The kernel handle names the inode and its generation, so it survives a server
+ * restart, and a handle of a deleted inode fails to open with ESTALE. Objects are reopened with
+ * open_by_handle_at relative to the exported root's fd (any fd on the mount serves as mount_fd);
+ * that needs CAP_DAC_READ_SEARCH, which the server has as root. An id that is malformed, carries
+ * another export's tag, or whose object turns out to be of another type than the id says is
+ * refused with -SH_EBADHANDLE; an object that is gone (open fails with ESTALE, or it has no links
+ * left) gives -ESTALE. posix_fs_create refuses a host file system without handles, or whose
+ * handles would not fit in FS_OBJ_ID_MAX, with -EOPNOTSUPP.
+ *
+ * Containment. A kernel handle names any inode of the host file system, not only those below the
+ * export root, so ids are checked (posix_fdcache.c):
+ *  1. Directories: when a directory is opened by handle (a cache miss) we walk ".." from it,
+ *     as root, until we meet the export root (same st_dev and st_ino); leaving the file system,
+ *     reaching its top, or passing POSIX_VERIFY_MAX_DEPTH levels refuses it with -ESTALE. The
+ *     cache remembers the verdict for POSIX_VERIFY_TTL_NS, then walks again, so a directory that
+ *     is moved out of the export on the host stops being served within that time. The kernel
+ *     always reconnects a directory opened by handle to its real parent, so ".." is true.
+ *  2. Non-directories have no parent to walk to. Their ids are issued only for entries of
+ *     directories that passed rule 1 (LOOKUP, READDIRPLUS, CREATE and friends), and the NFS
+ *     layer seals every id in a MAC'd file handle, so a client can present no other. A file that
+ *     is moved out of the tree on the host after a client learnt its id stays reachable through
+ *     that id, as with knfsd's default no_subtree_check; the export tag keeps it from being used
+ *     through another export.
+ *  3. Names never walk: every name is one component (no '/'), resolved with a *at() call
+ *     relative to a verified directory fd, never followed if it is a symlink (O_NOFOLLOW,
+ *     AT_SYMLINK_NOFOLLOW, name_to_handle_at without AT_SYMLINK_FOLLOW); ".." of the export root
+ *     answers the root itself; a mount point inside the export is not crossed (-EACCES).
+ *
+ * The fd cache (posix_fdcache.c) keeps opened objects by handle with an LRU limit on the number
+ * of fds (pfc_fd_cache_max): a directory as O_RDONLY|O_DIRECTORY (enough for *at() calls, fsync
+ * and getdents64), a regular file as O_RDONLY plus an O_RDWR fd opened on the first write (so a
+ * file only read is never open for writing, which would make exec of it fail with ETXTBSY), and
+ * anything else as O_PATH. Requests hold entries by reference while they use the fds.
+ *
+ * Threading and completion. fo_submit runs the operations the page cache can answer on the
+ * calling (event loop) thread and completes them at once: GETATTR, LOOKUP, ACCESS, READLINK,
+ * READDIR, FSSTAT, READ through preadv2(RWF_NOWAIT), and UNSTABLE WRITE, which only copies into
+ * the page cache (through pwritev2(RWF_NOWAIT) where the host file system offers it; ext4 does
+ * not, and there a buffered write waits only when writeback throttles a writer, as knfsd's
+ * would). A read or write that would block is "punted" to the worker pool, as are every stable
+ * WRITE, COMMIT and every metadata change, since those wait on a flush. Workers (pfc_nworkers) take requests from one FIFO queue, linked
+ * through the request's fr_task.lt_next (unused until fs_req_complete), and finish with
+ * fs_req_complete, which carries fr_done back to the request's loop.
+ *
+ * Credentials (posix_cred.c). Each request runs with fr_cred installed as the running thread's
+ * fsuid, fsgid and supplementary groups (setfsuid, setfsgid and the raw setgroups system call,
+ * all per thread), switched only when they differ from what the thread last installed. Handles
+ * are opened with fsuid 0 (a non-zero fsuid drops CAP_DAC_READ_SEARCH) before the switch.
+ * Namespace operations are then plain *at() calls that the kernel checks against the client's
+ * identity; I/O on cached fds (opened as root) is checked explicitly first: root and the owner
+ * from the mode bits (the owner may always read and write an object it has open, as knfsd
+ * allows), everyone else by faccessat2(AT_EACCESS), which honours groups and ACLs. ACCESS
+ * computes granted bits the same way, with root's rule that execute needs some x bit.
+ *
+ * Durability (RFC 1813 section 3.3: metadata changes are stable before the reply). After a
+ * change we fsync what changed: the directory for CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR
+ * and LINK, both directories for RENAME across directories, the object itself after SETATTR.
+ * A new object is created in the same journal transaction as its directory entry, so the
+ * directory's fsync commits it; attributes set on it afterwards are made durable by fsyncing the
+ * object (or, for objects that cannot be opened for I/O, such as symlinks and device nodes, by
+ * syncfs). WRITE with DATA_SYNC or FILE_SYNC uses pwritev2 with RWF_DSYNC or RWF_SYNC (one system
+ * call for the write and its flush); COMMIT is an fdatasync of the file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdalign.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "posix/posix_impl.h"
+
+static bool posix_runs_inline(const struct fs_req *req)
+{
+	switch (req->fr_op) {
+	case FS_OP_GETATTR:
+	case FS_OP_LOOKUP:
+	case FS_OP_ACCESS:
+	case FS_OP_READLINK:
+	case FS_OP_READ:
+	case FS_OP_READDIR:
+	case FS_OP_FSSTAT:
+		return true;
+	case FS_OP_WRITE:
+		return req->u.write.wr_stable == FS_UNSTABLE;
+	default:
+		return false;
+	}
+}
+
+static void posix_enqueue(struct posix_fs *pf, struct fs_req *req)
+{
+	req->fr_task.lt_next = NULL;
+	pthread_mutex_lock(&pf->pf_queue_lock);
+	if (pf->pf_queue_tail != NULL)
+		pf->pf_queue_tail->fr_task.lt_next = &req->fr_task;
+	else
+		pf->pf_queue_head = req;
+	pf->pf_queue_tail = req;
+	pthread_cond_signal(&pf->pf_queue_cond);
+	pthread_mutex_unlock(&pf->pf_queue_lock);
+}
+
+static void posix_submit(struct fs *fs, struct fs_req *req)
+{
+	struct posix_fs *pf = posix_fs_of(fs);
+
+	if (req->fr_op == FS_OP_READ)
+		posix_read_buf_init(&req->u.read.rd_buf);
+	if (posix_runs_inline(req) && posix_op_run(pf, req, true) == 0) {
+		fs_req_complete(req);
+		return;
+	}
+	posix_enqueue(pf, req);
+}
+
+static void *posix_worker_main(void *arg)
+{
+	struct posix_fs *pf = arg;
+
+	for (;;) {
+		pthread_mutex_lock(&pf->pf_queue_lock);
+		while (pf->pf_queue_head == NULL && !pf->pf_stopping)
+			pthread_cond_wait(&pf->pf_queue_cond, &pf->pf_queue_lock);
+		struct fs_req *req = pf->pf_queue_head;
+		if (req == NULL) {
+			pthread_mutex_unlock(&pf->pf_queue_lock);
+			break; /* stopping and drained */
+		}
+		struct loop_task *next = req->fr_task.lt_next;
+		pf->pf_queue_head = next != NULL ? SH_CONTAINER_OF(next, struct fs_req, fr_task) : NULL;
+		if (pf->pf_queue_head == NULL)
+			pf->pf_queue_tail = NULL;
+		pthread_mutex_unlock(&pf->pf_queue_lock);
+
+		req->fr_task.lt_next = NULL;
+		if (req->fr_op == FS_OP_READ) {
+			/* A punted READ may have left nothing to release; start clean. */
+			posix_read_buf_init(&req->u.read.rd_buf);
+		}
+		int rc = posix_op_run(pf, req, false);
+		VERIFY(rc == 0);
+		fs_req_complete(req);
+	}
+	return NULL;
+}
+
+static int posix_root(struct fs *fs, struct fs_obj_id *root_out)
+{
+	*root_out = posix_fs_of(fs)->pf_root_id;
+	return 0;
+}
+
+static void posix_info(struct fs *fs, struct fs_info *info_out)
+{
+	*info_out = posix_fs_of(fs)->pf_info;
+}
+
+static void posix_write_verifier(struct fs *fs, uint8_t verf_out[8])
+{
+	memcpy(verf_out, posix_fs_of(fs)->pf_write_verf, 8);
+}
+
+static void posix_stop_workers(struct posix_fs *pf, unsigned started)
+{
+	pthread_mutex_lock(&pf->pf_queue_lock);
+	pf->pf_stopping = true;
+	pthread_cond_broadcast(&pf->pf_queue_cond);
+	pthread_mutex_unlock(&pf->pf_queue_lock);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(pf->pf_workers[i], NULL);
+}
+
+/* Every submitted request has completed (fs_destroy's contract); workers drain and exit. */
+static void posix_destroy(struct fs *fs)
+{
+	struct posix_fs *pf = posix_fs_of(fs);
+
+	posix_stop_workers(pf, pf->pf_nworkers);
+	mem_free(pf->pf_workers);
+	posix_fdcache_fini(&pf->pf_cache);
+	pthread_cond_destroy(&pf->pf_queue_cond);
+	pthread_mutex_destroy(&pf->pf_queue_lock);
+	(void)close(pf->pf_root_fd);
+	mem_free(pf);
+}
+
+static const struct fs_ops posix_fs_ops = {
+	.fo_name = "posix",
+	.fo_submit = posix_submit,
+	.fo_root = posix_root,
+	.fo_info = posix_info,
+	.fo_write_verifier = posix_write_verifier,
+	.fo_destroy = posix_destroy,
+};
+
+/* Reads the root's kernel handle, refusing a file system whose handles we cannot use. */
+static int posix_probe_handles(struct posix_fs *pf)
+{
+	/* 128 bytes: the kernel's MAX_HANDLE_SZ, so the real size is learnt even when too big. */
+	alignas(struct file_handle) uint8_t fh_buf[sizeof(struct file_handle) + 128];
+	struct file_handle *fh = (struct file_handle *)(void *)fh_buf;
+	int mount_id;
+
+	fh->handle_bytes = 128;
+	if (name_to_handle_at(pf->pf_root_fd, "", fh, &mount_id, AT_EMPTY_PATH) != 0) {
+		int err = errno;
+		log_error("posix: the exported file system gives no file handles: %s",
+			  sh_strerror(-err));
+		return err == EOPNOTSUPP || err == EOVERFLOW ? -EOPNOTSUPP : -err;
+	}
+	if (fh->handle_bytes == 0 || fh->handle_bytes > POSIX_ID_HANDLE_MAX) {
+		log_error("posix: file handles of %u bytes do not fit in %d", fh->handle_bytes,
+			  POSIX_ID_HANDLE_MAX);
+		return -EOPNOTSUPP;
+	}
+	/* Without CAP_DAC_READ_SEARCH the handles could be made but never reopened. */
+	int fd = open_by_handle_at(pf->pf_root_fd, fh, O_PATH | O_CLOEXEC);
+	if (fd < 0) {
+		int err = errno;
+		log_error("posix: open_by_handle_at fails (%s); the server must run as root",
+			  sh_strerror(-err));
+		return -err;
+	}
+	(void)close(fd);
+	pf->pf_mount_id = mount_id;
+	uint8_t key[4 + 128];
+	memcpy(key, &fh->handle_type, 4);
+	memcpy(key + 4, fh->f_handle, fh->handle_bytes);
+	pf->pf_tag = (uint32_t)sh_hash64(key, 4 + fh->handle_bytes, 0);
+	return 0;
+}
+
+static void posix_fill_info(struct posix_fs *pf)
+{
+	struct fs_info *fi = &pf->pf_info;
+	struct statvfs sv;
+
+	memset(fi, 0, sizeof(*fi));
+	fi->fi_max_file_size = (uint64_t)INT64_MAX; /* off_t's limit; the host fs may set less */
+	fi->fi_time_delta.ft_sec = 0;
+	fi->fi_time_delta.ft_nsec = 1; /* Linux keeps nanosecond timestamps */
+	long link_max = fpathconf(pf->pf_root_fd, _PC_LINK_MAX);
+	fi->fi_link_max = link_max > 0 && link_max < (long)UINT32_MAX ? (uint32_t)link_max : 65000;
+	fi->fi_name_max = FS_NAME_MAX;
+	if (fstatvfs(pf->pf_root_fd, &sv) == 0 && sv.f_namemax > 0 && sv.f_namemax < FS_NAME_MAX)
+		fi->fi_name_max = (uint32_t)sv.f_namemax;
+	fi->fi_has_links = true;
+	fi->fi_has_symlinks = true;
+	fi->fi_can_set_time = true;
+	fi->fi_no_trunc = true;
+	fi->fi_chown_restricted = true;
+	fi->fi_case_insensitive = false;
+	fi->fi_case_preserving = true;
+}
+
+/* The fd cache limit, kept to half the process's fd limit so sockets always have room. */
+static uint32_t posix_cache_limit(unsigned wanted)
+{
+	uint64_t max = wanted != 0 ? wanted : POSIX_FD_CACHE_DEFAULT;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    max > rl.rlim_cur / 2) {
+		log_warn("posix: fd cache limited to %llu by RLIMIT_NOFILE %llu",
+			 (unsigned long long)(rl.rlim_cur / 2), (unsigned long long)rl.rlim_cur);
+		max = rl.rlim_cur / 2;
+	}
+	if (max < 8)
+		max = 8; /* a request holds at most three entries (RENAME, LINK) at once */
+	return (uint32_t)SH_MIN(max, (uint64_t)1 << 24);
+}
+
+int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
+{
+	struct posix_fs *pf;
+	struct stat st;
+	int rc;
+
+	if (config == NULL || config->pfc_root_path == NULL || out == NULL)
+		return -EINVAL;
+	posix_cred_save_process_groups();
+	rc = posix_cred_root();
+	if (rc != 0)
+		return rc;
+	pf = mem_zalloc(sizeof(*pf));
+	if (pf == NULL)
+		return -ENOMEM;
+	pf->pf_fs.fs_ops = &posix_fs_ops;
+	pf->pf_fs.fs_fsid = config->pfc_fsid;
+	pf->pf_write_nowait = true;
+
+	pf->pf_root_fd = open(config->pfc_root_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pf->pf_root_fd < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	rc = posix_stat_fd(pf->pf_root_fd, &st);
+	if (rc != 0)
+		goto out_close;
+	pf->pf_root_dev = st.st_dev;
+	pf->pf_root_ino = st.st_ino;
+	rc = posix_probe_handles(pf);
+	if (rc != 0)
+		goto out_close;
+	rc = posix_id_at(pf, pf->pf_root_fd, "", AT_EMPTY_PATH, FS_DIR, &pf->pf_root_id);
+	if (rc != 0)
+		goto out_close;
+	rc = sh_random_bytes(pf->pf_write_verf, sizeof(pf->pf_write_verf));
+	if (rc != 0)
+		goto out_close;
+	/* umask can only be read by setting it; done once, before any worker runs. */
+	pf->pf_umask = umask(0);
+	umask(pf->pf_umask);
+	posix_fill_info(pf);
+
+	rc = posix_fdcache_init(&pf->pf_cache, posix_cache_limit(config->pfc_fd_cache_max));
+	if (rc != 0)
+		goto out_close;
+	rc = -pthread_mutex_init(&pf->pf_queue_lock, NULL);
+	if (rc != 0)
+		goto out_cache;
+	rc = -pthread_cond_init(&pf->pf_queue_cond, NULL);
+	if (rc != 0)
+		goto out_lock;
+	pf->pf_nworkers = config->pfc_nworkers != 0 ? config->pfc_nworkers : POSIX_NWORKERS_DEFAULT;
+	pf->pf_workers = mem_zalloc(pf->pf_nworkers * sizeof(pf->pf_workers[0]));
+	if (pf->pf_workers == NULL) {
+		rc = -ENOMEM;
+		goto out_cond;
+	}
+	for (unsigned i = 0; i < pf->pf_nworkers; i++) {
+		rc = -pthread_create(&pf->pf_workers[i], NULL, posix_worker_main, pf);
+		if (rc != 0) {
+			posix_stop_workers(pf, i);
+			goto out_workers;
+		}
+	}
+	log_info("posix: exporting %s (fsid %llu, %u workers, %u cached fds)",
+		 config->pfc_root_path, (unsigned long long)config->pfc_fsid, pf->pf_nworkers,
+		 pf->pf_cache.pc_max_fds);
+	*out = &pf->pf_fs;
+	return 0;
+
+out_workers:
+	mem_free(pf->pf_workers);
+out_cond:
+	pthread_cond_destroy(&pf->pf_queue_cond);
+out_lock:
+	pthread_mutex_destroy(&pf->pf_queue_lock);
+out_cache:
+	posix_fdcache_fini(&pf->pf_cache);
+out_close:
+	(void)close(pf->pf_root_fd);
+out_free:
+	mem_free(pf);
+	return rc;
+}

@@ -1,0 +1,477 @@
+/* posix_fdcache.c: the posix back end's cache of open objects, keyed by kernel file handle, and
+ * the containment check that refuses a directory lying outside the export.
+ *
+ * Rules:
+ *  1. An entry is in the hash table and the LRU list exactly while pfd_in_table; pc_nfds counts
+ *     the fds of those entries only.
+ *  2. An entry is freed (its fds closed) only when it is out of the table and pfd_refs drops to
+ *     zero, so a request holding an entry can use its fds without the lock.
+ *  3. pfd_fd never changes after insertion; pfd_wfd goes once from -1 to an fd, under pc_lock,
+ *     and is read with an atomic load.
+ *  4. Eviction takes the least recently used entries with no holders while pc_nfds exceeds
+ *     pc_max_fds; when every entry is held the cache stays over its limit until releases.
+ *  5. A directory entry is in the table only after the containment walk succeeded, and is walked
+ *     again when POSIX_VERIFY_TTL_NS passed since. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdalign.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "posix/posix_impl.h"
+
+#define POSIX_KEY_OFF POSIX_ID_OFF_HTYPE
+
+static uint32_t posix_pow2_at_least(uint32_t n)
+{
+	uint32_t p = 64;
+	while (p < n && p < (1u << 30))
+		p <<= 1;
+	return p;
+}
+
+int posix_fdcache_init(struct posix_fdcache *cache, uint32_t max_fds)
+{
+	memset(cache, 0, sizeof(*cache));
+	cache->pc_max_fds = max_fds;
+	cache->pc_nbuckets = posix_pow2_at_least(max_fds);
+	cache->pc_buckets = mem_zalloc(cache->pc_nbuckets * sizeof(cache->pc_buckets[0]));
+	if (cache->pc_buckets == NULL)
+		return -ENOMEM;
+	int rc = pthread_mutex_init(&cache->pc_lock, NULL);
+	if (rc != 0) {
+		mem_free(cache->pc_buckets);
+		cache->pc_buckets = NULL;
+		return -rc;
+	}
+	return 0;
+}
+
+static void posix_fd_free(struct posix_fd *pfd)
+{
+	if (pfd->pfd_fd >= 0)
+		(void)close(pfd->pfd_fd);
+	if (pfd->pfd_wfd >= 0)
+		(void)close(pfd->pfd_wfd);
+	pthread_mutex_destroy(&pfd->pfd_dir_lock);
+	mem_free(pfd);
+}
+
+/* Every request has completed (fs_destroy's contract), so nothing is held. */
+void posix_fdcache_fini(struct posix_fdcache *cache)
+{
+	struct posix_fd *pfd = cache->pc_lru_head;
+	while (pfd != NULL) {
+		struct posix_fd *next = pfd->pfd_lru_next;
+		VERIFY(pfd->pfd_refs == 0);
+		posix_fd_free(pfd);
+		pfd = next;
+	}
+	mem_free(cache->pc_buckets);
+	cache->pc_buckets = NULL;
+	pthread_mutex_destroy(&cache->pc_lock);
+}
+
+static unsigned posix_fd_nfds(const struct posix_fd *pfd)
+{
+	return (pfd->pfd_fd >= 0 ? 1u : 0u) + (pfd->pfd_wfd >= 0 ? 1u : 0u);
+}
+
+static bool posix_key_equal(const struct fs_obj_id *a, const struct fs_obj_id *b)
+{
+	return a->foi_len == b->foi_len &&
+	       memcmp(a->foi_bytes + POSIX_KEY_OFF, b->foi_bytes + POSIX_KEY_OFF,
+		      (size_t)a->foi_len - POSIX_KEY_OFF) == 0;
+}
+
+static uint64_t posix_key_hash(const struct fs_obj_id *id)
+{
+	return sh_hash64(id->foi_bytes + POSIX_KEY_OFF, (size_t)id->foi_len - POSIX_KEY_OFF, 0);
+}
+
+/* Called with pc_lock held. */
+static struct posix_fd *posix_cache_find(struct posix_fdcache *cache, const struct fs_obj_id *id,
+					 uint64_t hash)
+{
+	struct posix_fd *pfd = cache->pc_buckets[hash & (cache->pc_nbuckets - 1)];
+	for (; pfd != NULL; pfd = pfd->pfd_hash_next)
+		if (pfd->pfd_hash == hash && posix_key_equal(&pfd->pfd_id, id))
+			return pfd;
+	return NULL;
+}
+
+static void posix_lru_unlink(struct posix_fdcache *cache, struct posix_fd *pfd)
+{
+	if (pfd->pfd_lru_prev != NULL)
+		pfd->pfd_lru_prev->pfd_lru_next = pfd->pfd_lru_next;
+	else
+		cache->pc_lru_head = pfd->pfd_lru_next;
+	if (pfd->pfd_lru_next != NULL)
+		pfd->pfd_lru_next->pfd_lru_prev = pfd->pfd_lru_prev;
+	else
+		cache->pc_lru_tail = pfd->pfd_lru_prev;
+	pfd->pfd_lru_prev = pfd->pfd_lru_next = NULL;
+}
+
+static void posix_lru_push_head(struct posix_fdcache *cache, struct posix_fd *pfd)
+{
+	pfd->pfd_lru_prev = NULL;
+	pfd->pfd_lru_next = cache->pc_lru_head;
+	if (cache->pc_lru_head != NULL)
+		cache->pc_lru_head->pfd_lru_prev = pfd;
+	else
+		cache->pc_lru_tail = pfd;
+	cache->pc_lru_head = pfd;
+}
+
+/* Takes pfd out of the table (rule 1). Called with pc_lock held. */
+static void posix_cache_remove(struct posix_fdcache *cache, struct posix_fd *pfd)
+{
+	struct posix_fd **pp = &cache->pc_buckets[pfd->pfd_hash & (cache->pc_nbuckets - 1)];
+	while (*pp != pfd)
+		pp = &(*pp)->pfd_hash_next;
+	*pp = pfd->pfd_hash_next;
+	pfd->pfd_hash_next = NULL;
+	posix_lru_unlink(cache, pfd);
+	cache->pc_nentries--;
+	cache->pc_nfds -= posix_fd_nfds(pfd);
+	pfd->pfd_in_table = false;
+}
+
+/* Rule 4. Called with pc_lock held; returns the evicted entries, linked through pfd_hash_next,
+ * for the caller to free once the lock is dropped. */
+static struct posix_fd *posix_cache_evict(struct posix_fdcache *cache)
+{
+	struct posix_fd *victims = NULL;
+	struct posix_fd *pfd = cache->pc_lru_tail;
+	while (cache->pc_nfds > cache->pc_max_fds && pfd != NULL) {
+		struct posix_fd *prev = pfd->pfd_lru_prev;
+		if (pfd->pfd_refs == 0) {
+			posix_cache_remove(cache, pfd);
+			pfd->pfd_hash_next = victims;
+			victims = pfd;
+		}
+		pfd = prev;
+	}
+	return victims;
+}
+
+static void posix_free_victims(struct posix_fd *victims)
+{
+	while (victims != NULL) {
+		struct posix_fd *next = victims->pfd_hash_next;
+		posix_fd_free(victims);
+		victims = next;
+	}
+}
+
+/* Checks the id's header and fills fh (with room for POSIX_ID_HANDLE_MAX bytes). */
+static int posix_id_parse(const struct posix_fs *pf, const struct fs_obj_id *id,
+			  struct file_handle *fh, enum fs_type *type_out)
+{
+	if (id->foi_len <= POSIX_ID_OFF_HANDLE || id->foi_len > FS_OBJ_ID_MAX)
+		return -SH_EBADHANDLE;
+	if (id->foi_bytes[POSIX_ID_OFF_VERSION] != POSIX_ID_VERSION)
+		return -SH_EBADHANDLE;
+	uint8_t type = id->foi_bytes[POSIX_ID_OFF_TYPE];
+	if (type < FS_REG || type > FS_FIFO)
+		return -SH_EBADHANDLE;
+	const uint8_t *t = id->foi_bytes + POSIX_ID_OFF_TAG;
+	uint32_t tag = (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 |
+		       (uint32_t)t[3] << 24;
+	if (tag != pf->pf_tag)
+		return -SH_EBADHANDLE;
+	const uint8_t *h = id->foi_bytes + POSIX_ID_OFF_HTYPE;
+	uint32_t htype = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+			 (uint32_t)h[3] << 24;
+	fh->handle_type = (int)htype;
+	fh->handle_bytes = (unsigned)id->foi_len - POSIX_ID_OFF_HANDLE;
+	memcpy(fh->f_handle, id->foi_bytes + POSIX_ID_OFF_HANDLE, fh->handle_bytes);
+	*type_out = (enum fs_type)type;
+	return 0;
+}
+
+/* Rule 5: walks ".." from the directory fd up to the export root. Returns 0 when the root is
+ * reached, -ESTALE when the walk leaves the host file system, reaches its top, or goes deeper
+ * than POSIX_VERIFY_MAX_DEPTH. Runs with fsuid 0 so no search permission stops it. */
+static int posix_dir_contained(const struct posix_fs *pf, int fd, const struct stat *st)
+{
+	dev_t prev_dev = st->st_dev;
+	ino_t prev_ino = st->st_ino;
+	int cur = fd;
+	int owned = -1;
+	int rc = -ESTALE;
+
+	if (st->st_dev == pf->pf_root_dev && st->st_ino == pf->pf_root_ino)
+		return 0;
+	for (unsigned depth = 0; depth < POSIX_VERIFY_MAX_DEPTH; depth++) {
+		int up = openat(cur, "..", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (up < 0) {
+			rc = errno == ENOENT ? -ESTALE : -errno;
+			break;
+		}
+		if (owned >= 0)
+			(void)close(owned);
+		owned = cur = up;
+		struct stat ust;
+		rc = posix_stat_fd(up, &ust);
+		if (rc != 0)
+			break;
+		if (ust.st_dev != pf->pf_root_dev) {
+			rc = -ESTALE; /* climbed off the exported file system */
+			break;
+		}
+		if (ust.st_ino == pf->pf_root_ino) {
+			rc = 0;
+			break;
+		}
+		if (ust.st_dev == prev_dev && ust.st_ino == prev_ino) {
+			rc = -ESTALE; /* ".." of the top is itself: the root was never passed */
+			break;
+		}
+		prev_dev = ust.st_dev;
+		prev_ino = ust.st_ino;
+		rc = -ESTALE;
+	}
+	if (owned >= 0)
+		(void)close(owned);
+	return rc;
+}
+
+static int posix_open_flags(enum fs_type type)
+{
+	switch (type) {
+	case FS_REG:
+		/* O_NONBLOCK: harmless on a regular file, and never hangs should it be a FIFO. */
+		return O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+	case FS_DIR:
+		return O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+	default:
+		/* Symlinks, devices, FIFOs and sockets are never opened for I/O. */
+		return O_PATH | O_NOFOLLOW | O_CLOEXEC;
+	}
+}
+
+static int posix_open_error(int err)
+{
+	switch (err) {
+	case ESTALE:
+	case ENOENT:
+		return -ESTALE;
+	case EINVAL:  /* a handle type the file system does not know */
+	case ENOTDIR: /* the id said directory, the object is not one */
+	case ELOOP:   /* the id said regular file or directory, the object is a symlink */
+	case EBADF:
+		return -SH_EBADHANDLE;
+	default:
+		return -err;
+	}
+}
+
+int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_fd **out)
+{
+	struct posix_fdcache *cache = &pf->pf_cache;
+	alignas(struct file_handle) uint8_t fh_buf[sizeof(struct file_handle) + POSIX_ID_HANDLE_MAX];
+	struct file_handle *fh = (struct file_handle *)(void *)fh_buf;
+	enum fs_type type;
+	struct posix_fd *pfd;
+	int rc;
+
+	rc = posix_id_parse(pf, id, fh, &type);
+	if (rc != 0)
+		return rc;
+	uint64_t hash = posix_key_hash(id);
+
+	pthread_mutex_lock(&cache->pc_lock);
+	pfd = posix_cache_find(cache, id, hash);
+	if (pfd != NULL) {
+		if (pfd->pfd_type != type) {
+			pthread_mutex_unlock(&cache->pc_lock);
+			return -SH_EBADHANDLE;
+		}
+		pfd->pfd_refs++;
+		posix_lru_unlink(cache, pfd);
+		posix_lru_push_head(cache, pfd);
+		uint64_t verified_ns = pfd->pfd_verified_ns;
+		pthread_mutex_unlock(&cache->pc_lock);
+		if (type == FS_DIR && clock_monotonic_ns() - verified_ns > POSIX_VERIFY_TTL_NS) {
+			struct stat st;
+			rc = posix_cred_root();
+			if (rc == 0)
+				rc = posix_stat_fd(pfd->pfd_fd, &st);
+			if (rc == 0)
+				rc = st.st_nlink == 0 ? -ESTALE : posix_dir_contained(pf, pfd->pfd_fd, &st);
+			if (rc != 0) {
+				posix_fd_forget(pf, pfd);
+				posix_fd_rele(pf, pfd);
+				return rc;
+			}
+			pthread_mutex_lock(&cache->pc_lock);
+			pfd->pfd_verified_ns = clock_monotonic_ns();
+			pthread_mutex_unlock(&cache->pc_lock);
+		}
+		*out = pfd;
+		return 0;
+	}
+	pthread_mutex_unlock(&cache->pc_lock);
+
+	/* Miss: open by handle as root (open_by_handle_at needs CAP_DAC_READ_SEARCH, which a
+	 * non-zero fsuid drops from the thread's effective set). */
+	rc = posix_cred_root();
+	if (rc != 0)
+		return rc;
+	int fd = open_by_handle_at(pf->pf_root_fd, fh, posix_open_flags(type));
+	if (fd < 0)
+		return posix_open_error(errno);
+	struct stat st;
+	rc = posix_stat_fd(fd, &st);
+	if (rc == 0 && posix_type_of_mode(st.st_mode) != type)
+		rc = -SH_EBADHANDLE;
+	if (rc == 0 && st.st_dev != pf->pf_root_dev)
+		rc = -SH_EBADHANDLE;
+	if (rc == 0 && st.st_nlink == 0)
+		rc = -ESTALE;
+	if (rc == 0 && type == FS_DIR)
+		rc = posix_dir_contained(pf, fd, &st);
+	if (rc != 0) {
+		(void)close(fd);
+		return rc;
+	}
+
+	pfd = mem_zalloc(sizeof(*pfd));
+	if (pfd == NULL) {
+		(void)close(fd);
+		return -ENOMEM;
+	}
+	rc = pthread_mutex_init(&pfd->pfd_dir_lock, NULL);
+	if (rc != 0) {
+		(void)close(fd);
+		mem_free(pfd);
+		return -rc;
+	}
+	pfd->pfd_hash = hash;
+	pfd->pfd_id = *id;
+	pfd->pfd_type = type;
+	pfd->pfd_fd = fd;
+	pfd->pfd_wfd = -1;
+	pfd->pfd_refs = 1;
+	pfd->pfd_verified_ns = clock_monotonic_ns();
+
+	pthread_mutex_lock(&cache->pc_lock);
+	struct posix_fd *raced = posix_cache_find(cache, id, hash);
+	struct posix_fd *victims = NULL;
+	if (raced != NULL) {
+		/* Another thread opened the same object meanwhile: use its entry. */
+		raced->pfd_refs++;
+		pthread_mutex_unlock(&cache->pc_lock);
+		posix_fd_free(pfd);
+		if (raced->pfd_type != type) {
+			posix_fd_rele(pf, raced);
+			return -SH_EBADHANDLE;
+		}
+		*out = raced;
+		return 0;
+	}
+	struct posix_fd **bucket = &cache->pc_buckets[hash & (cache->pc_nbuckets - 1)];
+	pfd->pfd_hash_next = *bucket;
+	*bucket = pfd;
+	posix_lru_push_head(cache, pfd);
+	pfd->pfd_in_table = true;
+	cache->pc_nentries++;
+	cache->pc_nfds += posix_fd_nfds(pfd);
+	victims = posix_cache_evict(cache);
+	pthread_mutex_unlock(&cache->pc_lock);
+	posix_free_victims(victims);
+	*out = pfd;
+	return 0;
+}
+
+void posix_fd_rele(struct posix_fs *pf, struct posix_fd *pfd)
+{
+	struct posix_fdcache *cache = &pf->pf_cache;
+	bool free_it;
+
+	pthread_mutex_lock(&cache->pc_lock);
+	VERIFY(pfd->pfd_refs > 0);
+	pfd->pfd_refs--;
+	free_it = pfd->pfd_refs == 0 && !pfd->pfd_in_table;
+	struct posix_fd *victims = NULL;
+	if (pfd->pfd_refs == 0 && pfd->pfd_in_table && cache->pc_nfds > cache->pc_max_fds)
+		victims = posix_cache_evict(cache); /* rule 4: the limit was exceeded while held */
+	pthread_mutex_unlock(&cache->pc_lock);
+	posix_free_victims(victims);
+	if (free_it)
+		posix_fd_free(pfd);
+}
+
+int posix_fd_writable(struct posix_fs *pf, struct posix_fd *pfd, int *fd_out)
+{
+	struct posix_fdcache *cache = &pf->pf_cache;
+	alignas(struct file_handle) uint8_t fh_buf[sizeof(struct file_handle) + POSIX_ID_HANDLE_MAX];
+	struct file_handle *fh = (struct file_handle *)(void *)fh_buf;
+	enum fs_type type;
+	int rc;
+
+	int wfd = __atomic_load_n(&pfd->pfd_wfd, __ATOMIC_ACQUIRE);
+	if (wfd >= 0) {
+		*fd_out = wfd;
+		return 0;
+	}
+	if (pfd->pfd_type != FS_REG)
+		return -EINVAL;
+	rc = posix_id_parse(pf, &pfd->pfd_id, fh, &type);
+	if (rc != 0)
+		return rc;
+	rc = posix_cred_root();
+	if (rc != 0)
+		return rc;
+	int fd = open_by_handle_at(pf->pf_root_fd, fh, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return posix_open_error(errno);
+
+	pthread_mutex_lock(&cache->pc_lock);
+	struct posix_fd *victims = NULL;
+	if (pfd->pfd_wfd < 0) {
+		__atomic_store_n(&pfd->pfd_wfd, fd, __ATOMIC_RELEASE);
+		fd = -1;
+		if (pfd->pfd_in_table) {
+			cache->pc_nfds++;
+			victims = posix_cache_evict(cache);
+		}
+	}
+	wfd = pfd->pfd_wfd;
+	pthread_mutex_unlock(&cache->pc_lock);
+	posix_free_victims(victims);
+	if (fd >= 0)
+		(void)close(fd); /* another thread installed one first */
+	*fd_out = wfd;
+	return 0;
+}
+
+void posix_fd_forget(struct posix_fs *pf, struct posix_fd *pfd)
+{
+	struct posix_fdcache *cache = &pf->pf_cache;
+
+	pthread_mutex_lock(&cache->pc_lock);
+	if (pfd->pfd_in_table)
+		posix_cache_remove(cache, pfd);
+	pthread_mutex_unlock(&cache->pc_lock);
+}
+
+void posix_fd_forget_if_unlinked(struct posix_fs *pf, const struct fs_obj_id *id)
+{
+	struct posix_fdcache *cache = &pf->pf_cache;
+	uint64_t hash = posix_key_hash(id);
+
+	pthread_mutex_lock(&cache->pc_lock);
+	struct posix_fd *pfd = posix_cache_find(cache, id, hash);
+	if (pfd != NULL)
+		pfd->pfd_refs++;
+	pthread_mutex_unlock(&cache->pc_lock);
+	if (pfd == NULL)
+		return;
+	struct stat st;
+	if (posix_stat_fd(pfd->pfd_fd, &st) != 0 || st.st_nlink == 0)
+		posix_fd_forget(pf, pfd);
+	posix_fd_rele(pf, pfd);
+}

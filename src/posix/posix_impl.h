@@ -1,0 +1,178 @@
+/* posix_impl.h: what the files of the posix back end share (see posix.c for the design).
+ *
+ * Object id format (struct fs_obj_id, all multi-byte fields little-endian):
+ *
+ *   offset  size  field
+ *   0       1     POSIX_ID_VERSION, so an id from another back end or a later format is refused
+ *   1       1     enum fs_type of the object, fixed for the inode's life; picks how it is reopened
+ *   2       4     export tag: low 32 bits of sh_hash64 of the root's kernel handle, so an id of one
+ *                 exported directory is refused by another export of the same host file system
+ *   6       4     struct file_handle.handle_type (int32)
+ *   10      n     struct file_handle.f_handle, n = foi_len - 10, 1 <= n <= POSIX_ID_HANDLE_MAX
+ *
+ * Bytes 6.. (handle type and handle) are the fd cache's key. */
+#ifndef SHALE_POSIX_IMPL_H
+#define SHALE_POSIX_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "fs/fs.h"
+#include "posix/posix.h"
+
+#define POSIX_ID_VERSION 0x50
+#define POSIX_ID_OFF_VERSION 0
+#define POSIX_ID_OFF_TYPE 1
+#define POSIX_ID_OFF_TAG 2
+#define POSIX_ID_OFF_HTYPE 6
+#define POSIX_ID_OFF_HANDLE 10
+#define POSIX_ID_HANDLE_MAX (FS_OBJ_ID_MAX - POSIX_ID_OFF_HANDLE)
+
+#define POSIX_FD_CACHE_DEFAULT 1024
+#define POSIX_NWORKERS_DEFAULT 8
+/* A verified directory is walked up to the root again after this long, so that a directory
+ * moved out of the export on the host is refused within this time. */
+#define POSIX_VERIFY_TTL_NS (2ull * 1000 * 1000 * 1000)
+/* Deepest directory nesting the containment walk follows before refusing (PATH_MAX / 2, the
+ * deepest a tree of one-character names can be while still naming every entry). */
+#define POSIX_VERIFY_MAX_DEPTH 2048
+/* Largest READ served at once; the NFS layer asks for far less (its rtmax). */
+#define POSIX_READ_MAX_BYTES (8u << 20)
+
+/* One cached open object. Held (pfd_refs > 0) while a request uses its fds. */
+struct posix_fd {
+	struct posix_fd *pfd_hash_next;
+	struct posix_fd *pfd_lru_prev; /* most recently used at the list head */
+	struct posix_fd *pfd_lru_next;
+	uint64_t pfd_hash;
+	struct fs_obj_id pfd_id;    /* the id as issued (tag and type included) */
+	enum fs_type pfd_type;
+	int pfd_fd;                 /* O_RDONLY for REG, O_RDONLY|O_DIRECTORY for DIR, else O_PATH */
+	int pfd_wfd;                /* REG only: O_RDWR, opened on first need; -1 until then */
+	bool pfd_in_table;          /* false once evicted or forgotten: closed at the last rele */
+	uint32_t pfd_refs;          /* guarded by the cache lock */
+	uint64_t pfd_verified_ns;   /* DIR: when the containment walk last succeeded */
+	pthread_mutex_t pfd_dir_lock; /* DIR: serializes lseek + getdents64 on pfd_fd */
+};
+
+struct posix_fdcache {
+	pthread_mutex_t pc_lock; /* guards everything below and every pfd_refs, links, pfd_wfd set */
+	struct posix_fd **pc_buckets;
+	uint32_t pc_nbuckets; /* power of two */
+	struct posix_fd *pc_lru_head;
+	struct posix_fd *pc_lru_tail;
+	uint32_t pc_nentries; /* entries in the table */
+	uint32_t pc_nfds;     /* fds held by entries in the table */
+	uint32_t pc_max_fds;
+};
+
+struct posix_fs {
+	struct fs pf_fs; /* first: struct fs * converts to struct posix_fs * */
+	int pf_root_fd;  /* O_RDONLY|O_DIRECTORY; also the mount fd for open_by_handle_at */
+	dev_t pf_root_dev;
+	ino_t pf_root_ino;
+	int pf_mount_id;
+	struct fs_obj_id pf_root_id;
+	uint32_t pf_tag;
+	uint8_t pf_write_verf[8];
+	mode_t pf_umask; /* the process umask at creation; created objects get their exact mode */
+	struct fs_info pf_info;
+	struct posix_fdcache pf_cache;
+	bool pf_write_nowait; /* pwritev2(RWF_NOWAIT) supported; cleared on first EOPNOTSUPP */
+
+	pthread_mutex_t pf_queue_lock; /* guards the queue and pf_stopping */
+	pthread_cond_t pf_queue_cond;
+	struct fs_req *pf_queue_head; /* linked through fr_task.lt_next until completion */
+	struct fs_req *pf_queue_tail;
+	bool pf_stopping;
+	unsigned pf_nworkers;
+	pthread_t *pf_workers;
+};
+
+static inline struct posix_fs *posix_fs_of(struct fs *fs)
+{
+	return (struct posix_fs *)(void *)fs;
+}
+
+/* Returned by an operation run inline when it would block on the disk: run it on a worker. */
+#define POSIX_PUNT 1
+
+/* ---- posix_id / attributes (posix_ops.c) ---- */
+/* Builds the id of the object named by (dirfd, name) (name "" with AT_EMPTY_PATH in flags for
+ * dirfd itself). Refuses an object on another mount (a mount point inside the export) with
+ * -EACCES. Returns 0 or -errno. */
+SH_MUST_CHECK int posix_id_at(struct posix_fs *pf, int dirfd, const char *name, int flags,
+			      enum fs_type type, struct fs_obj_id *id_out);
+enum fs_type posix_type_of_mode(mode_t mode);
+void posix_attr_from_stat(const struct posix_fs *pf, const struct stat *st, struct fs_attr *attr);
+/* fstat that works on O_PATH fds too. Returns 0 or -errno. */
+SH_MUST_CHECK int posix_stat_fd(int fd, struct stat *st);
+void posix_wcc_pre(const struct stat *st, struct fs_wcc *wcc);
+/* Fills the post half of wcc from a fresh fstat of fd (left invalid if that fails). */
+void posix_wcc_post(struct posix_fs *pf, int fd, struct fs_wcc *wcc);
+/* Checks an entry name from a client: 0, -EINVAL (empty), -ENAMETOOLONG, -EACCES (contains '/'),
+ * and for dot_result != 0, that value for "." and "..". */
+SH_MUST_CHECK int posix_check_name(const char *name, int dot_result);
+
+/* Applies owner, mode and times of sa to the object of type type open as fd (path_fd: opened
+ * O_PATH) as the thread's identity; size is the caller's business. Sets *changed when anything
+ * was done. Returns 0 or -errno. */
+SH_MUST_CHECK int posix_apply_sattr(int fd, enum fs_type type, bool path_fd,
+				    const struct fs_sattr *sa, bool *changed);
+/* Makes a READ's output releasable even when the request fails early. */
+void posix_read_buf_init(struct fs_buf *buf);
+
+/* Runs req on the calling thread. Returns 0 when req->fr_status is final, or POSIX_PUNT
+ * (only when may_punt) when it must be rerun on a worker. */
+int posix_op_run(struct posix_fs *pf, struct fs_req *req, bool may_punt);
+
+/* ---- namespace operations (posix_dirops.c); each returns fr_status ---- */
+int posix_do_lookup(struct posix_fs *pf, struct fs_req *req);
+int posix_do_create(struct posix_fs *pf, struct fs_req *req); /* CREATE MKDIR SYMLINK MKNOD */
+int posix_do_remove(struct posix_fs *pf, struct fs_req *req); /* REMOVE RMDIR */
+int posix_do_rename(struct posix_fs *pf, struct fs_req *req);
+int posix_do_link(struct posix_fs *pf, struct fs_req *req);
+int posix_do_readdir(struct posix_fs *pf, struct fs_req *req);
+
+/* ---- fd cache (posix_fdcache.c) ---- */
+SH_MUST_CHECK int posix_fdcache_init(struct posix_fdcache *cache, uint32_t max_fds);
+void posix_fdcache_fini(struct posix_fdcache *cache);
+/* Resolves id to a held cache entry, opening it by handle on a miss (with the thread's fs
+ * identity briefly switched to root) and checking that a directory lies inside the export.
+ * Returns 0, -SH_EBADHANDLE (not an id of this export, or its type does not match the object),
+ * -ESTALE (the object is gone or has left the export) or -errno. Release with posix_fd_rele. */
+SH_MUST_CHECK int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id,
+				struct posix_fd **out);
+void posix_fd_rele(struct posix_fs *pf, struct posix_fd *pfd);
+/* The O_RDWR fd of a held regular file, opened on first need. Returns 0 or -errno. */
+SH_MUST_CHECK int posix_fd_writable(struct posix_fs *pf, struct posix_fd *pfd, int *fd_out);
+/* Drops the entry of id from the cache if its object has no links left (after REMOVE, RMDIR or
+ * RENAME over it), so its space is freed without waiting for LRU eviction. */
+void posix_fd_forget_if_unlinked(struct posix_fs *pf, const struct fs_obj_id *id);
+/* Drops an entry whose object was found unlinked or moved out while held. */
+void posix_fd_forget(struct posix_fs *pf, struct posix_fd *pfd);
+
+/* ---- credentials and permissions (posix_cred.c) ---- */
+/* Makes the calling thread's fs identity (fsuid, fsgid, supplementary groups) that of cred,
+ * with syscalls only for the parts that differ from the thread's current identity. */
+SH_MUST_CHECK int posix_cred_apply(const struct fs_cred *cred);
+/* Sets the thread's fsuid to 0 (restoring CAP_DAC_READ_SEARCH for open_by_handle_at) if it is
+ * not already; the next posix_cred_apply switches back. */
+SH_MUST_CHECK int posix_cred_root(void);
+/* Checks that cred (already applied to the thread) may do mask (R_OK/W_OK/X_OK) on the object
+ * of fd with attributes st. owner_override: the owner may read and write regardless of mode
+ * (NFS semantics for I/O on a file the owner opened before changing its mode); read_if_exec:
+ * execute permission suffices for R_OK (clients page in executables they may only execute).
+ * Returns 0, -EACCES or -errno. */
+SH_MUST_CHECK int posix_perm(const struct fs_cred *cred, int fd, const struct stat *st, int mask,
+			     bool owner_override, bool read_if_exec);
+/* The FS_ACCESS_* bits of want that cred is granted on the object. */
+uint32_t posix_access_bits(const struct fs_cred *cred, int fd, const struct stat *st,
+			   uint32_t want);
+/* Remembers the process's original groups so posix_thread_cred_reset can restore them. */
+void posix_cred_save_process_groups(void);
+
+#endif
