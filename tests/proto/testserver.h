@@ -1,0 +1,53 @@
+/* testserver.h: starts a private `shale serve` for one test program and stops it again.
+ *
+ * Each protocol or malformed-input test owns its server: a fresh temporary directory holds the
+ * exported directories, the exports file, the state directory and the ready file. The server is
+ * started with --port 0 --no-portmap --ready-file, and ts_start returns only once the ready file
+ * names the port it listens on (no sleeping and hoping). The binary comes from $SHALE_BIN, which
+ * meson sets to the built `shale`.
+ *
+ * Exports: the caller gives one exports(5) line per export, with "%s" where the exported
+ * directory's path goes; export i lives in <tmp>/exp<i> and is created before the server starts
+ * (mode 0777 so tests can create in it as any uid). */
+#ifndef SHALE_TESTSERVER_H
+#define SHALE_TESTSERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define TS_MAX_EXPORTS 4
+
+struct ts_server {
+	pid_t ts_pid;                              /* the server process; 0 once reaped */
+	uint16_t ts_port;                          /* NFS and MOUNT, TCP and UDP */
+	char ts_root[256];                         /* the private temporary directory */
+	char ts_export_path[TS_MAX_EXPORTS][320];  /* host path of each export */
+	unsigned ts_nexports;
+	char ts_log_path[320];                     /* the server's stderr */
+};
+
+/* Creates the temporary tree and starts the server. export_lines[i] is an exports(5) line with
+ * one "%s" for the directory path (e.g. "%s *(rw,insecure,no_root_squash)"). Returns 0, or -1 after
+ * printing a "# ..." diagnostic. On failure nothing is left running. */
+int ts_start(struct ts_server *ts, const char *const *export_lines, unsigned nexports);
+
+/* Sends SIGTERM and waits up to 10 s for the server to exit (then SIGKILL). Returns 0 if it exited
+ * by itself after SIGTERM, -1 otherwise. Removes the temporary tree. Safe to call twice. */
+int ts_stop(struct ts_server *ts);
+
+/* True while the server process exists and has not exited (kill(pid, 0) and not a zombie). */
+bool ts_alive(struct ts_server *ts);
+
+/* The server's resident set size in KiB (VmRSS from /proc/PID/status), or -1. */
+long ts_rss_kib(const struct ts_server *ts);
+
+/* True if the server runs under AddressSanitizer (libasan is mapped): its quarantine keeps freed
+ * memory resident, so memory bounds must be looser. */
+bool ts_under_asan(const struct ts_server *ts);
+
+/* Prints the last lines of the server's log as TAP comments, for failure diagnosis. */
+void ts_dump_log(const struct ts_server *ts, unsigned max_lines);
+
+#endif
