@@ -663,11 +663,14 @@ static void nfs3_fsinfo_done(struct nfs3_call *nc)
 	nc->nc_res.fsinfo.status = nfs3_req_status(nc);
 	nc->nc_res.fsinfo.attr = nc->nc_res.fsinfo.status == NFS3_OK ?
 					 &nc->nc_req.u.getattr.ga_attr : NULL;
-	nc->nc_res.fsinfo.rtmax = NFS3_IO_MAX;
-	nc->nc_res.fsinfo.rtpref = NFS3_IO_MAX;
+	/* 1 MiB over TCP; over UDP what fits one datagram, so a client that follows the advice
+	 * never asks for a reply that cannot be sent. */
+	uint32_t io_max = nfs3_io_max(nc);
+	nc->nc_res.fsinfo.rtmax = io_max;
+	nc->nc_res.fsinfo.rtpref = io_max;
 	nc->nc_res.fsinfo.rtmult = 4096u;
-	nc->nc_res.fsinfo.wtmax = NFS3_IO_MAX;
-	nc->nc_res.fsinfo.wtpref = NFS3_IO_MAX;
+	nc->nc_res.fsinfo.wtmax = io_max;
+	nc->nc_res.fsinfo.wtpref = io_max;
 	nc->nc_res.fsinfo.wtmult = 4096u;
 	nc->nc_res.fsinfo.dtpref = NFS3_DTPREF;
 	nc->nc_res.fsinfo.maxfilesize = info.fi_max_file_size;

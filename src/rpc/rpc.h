@@ -1,8 +1,9 @@
 /* rpc.h: ONC RPC version 2 (RFC 5531), server and client side.
  *
  * Server model: an rpc_server owns N event loops (one thread each, normally one per core) and the
- * listening sockets. A TCP connection belongs to one loop for its whole life; UDP sockets are read
- * by every loop (SO_REUSEPORT). A complete call is parsed into a struct rpc_call and handed to the
+ * listening sockets. Each loop has its own TCP listening socket and UDP socket per address, bound
+ * to the same port with SO_REUSEPORT; a TCP connection belongs to the loop that accepted it for
+ * its whole life. A complete call is parsed into a struct rpc_call and handed to the
  * program's procedure handler on that loop's thread. The handler decodes its arguments from
  * call->rc_args, does its work (possibly asynchronously: the reply may be sent from a later loop
  * turn, always on call->rc_loop's thread) and finishes the call with exactly one of
@@ -89,14 +90,21 @@ struct rpc_call {
 	void *rc_bulk_arg;
 	uint32_t rc_bulk_pad;   /* zero bytes (0..3) to send after the bulk data for XDR alignment */
 	/* ---- the rpc layer's own ---- */
-	struct rpc_conn *rc_conn;
-	uint8_t *rc_record;      /* the received record; owned by the call */
-	uint8_t *rc_reply_buf;   /* header + result buffer */
-	size_t rc_reply_hdr_len;
-	uint64_t rc_drc_key;
-	bool rc_drc_tracked;
+	struct rpc_conn *rc_conn;       /* holds a reference on the connection until the call is freed */
+	uint8_t *rc_record;             /* the received record; owned by the call until it finishes */
+	size_t rc_record_len;
+	uint8_t *rc_reply_buf;          /* record mark + reply header + result body (rpc_call_res_init) */
+	uint8_t rc_small[40];           /* record mark + header of a reply with no result body */
+	struct iovec rc_out_iov[3];     /* the reply as sent: mark+header(+result), bulk, padding */
+	unsigned rc_out_iovcnt;
+	size_t rc_out_len;              /* total bytes of the reply record */
+	size_t rc_out_sent;             /* TCP: bytes already written */
+	struct rpc_call *rc_out_next;   /* TCP: the connection's output queue */
+	uint64_t rc_drc_args_hash;      /* hash of the argument bytes, for the duplicate request cache */
+	bool rc_drc_tracked;            /* an in-progress cache entry awaits this call's reply */
+	bool rc_finished;               /* a reply function or rpc_call_drop has run */
 	uint64_t rc_start_ns;
-	struct loop_task rc_task;
+	struct loop_task rc_task;       /* free for the handler, e.g. to post its completion to rc_loop */
 };
 
 /* A procedure: its handler and whether a retransmission must not execute it twice. */
@@ -135,14 +143,22 @@ void rpc_call_drop(struct rpc_call *call);
 uint16_t rpc_call_peer_port(const struct rpc_call *call);
 
 /* ---- server ---- */
+#define RPC_IDLE_NEVER UINT32_MAX
 struct rpc_server_config {
 	unsigned rsc_nloops;              /* event loops (threads); 0 = one per online core */
 	size_t rsc_max_record_bytes;      /* largest call record accepted (default 1 MiB + 4 KiB) */
 	unsigned rsc_max_conns;           /* TCP connections at once (default 4096) */
 	size_t rsc_max_conn_buffer_bytes; /* bytes buffered per connection, in + out (default 4 MiB) */
 	unsigned rsc_drc_entries;         /* duplicate request cache capacity (default 4096) */
-	unsigned rsc_idle_timeout_s;      /* close TCP connections idle this long (default 300, 0=never) */
+	unsigned rsc_idle_timeout_s;      /* close TCP connections idle this long (default 300;
+					   * RPC_IDLE_NEVER: never) */
+	size_t rsc_max_total_buffer_bytes; /* received bytes held by all connections and calls together
+					    * (default 512 MiB); split evenly over the loops. A
+					    * connection that would take its loop past its share is
+					    * closed, a UDP datagram dropped. */
 };
+/* A config with every field at its default (fields left 0 in a config mean "default" too). */
+void rpc_server_config_default(struct rpc_server_config *config);
 struct rpc_server;
 
 /* Creates a server (not yet running). Destroy with rpc_server_destroy. */
@@ -173,7 +189,14 @@ void rpc_server_destroy(struct rpc_server *srv);
 enum rpc_portmap_mode { RPC_PORTMAP_NONE, RPC_PORTMAP_REGISTERED, RPC_PORTMAP_BUILTIN };
 SH_MUST_CHECK int rpc_portmap_start(struct rpc_server *srv, const char *listen_addr,
 				    bool builtin_allowed, enum rpc_portmap_mode *mode_out);
+/* Unregisters (REGISTERED mode); the builtin portmapper keeps answering until rpc_server_stop. */
 void rpc_portmap_stop(struct rpc_server *srv);
+/* The portmapper port rpc_portmap_start probes on 127.0.0.1 and the builtin one binds (default
+ * 111). 0: do not probe; run the builtin portmapper on any free port (tests). Before
+ * rpc_portmap_start. */
+void rpc_portmap_set_port(struct rpc_server *srv, uint16_t port);
+/* The port the builtin portmapper listens on, or 0 when it does not run. */
+uint16_t rpc_portmap_port(const struct rpc_server *srv);
 
 /* ---- client side (tests, rpcbind registration, later `shale bench`) ---- */
 struct rpc_clnt;
@@ -183,13 +206,30 @@ SH_MUST_CHECK int rpc_clnt_create(const char *addr, uint16_t port, enum rpc_tran
 void rpc_clnt_destroy(struct rpc_clnt *clnt);
 /* Credential used for following calls (default AUTH_NONE). */
 void rpc_clnt_set_cred(struct rpc_clnt *clnt, const struct rpc_cred *cred);
-/* One synchronous call: sends args (already XDR-encoded) and waits up to timeout_ms for the
- * reply. On an accepted SUCCESS reply returns 0 and copies the result body into res_buf
- * (res_cap bytes; *res_len_out set). Returns -EPROTO with *accept_stat_out / *auth_stat_out set
- * for error replies, -ETIMEDOUT, or -errno. */
+/* The xid of the next call (xids then count up from it); for tests of retransmission handling.
+ * The default start is random. */
+void rpc_clnt_set_xid(struct rpc_clnt *clnt, uint32_t xid);
+/* One synchronous call: sends args (already XDR-encoded) and waits up to timeout_ms (-1: no
+ * limit) for the reply; over UDP the call is retransmitted every second meanwhile. Returns:
+ *   0: an accepted SUCCESS reply; the result body is copied into res_buf (res_cap bytes) and
+ *      *res_len_out set; *accept_stat_out = RPC_SUCCESS, *auth_stat_out = RPC_AUTH_OK.
+ *   -EPROTO: an accepted reply with another status (*accept_stat_out set, *auth_stat_out =
+ *      RPC_AUTH_OK; for PROG_MISMATCH res_buf receives the XDR low and high versions), or a
+ *      denied AUTH_ERROR (*auth_stat_out = the reason, *accept_stat_out = -1).
+ *   -EPROTONOSUPPORT: denied RPC_MISMATCH; res_buf receives the XDR low and high versions.
+ *   -EMSGSIZE: the result did not fit res_buf; -EBADMSG: an unparseable reply; -ETIMEDOUT; or
+ *      another -errno from the socket.
+ * Any of the out pointers may be NULL. */
 SH_MUST_CHECK int rpc_clnt_call(struct rpc_clnt *clnt, uint32_t prog, uint32_t vers, uint32_t proc,
 				const void *args, size_t args_len, void *res_buf, size_t res_cap,
 				size_t *res_len_out, int timeout_ms, int *accept_stat_out,
 				int *auth_stat_out);
+/* Sends msg, a complete RPC message whose first 4 bytes are its xid (over TCP it goes out as one
+ * record), and waits up to timeout_ms for a reply with that xid, copied whole into reply_buf.
+ * For tests that send hand-made or malformed calls. Returns 0, -ETIMEDOUT, -ECONNRESET (the
+ * server closed the connection) or -errno. */
+SH_MUST_CHECK int rpc_clnt_exchange(struct rpc_clnt *clnt, const void *msg, size_t msg_len,
+				    void *reply_buf, size_t reply_cap, size_t *reply_len_out,
+				    int timeout_ms);
 
 #endif

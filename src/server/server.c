@@ -145,8 +145,8 @@ int server_run(const struct server_config *config)
 	}
 	enum rpc_portmap_mode pmap_mode = RPC_PORTMAP_NONE;
 	if (config->sc_portmap) {
-		rc = rpc_portmap_start(srv, config->sc_listen_addr, config->sc_portmap_port, true,
-				       &pmap_mode);
+		rpc_portmap_set_port(srv, config->sc_portmap_port);
+		rc = rpc_portmap_start(srv, config->sc_listen_addr, true, &pmap_mode);
 		if (rc < 0)
 			log_warn("portmapper unavailable (%s): clients must give port=%u,mountport=%u",
 				 sh_strerror(rc), (unsigned)port, (unsigned)port);

@@ -1,0 +1,163 @@
+/* rpc_impl.h: what the files of the rpc module share: the record-marking reassembler, the
+ * duplicate request cache, call-header parsing and reply-header encoding. Not for other modules
+ * (unit tests of this module include it too). */
+#ifndef SHALE_RPC_IMPL_H
+#define SHALE_RPC_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "rpc/rpc.h"
+
+/* RFC 5531 section 9: message types, reply and reject statuses. */
+#define RPC_MSG_CALL 0u
+#define RPC_MSG_REPLY 1u
+#define RPC_MSG_ACCEPTED 0u
+#define RPC_MSG_DENIED 1u
+#define RPC_REJECT_MISMATCH 0u
+#define RPC_REJECT_AUTH_ERROR 1u
+#define RPC_VERSION 2u
+/* RFC 5531 section 8.2: opaque_auth bodies are at most 400 bytes. */
+#define RPC_AUTH_BODY_MAX 400u
+
+/* RFC 5531 section 11: a record-marking header is 4 bytes, top bit = last fragment. */
+#define RPC_RM_HDR_BYTES 4u
+#define RPC_RM_LAST 0x80000000u
+#define RPC_RM_LEN_MASK 0x7fffffffu
+
+/* Reply header sizes (RFC 5531 section 9): xid, mtype, reply_stat, verf flavor, verf length,
+ * accept_stat = 24 bytes; PROG_MISMATCH adds low and high. Denied replies: xid, mtype,
+ * reply_stat, reject_stat, then low+high (RPC_MISMATCH) or auth_stat (AUTH_ERROR). */
+#define RPC_ACCEPTED_HDR_BYTES 24u
+#define RPC_REPLY_PREFIX_BYTES (RPC_RM_HDR_BYTES + RPC_ACCEPTED_HDR_BYTES)
+
+/* ---- record marking (rpc_record.c) ----
+ * A reassembler turns a TCP byte stream into whole records. It allocates the record buffer only
+ * as fragment bytes actually arrive (never on the strength of a header's claim), and rejects a
+ * fragment header that would take the record past rm_max_record before reading its body. */
+struct rpc_rm {
+	size_t rm_max_record;
+	uint8_t rm_hdr[RPC_RM_HDR_BYTES];
+	unsigned rm_hdr_have;  /* header bytes collected so far (0..4) */
+	bool rm_in_body;       /* inside a fragment body */
+	bool rm_last;          /* the current fragment is the record's last */
+	uint32_t rm_frag_left; /* body bytes of the current fragment still to come */
+	uint8_t *rm_buf;       /* the record so far; owned by the reassembler until handed out */
+	size_t rm_len;
+	size_t rm_cap;
+};
+void rpc_rm_init(struct rpc_rm *rm, size_t max_record_bytes);
+/* Frees any partial record. */
+void rpc_rm_fini(struct rpc_rm *rm);
+/* Consumes bytes from data until one record completes or the input runs out. *consumed_out is
+ * always set. Returns 1 when a record completed: *record_out (NULL for an empty record; else
+ * owned by the caller, free with mem_free) and *record_len_out. Returns 0 when all input was
+ * consumed without completing a record; -EMSGSIZE when a fragment would exceed the limit;
+ * -ENOMEM. After an error the reassembler must only be finalised. */
+SH_MUST_CHECK int rpc_rm_feed(struct rpc_rm *rm, const uint8_t *data, size_t len,
+			      size_t *consumed_out, uint8_t **record_out, size_t *record_len_out);
+/* Heap bytes the reassembler holds right now. */
+static inline size_t rpc_rm_buffered(const struct rpc_rm *rm)
+{
+	return rm->rm_cap;
+}
+/* True when no partial record (not even a partial header) is pending. */
+static inline bool rpc_rm_idle(const struct rpc_rm *rm)
+{
+	return rm->rm_hdr_have == 0 && !rm->rm_in_body && rm->rm_len == 0;
+}
+
+/* ---- call header (rpc_msg.c) ---- */
+enum rpc_parse_result {
+	RPC_PARSE_OK,          /* a CALL with rpcvers 2 and acceptable credentials */
+	RPC_PARSE_DROP,        /* not a CALL, or too short to answer: drop silently (logged) */
+	RPC_PARSE_RPC_MISMATCH, /* answer MSG_DENIED RPC_MISMATCH */
+	RPC_PARSE_AUTH_ERROR,  /* answer MSG_DENIED AUTH_ERROR with *auth_stat_out */
+};
+struct rpc_call_hdr {
+	uint32_t rch_xid;
+	uint32_t rch_rpcvers;
+	uint32_t rch_prog;
+	uint32_t rch_vers;
+	uint32_t rch_proc;
+	struct rpc_cred rch_cred;
+};
+/* Parses the call header at the start of msg. On OK, *args_out covers the procedure arguments.
+ * On AUTH_ERROR, *auth_stat_out says why. */
+enum rpc_parse_result rpc_msg_parse_call(const uint8_t *msg, size_t len, struct rpc_call_hdr *hdr,
+					 struct xdr_dec *args_out, enum rpc_auth_stat *auth_stat_out);
+/* Encoders of reply headers; each writes at p and returns the bytes written. */
+size_t rpc_msg_put_accepted(uint8_t *p, uint32_t xid, uint32_t accept_stat);
+size_t rpc_msg_put_prog_mismatch(uint8_t *p, uint32_t xid, uint32_t low, uint32_t high);
+size_t rpc_msg_put_rpc_mismatch(uint8_t *p, uint32_t xid);
+size_t rpc_msg_put_auth_error(uint8_t *p, uint32_t xid, uint32_t auth_stat);
+/* Encodes a call header (client side) with the given credential (NULL or flavor NONE: AUTH_NONE)
+ * and an AUTH_NONE verifier. */
+void rpc_msg_put_call(struct xdr_enc *enc, uint32_t xid, uint32_t prog, uint32_t vers,
+		      uint32_t proc, const struct rpc_cred *cred);
+
+/* ---- duplicate request cache (rpc_drc.c) ---- */
+struct rpc_drc_key {
+	uint8_t rdk_addr[16];  /* IPv4 (first 4 bytes) or IPv6 address of the client */
+	uint16_t rdk_family;
+	uint16_t rdk_port;     /* UDP source port; 0 for TCP (see rpc_drc.c) */
+	uint32_t rdk_transport;
+	uint32_t rdk_xid;
+	uint32_t rdk_prog;
+	uint32_t rdk_vers;
+	uint32_t rdk_proc;
+	uint64_t rdk_args_hash;
+};
+enum rpc_drc_state { RPC_DRC_MISS, RPC_DRC_IN_PROGRESS, RPC_DRC_DONE };
+struct rpc_drc;
+/* Largest reply kept for replay; a larger one is not cached (non-idempotent replies are small). */
+#define RPC_DRC_MAX_REPLY_BYTES 65536u
+/* Creates a cache of at most capacity entries (>= 1). Destroy with rpc_drc_destroy. */
+SH_MUST_CHECK int rpc_drc_create(unsigned capacity, struct rpc_drc **out);
+void rpc_drc_destroy(struct rpc_drc *drc);
+/* Builds the key of a call (from its peer, transport, header and argument bytes). */
+void rpc_drc_key_init(struct rpc_drc_key *key, const struct sockaddr_storage *peer,
+		      enum rpc_transport transport, uint32_t xid, uint32_t prog, uint32_t vers,
+		      uint32_t proc, const void *args, size_t args_len);
+/* Looks the key up. MISS: an in-progress entry was inserted (the caller must later call
+ * rpc_drc_complete or rpc_drc_abandon). IN_PROGRESS: drop the retransmission. DONE: *reply_out
+ * receives a copy of the original reply (owned by the caller, mem_free) and *reply_len_out its
+ * length. Returns 0 or -ENOMEM (then treat as untracked). */
+SH_MUST_CHECK int rpc_drc_begin(struct rpc_drc *drc, const struct rpc_drc_key *key,
+				enum rpc_drc_state *state_out, uint8_t **reply_out,
+				size_t *reply_len_out);
+/* Stores the reply (the concatenation of iov) for the key and marks it done. */
+void rpc_drc_complete(struct rpc_drc *drc, const struct rpc_drc_key *key, const struct iovec *iov,
+		      unsigned iovcnt);
+/* Forgets an in-progress entry (its call was dropped without a reply). */
+void rpc_drc_abandon(struct rpc_drc *drc, const struct rpc_drc_key *key);
+/* Entries held (for tests and statistics). */
+unsigned rpc_drc_count(struct rpc_drc *drc);
+
+/* ---- server internals shared with the portmapper (rpc_server.c, rpc_portmap.c) ---- */
+#define RPC_PMAP_PROG 100000u
+#define RPC_PMAP_VERS 2u
+#define RPC_IPPROTO_TCP 6u
+#define RPC_IPPROTO_UDP 17u
+
+/* Adds listeners that serve only the given program (the builtin portmapper). */
+SH_MUST_CHECK int rpc_server_listen_program(struct rpc_server *srv, const char *addr, uint16_t port,
+					    unsigned transport_mask,
+					    const struct rpc_program_desc *prog, void *ctx,
+					    uint16_t *bound_port_out);
+/* The port the first main (not program-restricted) listener of the transport is bound to, or 0. */
+uint16_t rpc_server_main_port(const struct rpc_server *srv, enum rpc_transport transport);
+/* Iterates the registered programs: returns false past the end. */
+bool rpc_server_program_at(const struct rpc_server *srv, unsigned index,
+			   const struct rpc_program_desc **prog_out);
+/* The portmapper's state hung on the server (owned by rpc_portmap.c, freed by
+ * rpc_portmap_stop or rpc_server_destroy through rpc_portmap_free). */
+struct rpc_portmap;
+struct rpc_portmap **rpc_server_portmap_slot(struct rpc_server *srv);
+/* The port given to rpc_portmap_set_port (default 111). */
+uint16_t rpc_server_portmap_cfg_port(const struct rpc_server *srv);
+void rpc_portmap_free(struct rpc_portmap *pm);
+
+#endif

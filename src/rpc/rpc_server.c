@@ -1,0 +1,1346 @@
+/* rpc_server.c: the ONC RPC server: listeners, connections, call dispatch and reply sending.
+ *
+ * Threading
+ *   The server owns rs_nloops event loops, each run by one thread (rpc_server_start). Every
+ *   listening address gets, per loop, its own TCP listening socket and its own UDP socket, all
+ *   bound to the same port with SO_REUSEPORT, so the kernel spreads new connections and UDP
+ *   flows over the loops and no loop hands work to another. A TCP connection lives on the loop
+ *   whose listener accepted it; everything about it (reading, dispatch, replies, closing) runs on
+ *   that loop's thread, so connection state needs no lock. Handlers run on the same thread and
+ *   must send their reply from it (rpc.h). Shared between loops are only: the connection count
+ *   (an atomic, touched on accept and close), and the duplicate request cache (sharded mutexes,
+ *   touched only by non-idempotent procedures). No lock is taken on every request.
+ *
+ * Connection state machine (TCP)
+ *
+ *   accepted --> OPEN: reading (LOOP_IN) --buffered >= limit, calls in flight--> PAUSED (no
+ *        LOOP_IN until calls finish or replies drain) --> OPEN
+ *   OPEN/PAUSED --EOF, error, oversize record, budget breach, idle timeout, stop--> CLOSED
+ *   CLOSED --last reference dropped--> freed
+ *
+ *   While replies wait in the output queue the connection also watches LOOP_OUT. Calls are read
+ *   and dispatched as long as the connection is under its buffer limit (pipelining); replies are
+ *   queued in completion order, each a whole record, so calls may complete out of order.
+ *
+ * References: an open connection holds one reference on itself (dropped by rpc_conn_close) and
+ * each call in flight holds one. A call whose connection closed while it ran still finishes
+ * normally: its reply is discarded (bulk release still called) and its reference dropped; the
+ * last reference frees the connection. The read path holds a reference while it dispatches, so a
+ * handler that replies at once, and thereby closes the connection on a write error, cannot free
+ * it under the reader's feet.
+ *
+ * Buffers and owners
+ *   - rl_scratch (per loop): the bytes of one read(2)/recvfrom(2); copied out before the next.
+ *   - cn_rm (per connection): the partial record being reassembled (rpc_record.c).
+ *   - rc_record: a complete record, owned by its call until the call finishes; the handler's
+ *     decoded opaques point into it.
+ *   - rc_reply_buf / rc_small: 4 bytes of record mark, the reply header, then the result body;
+ *     owned by the call. rc_bulk is the handler's; rc_bulk_release runs when the call is freed,
+ *     after the bytes were written or discarded.
+ *   - A queued reply is its call: the call stays allocated in the connection's output queue
+ *     until writev has taken all of its bytes.
+ *
+ * Limits
+ *   - rsc_max_record_bytes: whole-record limit enforced by the reassembler before allocating;
+ *     an oversize record closes the connection. UDP datagrams are at most 64 KiB anyway.
+ *   - rsc_max_conns: beyond it a new connection is accepted and closed at once (logged,
+ *     rate-limited).
+ *   - rsc_max_conn_buffer_bytes: bytes a connection holds: its partial record, the records of
+ *     its calls in flight and its queued reply bytes. Reaching it pauses reading (backpressure)
+ *     while calls are in flight or replies are queued (a client pipelining many large READs
+ *     fills its queue faster than the socket drains: it is slowed, never cut off); a connection
+ *     at the limit with nothing in flight and nothing queued (one partial record larger than
+ *     the limit) is closed and logged. Queued replies that make no write progress for
+ *     RPC_WRITE_STALL_NS (a client that stopped reading) close the connection.
+ *   - rsc_max_total_buffer_bytes: received bytes held by a loop's connections and calls (per
+ *     loop: total / nloops). A TCP connection whose growth breaches it is closed; UDP datagrams
+ *     arriving over it are dropped. With the per-connection limit, the connection limit and the
+ *     idle timeout this bounds memory under floods of connections, garbage and slow senders.
+ *   - RPC_CONN_MAX_INFLIGHT calls in flight on one connection also pause its reading. A read
+ *     of up to RPC_SCRATCH_BYTES is dispatched whole, so a connection may overshoot the pause
+ *     point by the calls one read holds.
+ *   - rsc_idle_timeout_s: a connection with no call in flight, no queued reply and no complete
+ *     record received or reply written for this long is closed (a slow sender that never
+ *     completes a record is idle too). Checked by a one-second timer per loop.
+ *
+ * Dispatch (rpc_conn_dispatch): parse the header (rpc_msg.c) -> RPC_MISMATCH / AUTH_ERROR ->
+ * program (PROG_UNAVAIL), version (PROG_MISMATCH with the registered range), procedure
+ * (PROC_UNAVAIL) -> duplicate request cache for non-idempotent procedures -> handler. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rpc/rpc_impl.h"
+
+#define RPC_SCRATCH_BYTES 65536u     /* one read or datagram; also the UDP datagram limit */
+#define RPC_READS_PER_EVENT 16       /* reads per readiness event before yielding to others */
+#define RPC_ACCEPTS_PER_EVENT 64
+#define RPC_DGRAMS_PER_EVENT 64
+#define RPC_WRITEV_IOVS 64           /* iovecs gathered per writev (well under IOV_MAX) */
+#define RPC_MAX_PROGRAMS 16
+/* Calls in flight per connection before reading pauses: more than the Linux client keeps
+ * outstanding on one transport in practice, and a bound on how many replies a client that
+ * stops reading can make the server build. */
+#define RPC_CONN_MAX_INFLIGHT 256u
+#define RPC_LISTEN_BACKLOG 1024
+#define RPC_BIND_ATTEMPTS 16         /* port-0 retries when TCP and UDP cannot share a number */
+#define RPC_IDLE_TICK_NS 1000000000ull
+/* Queued replies that make no progress for this long mean the client stopped reading. */
+#define RPC_WRITE_STALL_NS (30ull * 1000000000ull)
+#define RPC_ACCEPT_BACKOFF_NS 100000000ull /* pause accepting 100 ms when out of descriptors */
+
+struct rpc_prog_entry {
+	const struct rpc_program_desc *pe_desc;
+	void *pe_ctx;
+	uint32_t pe_low; /* lowest and highest registered version, for PROG_MISMATCH */
+	uint32_t pe_high;
+};
+
+/* One rpc_server_listen call: an address, a port and the programs served there. */
+struct rpc_endpoint {
+	struct rpc_server *ep_srv;
+	bool ep_restricted;              /* serves only ep_prog (the builtin portmapper) */
+	struct rpc_prog_entry ep_prog;
+	unsigned ep_mask;
+	uint16_t ep_port;
+};
+
+struct rpc_loop;
+
+/* A TCP listening socket of one endpoint on one loop. */
+struct rpc_listener {
+	struct rpc_loop *li_rl;
+	struct rpc_endpoint *li_ep;
+	int li_fd;
+	struct loop_watch li_watch;
+	bool li_watching;
+	struct loop_timer li_backoff; /* re-arms accepting after running out of descriptors */
+	bool li_backoff_armed;
+};
+
+struct rpc_conn {
+	struct rpc_server *cn_srv;
+	struct rpc_loop *cn_rl;
+	struct rpc_endpoint *cn_ep;
+	enum rpc_transport cn_transport;
+	int cn_fd;
+	struct loop_watch cn_watch;
+	bool cn_watching;
+	uint32_t cn_events;
+	unsigned cn_refs;
+	bool cn_closed;
+	bool cn_paused;
+	struct sockaddr_storage cn_peer; /* TCP only */
+	socklen_t cn_peer_len;
+	struct rpc_rm cn_rm;
+	size_t cn_in_held;   /* bytes of records owned by this connection's calls in flight */
+	size_t cn_in_acct;   /* what this connection last added to its loop's rl_in_bytes */
+	size_t cn_out_bytes; /* queued reply bytes not yet written */
+	unsigned cn_inflight;
+	struct rpc_call *cn_out_head;
+	struct rpc_call *cn_out_tail;
+	uint64_t cn_last_active_ns;
+	struct rpc_conn *cn_prev; /* the loop's list of open TCP connections */
+	struct rpc_conn *cn_next;
+};
+
+struct rpc_loop {
+	struct rpc_server *rl_srv;
+	struct loop *rl_loop;
+	pthread_t rl_thread;
+	bool rl_thread_started;
+	struct loop_timer rl_idle_timer;
+	bool rl_timer_armed;
+	uint8_t *rl_scratch;
+	size_t rl_in_bytes; /* received bytes held by this loop's connections and calls */
+	size_t rl_in_budget;
+	struct rpc_conn *rl_conns;
+	struct rpc_conn **rl_udp; /* one UDP conn per endpoint with UDP, NULL otherwise */
+};
+
+struct rpc_server {
+	struct rpc_server_config rs_cfg;
+	unsigned rs_nloops;
+	struct rpc_loop *rs_loops;
+	struct rpc_prog_entry rs_progs[RPC_MAX_PROGRAMS];
+	unsigned rs_nprogs;
+	struct rpc_endpoint **rs_eps;
+	unsigned rs_neps;
+	struct rpc_listener **rs_listeners;
+	unsigned rs_nlisteners;
+	atomic_uint rs_nconns;
+	struct rpc_drc *rs_drc;
+	bool rs_started;
+	bool rs_stopped;
+	struct rpc_portmap *rs_portmap;
+	uint16_t rs_pmap_port; /* see rpc_portmap_set_port */
+};
+
+static const uint8_t rpc_zero_pad[4];
+
+static void rpc_conn_close(struct rpc_conn *conn, const char *why);
+static void rpc_conn_update(struct rpc_conn *conn);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration */
+
+void rpc_server_config_default(struct rpc_server_config *config)
+{
+	memset(config, 0, sizeof(*config));
+	config->rsc_nloops = 0;
+	config->rsc_max_record_bytes = (1u << 20) + 4096u; /* 1 MiB WRITE data + headers */
+	config->rsc_max_conns = 4096;
+	config->rsc_max_conn_buffer_bytes = 4u << 20;
+	config->rsc_drc_entries = 4096;
+	config->rsc_idle_timeout_s = 300;
+	config->rsc_max_total_buffer_bytes = (size_t)512 << 20;
+}
+
+static void rpc_config_fill(struct rpc_server_config *cfg, const struct rpc_server_config *given)
+{
+	struct rpc_server_config def;
+	rpc_server_config_default(&def);
+	*cfg = given ? *given : def;
+	if (cfg->rsc_nloops == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg->rsc_nloops = n > 0 ? (unsigned)n : 1;
+	}
+	if (cfg->rsc_max_record_bytes == 0)
+		cfg->rsc_max_record_bytes = def.rsc_max_record_bytes;
+	if (cfg->rsc_max_record_bytes > RPC_RM_LEN_MASK)
+		cfg->rsc_max_record_bytes = RPC_RM_LEN_MASK;
+	if (cfg->rsc_max_conns == 0)
+		cfg->rsc_max_conns = def.rsc_max_conns;
+	if (cfg->rsc_max_conn_buffer_bytes == 0)
+		cfg->rsc_max_conn_buffer_bytes = def.rsc_max_conn_buffer_bytes;
+	if (cfg->rsc_drc_entries == 0)
+		cfg->rsc_drc_entries = def.rsc_drc_entries;
+	if (cfg->rsc_max_total_buffer_bytes == 0)
+		cfg->rsc_max_total_buffer_bytes = def.rsc_max_total_buffer_bytes;
+	if (cfg->rsc_idle_timeout_s == 0)
+		cfg->rsc_idle_timeout_s = def.rsc_idle_timeout_s;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Connections: references, accounting, events */
+
+static void rpc_conn_hold(struct rpc_conn *conn)
+{
+	conn->cn_refs++;
+}
+
+static void rpc_conn_rele(struct rpc_conn *conn)
+{
+	VERIFY(conn->cn_refs > 0);
+	if (--conn->cn_refs > 0)
+		return;
+	VERIFY(conn->cn_closed);
+	mem_free(conn);
+}
+
+/* Brings the loop's received-bytes total up to date with this connection's holdings. */
+static void rpc_conn_account(struct rpc_conn *conn)
+{
+	size_t now = rpc_rm_buffered(&conn->cn_rm) + conn->cn_in_held;
+	struct rpc_loop *rl = conn->cn_rl;
+	rl->rl_in_bytes = rl->rl_in_bytes - conn->cn_in_acct + now;
+	conn->cn_in_acct = now;
+}
+
+static size_t rpc_conn_buffered(const struct rpc_conn *conn)
+{
+	return rpc_rm_buffered(&conn->cn_rm) + conn->cn_in_held + conn->cn_out_bytes;
+}
+
+/* Frees a call (its reply went out or was discarded) and drops its connection reference. */
+static void rpc_call_free(struct rpc_call *call)
+{
+	struct rpc_conn *conn = call->rc_conn;
+	if (call->rc_bulk_release) {
+		void (*release)(void *) = call->rc_bulk_release;
+		call->rc_bulk_release = NULL;
+		release(call->rc_bulk_arg);
+	}
+	mem_free(call->rc_record);
+	mem_free(call->rc_reply_buf);
+	mem_free(call);
+	if (conn)
+		rpc_conn_rele(conn);
+}
+
+/* Re-derives paused/LOOP_IN/LOOP_OUT from the connection's state and applies the limits. */
+static void rpc_conn_update(struct rpc_conn *conn)
+{
+	if (conn->cn_closed || conn->cn_transport != RPC_TCP)
+		return;
+	const struct rpc_server_config *cfg = &conn->cn_srv->rs_cfg;
+	size_t buffered = rpc_conn_buffered(conn);
+	bool over = buffered >= cfg->rsc_max_conn_buffer_bytes || conn->cn_inflight >= RPC_CONN_MAX_INFLIGHT;
+	if (over && conn->cn_inflight == 0 && conn->cn_out_head == NULL) {
+		rpc_conn_close(conn, "partial record over the per-connection buffer limit");
+		return;
+	}
+	conn->cn_paused = over;
+	uint32_t events = (over ? 0u : (uint32_t)LOOP_IN) | (conn->cn_out_head ? (uint32_t)LOOP_OUT : 0u);
+	if (events != conn->cn_events) {
+		int rc = loop_watch_mod(conn->cn_rl->rl_loop, &conn->cn_watch, events);
+		if (rc < 0) {
+			rpc_conn_close(conn, "epoll_ctl failed");
+			return;
+		}
+		conn->cn_events = events;
+	}
+}
+
+static void rpc_conn_close(struct rpc_conn *conn, const char *why)
+{
+	if (conn->cn_closed)
+		return;
+	conn->cn_closed = true;
+	struct rpc_loop *rl = conn->cn_rl;
+	if (why)
+		log_ratelimited(LOG_INFO, "rpc: closing connection (fd %d): %s", conn->cn_fd, why);
+	if (conn->cn_watching)
+		loop_watch_del(rl->rl_loop, &conn->cn_watch);
+	conn->cn_watching = false;
+	close(conn->cn_fd);
+	conn->cn_fd = -1;
+	rpc_rm_fini(&conn->cn_rm);
+	/* Queued replies are discarded: their calls are complete, only the bytes are left. */
+	struct rpc_call *call = conn->cn_out_head;
+	conn->cn_out_head = conn->cn_out_tail = NULL;
+	conn->cn_out_bytes = 0;
+	rpc_conn_account(conn);
+	if (conn->cn_transport == RPC_TCP) {
+		if (conn->cn_prev)
+			conn->cn_prev->cn_next = conn->cn_next;
+		else if (rl->rl_conns == conn)
+			rl->rl_conns = conn->cn_next;
+		if (conn->cn_next)
+			conn->cn_next->cn_prev = conn->cn_prev;
+		conn->cn_prev = conn->cn_next = NULL;
+		atomic_fetch_sub(&conn->cn_srv->rs_nconns, 1u);
+	}
+	/* The open reference is dropped last so the frees below cannot free conn early. */
+	while (call) {
+		struct rpc_call *next = call->rc_out_next;
+		rpc_call_free(call);
+		call = next;
+	}
+	rpc_conn_rele(conn);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sending */
+
+/* Writes as much of the output queue as the socket takes. */
+static void rpc_conn_flush(struct rpc_conn *conn)
+{
+	while (conn->cn_out_head && !conn->cn_closed) {
+		struct iovec iov[RPC_WRITEV_IOVS];
+		int n = 0;
+		for (struct rpc_call *c = conn->cn_out_head; c && n + 3 <= RPC_WRITEV_IOVS;
+		     c = c->rc_out_next) {
+			size_t skip = c == conn->cn_out_head ? c->rc_out_sent : 0;
+			for (unsigned i = 0; i < c->rc_out_iovcnt; i++) {
+				size_t len = c->rc_out_iov[i].iov_len;
+				if (skip >= len) {
+					skip -= len;
+					continue;
+				}
+				iov[n].iov_base = (uint8_t *)c->rc_out_iov[i].iov_base + skip;
+				iov[n].iov_len = len - skip;
+				skip = 0;
+				n++;
+			}
+		}
+		ssize_t written = writev(conn->cn_fd, iov, n);
+		if (written < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			rpc_conn_close(conn, "write failed");
+			return;
+		}
+		conn->cn_last_active_ns = clock_monotonic_ns();
+		size_t left = (size_t)written;
+		conn->cn_out_bytes -= left;
+		while (left > 0) {
+			struct rpc_call *c = conn->cn_out_head;
+			size_t rest = c->rc_out_len - c->rc_out_sent;
+			if (left < rest) {
+				c->rc_out_sent += left;
+				break;
+			}
+			left -= rest;
+			conn->cn_out_head = c->rc_out_next;
+			if (!conn->cn_out_head)
+				conn->cn_out_tail = NULL;
+			rpc_call_free(c);
+		}
+	}
+	rpc_conn_update(conn);
+}
+
+/* Lays out the reply in rc_out_iov: head (record mark included) of head_len bytes, then bulk. */
+static void rpc_call_set_out(struct rpc_call *call, uint8_t *head, size_t head_len, bool with_bulk)
+{
+	call->rc_out_iov[0].iov_base = head;
+	call->rc_out_iov[0].iov_len = head_len;
+	call->rc_out_iovcnt = 1;
+	if (with_bulk && call->rc_bulk.iov_len > 0) {
+		call->rc_out_iov[call->rc_out_iovcnt++] = call->rc_bulk;
+		if (call->rc_bulk_pad > 0) {
+			call->rc_out_iov[call->rc_out_iovcnt].iov_base = (void *)rpc_zero_pad;
+			call->rc_out_iov[call->rc_out_iovcnt].iov_len = SH_MIN(call->rc_bulk_pad, 3u);
+			call->rc_out_iovcnt++;
+		}
+	}
+	size_t total = 0;
+	for (unsigned i = 0; i < call->rc_out_iovcnt; i++)
+		total += call->rc_out_iov[i].iov_len;
+	call->rc_out_len = total;
+	xdr_store_u32(head, RPC_RM_LAST | (uint32_t)(total - RPC_RM_HDR_BYTES));
+}
+
+static void rpc_drc_key_of(const struct rpc_call *call, struct rpc_drc_key *key)
+{
+	rpc_drc_key_init(key, &call->rc_peer, call->rc_transport, call->rc_xid, call->rc_prog,
+			 call->rc_vers, call->rc_proc, NULL, 0);
+	key->rdk_args_hash = call->rc_drc_args_hash;
+}
+
+/* Ends a call: releases its record, settles its cache entry, and sends the reply laid out in
+ * rc_out_iov (send) or discards it. */
+static void rpc_call_finish(struct rpc_call *call, bool send)
+{
+	VERIFY(!call->rc_finished);
+	call->rc_finished = true;
+	struct rpc_conn *conn = call->rc_conn;
+	ASSERT(loop_on_thread(call->rc_loop) || conn->cn_srv->rs_stopped || !conn->cn_srv->rs_started);
+	rpc_conn_hold(conn); /* freeing the call below may otherwise free a closed conn */
+
+	mem_free(call->rc_record);
+	call->rc_record = NULL;
+	conn->cn_in_held -= call->rc_record_len;
+	call->rc_record_len = 0;
+	conn->cn_inflight--;
+	rpc_conn_account(conn);
+
+	if (call->rc_drc_tracked) {
+		struct rpc_drc_key key;
+		rpc_drc_key_of(call, &key);
+		if (send) {
+			/* Stored without the record mark: a replay recomputes it for its transport. */
+			struct iovec iov[3];
+			for (unsigned i = 0; i < call->rc_out_iovcnt; i++)
+				iov[i] = call->rc_out_iov[i];
+			iov[0].iov_base = (uint8_t *)iov[0].iov_base + RPC_RM_HDR_BYTES;
+			iov[0].iov_len -= RPC_RM_HDR_BYTES;
+			rpc_drc_complete(conn->cn_srv->rs_drc, &key, iov, call->rc_out_iovcnt);
+		} else {
+			rpc_drc_abandon(conn->cn_srv->rs_drc, &key);
+		}
+		call->rc_drc_tracked = false;
+	}
+
+	if (!send || conn->cn_closed) {
+		rpc_call_free(call);
+		rpc_conn_update(conn);
+		rpc_conn_rele(conn);
+		return;
+	}
+	if (conn->cn_transport == RPC_UDP) {
+		struct iovec iov[3];
+		for (unsigned i = 0; i < call->rc_out_iovcnt; i++)
+			iov[i] = call->rc_out_iov[i];
+		iov[0].iov_base = (uint8_t *)iov[0].iov_base + RPC_RM_HDR_BYTES;
+		iov[0].iov_len -= RPC_RM_HDR_BYTES;
+		struct msghdr msg = {
+			.msg_name = &call->rc_peer,
+			.msg_namelen = call->rc_peer_len,
+			.msg_iov = iov,
+			.msg_iovlen = call->rc_out_iovcnt,
+		};
+		/* A lost datagram is the client's to retransmit; nothing to queue. */
+		if (sendmsg(conn->cn_fd, &msg, MSG_DONTWAIT) < 0)
+			log_debug("rpc: UDP reply not sent: %s", strerror(errno));
+		rpc_call_free(call);
+		rpc_conn_rele(conn);
+		return;
+	}
+	call->rc_out_next = NULL;
+	call->rc_out_sent = 0;
+	if (conn->cn_out_tail)
+		conn->cn_out_tail->rc_out_next = call;
+	else
+		conn->cn_out_head = call;
+	conn->cn_out_tail = call;
+	conn->cn_out_bytes += call->rc_out_len;
+	rpc_conn_flush(conn);
+	rpc_conn_rele(conn);
+}
+
+int rpc_call_res_init(struct rpc_call *call, size_t max_res_bytes)
+{
+	mem_free(call->rc_reply_buf);
+	call->rc_reply_buf = mem_alloc(RPC_REPLY_PREFIX_BYTES + max_res_bytes);
+	if (!call->rc_reply_buf) {
+		xdr_enc_init(&call->rc_res, NULL, 0);
+		call->rc_res.xe_failed = true;
+		return -ENOMEM;
+	}
+	xdr_enc_init(&call->rc_res, call->rc_reply_buf + RPC_REPLY_PREFIX_BYTES, max_res_bytes);
+	return 0;
+}
+
+void rpc_reply_success(struct rpc_call *call)
+{
+	if (call->rc_reply_buf && xdr_enc_ok(&call->rc_res)) {
+		rpc_msg_put_accepted(call->rc_reply_buf + RPC_RM_HDR_BYTES, call->rc_xid, RPC_SUCCESS);
+		rpc_call_set_out(call, call->rc_reply_buf,
+				 RPC_REPLY_PREFIX_BYTES + xdr_enc_len(&call->rc_res), true);
+	} else if (!call->rc_reply_buf && xdr_enc_ok(&call->rc_res)) {
+		/* No result body (e.g. a NULL procedure). */
+		rpc_msg_put_accepted(call->rc_small + RPC_RM_HDR_BYTES, call->rc_xid, RPC_SUCCESS);
+		rpc_call_set_out(call, call->rc_small, RPC_REPLY_PREFIX_BYTES, true);
+	} else {
+		log_ratelimited(LOG_ERROR, "rpc: result of prog %u vers %u proc %u overflowed its buffer",
+				call->rc_prog, call->rc_vers, call->rc_proc);
+		rpc_msg_put_accepted(call->rc_small + RPC_RM_HDR_BYTES, call->rc_xid, RPC_SYSTEM_ERR);
+		rpc_call_set_out(call, call->rc_small, RPC_REPLY_PREFIX_BYTES, false);
+	}
+	rpc_call_finish(call, true);
+}
+
+void rpc_reply_accept_error(struct rpc_call *call, enum rpc_accept_stat stat)
+{
+	rpc_msg_put_accepted(call->rc_small + RPC_RM_HDR_BYTES, call->rc_xid, (uint32_t)stat);
+	rpc_call_set_out(call, call->rc_small, RPC_REPLY_PREFIX_BYTES, false);
+	rpc_call_finish(call, true);
+}
+
+static void rpc_reply_prog_mismatch(struct rpc_call *call, uint32_t low, uint32_t high)
+{
+	size_t n = rpc_msg_put_prog_mismatch(call->rc_small + RPC_RM_HDR_BYTES, call->rc_xid, low, high);
+	rpc_call_set_out(call, call->rc_small, RPC_RM_HDR_BYTES + n, false);
+	rpc_call_finish(call, true);
+}
+
+static void rpc_reply_rpc_mismatch(struct rpc_call *call)
+{
+	size_t n = rpc_msg_put_rpc_mismatch(call->rc_small + RPC_RM_HDR_BYTES, call->rc_xid);
+	rpc_call_set_out(call, call->rc_small, RPC_RM_HDR_BYTES + n, false);
+	rpc_call_finish(call, true);
+}
+
+void rpc_reply_auth_error(struct rpc_call *call, enum rpc_auth_stat stat)
+{
+	size_t n = rpc_msg_put_auth_error(call->rc_small + RPC_RM_HDR_BYTES, call->rc_xid, (uint32_t)stat);
+	rpc_call_set_out(call, call->rc_small, RPC_RM_HDR_BYTES + n, false);
+	rpc_call_finish(call, true);
+}
+
+void rpc_call_drop(struct rpc_call *call)
+{
+	rpc_call_finish(call, false);
+}
+
+uint16_t rpc_call_peer_port(const struct rpc_call *call)
+{
+	if (call->rc_peer.ss_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)(const void *)&call->rc_peer)->sin_port);
+	if (call->rc_peer.ss_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)(const void *)&call->rc_peer)->sin6_port);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dispatch */
+
+static const struct rpc_prog_entry *rpc_find_program(const struct rpc_conn *conn, uint32_t prog)
+{
+	if (conn->cn_ep->ep_restricted)
+		return conn->cn_ep->ep_prog.pe_desc->rpg_prog == prog ? &conn->cn_ep->ep_prog : NULL;
+	const struct rpc_server *srv = conn->cn_srv;
+	for (unsigned i = 0; i < srv->rs_nprogs; i++)
+		if (srv->rs_progs[i].pe_desc->rpg_prog == prog)
+			return &srv->rs_progs[i];
+	return NULL;
+}
+
+/* Resends a cached reply (without record mark) for a retransmitted call. Takes ownership. */
+static void rpc_call_replay(struct rpc_call *call, uint8_t *reply, size_t len)
+{
+	uint8_t *buf = mem_alloc(len + RPC_RM_HDR_BYTES);
+	if (!buf) {
+		mem_free(reply);
+		rpc_call_drop(call);
+		return;
+	}
+	memcpy(buf + RPC_RM_HDR_BYTES, reply, len);
+	mem_free(reply);
+	mem_free(call->rc_reply_buf);
+	call->rc_reply_buf = buf;
+	rpc_call_set_out(call, buf, len + RPC_RM_HDR_BYTES, false);
+	rpc_call_finish(call, true);
+}
+
+/* Takes ownership of record (len bytes, from peer) and runs the call it holds. */
+static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len,
+			      const struct sockaddr_storage *peer, socklen_t peer_len)
+{
+	struct rpc_call_hdr hdr;
+	struct xdr_dec args;
+	enum rpc_auth_stat auth_stat;
+	enum rpc_parse_result pr = rpc_msg_parse_call(record, len, &hdr, &args, &auth_stat);
+	if (pr == RPC_PARSE_DROP) {
+		log_ratelimited(LOG_WARN, "rpc: dropped a %zu-byte message that is not an RPC call", len);
+		mem_free(record);
+		return;
+	}
+	struct rpc_call *call = mem_zalloc(sizeof(*call));
+	if (!call) {
+		log_ratelimited(LOG_WARN, "rpc: no memory for a call; dropped");
+		mem_free(record);
+		return;
+	}
+	call->rc_xid = hdr.rch_xid;
+	call->rc_prog = hdr.rch_prog;
+	call->rc_vers = hdr.rch_vers;
+	call->rc_proc = hdr.rch_proc;
+	call->rc_cred = hdr.rch_cred;
+	memcpy(&call->rc_peer, peer, peer_len);
+	call->rc_peer_len = peer_len;
+	call->rc_transport = conn->cn_transport;
+	call->rc_loop = conn->cn_rl->rl_loop;
+	call->rc_args = args;
+	call->rc_conn = conn;
+	call->rc_record = record;
+	call->rc_record_len = len;
+	call->rc_start_ns = clock_monotonic_ns();
+	rpc_conn_hold(conn);
+	conn->cn_inflight++;
+	conn->cn_in_held += len;
+	rpc_conn_account(conn);
+
+	if (pr == RPC_PARSE_RPC_MISMATCH) {
+		rpc_reply_rpc_mismatch(call);
+		return;
+	}
+	if (pr == RPC_PARSE_AUTH_ERROR) {
+		rpc_reply_auth_error(call, auth_stat);
+		return;
+	}
+	const struct rpc_prog_entry *pe = rpc_find_program(conn, hdr.rch_prog);
+	if (!pe) {
+		rpc_reply_accept_error(call, RPC_PROG_UNAVAIL);
+		return;
+	}
+	const struct rpc_version_desc *vd = NULL;
+	for (uint32_t i = 0; i < pe->pe_desc->rpg_nversions; i++)
+		if (pe->pe_desc->rpg_versions[i].rvd_vers == hdr.rch_vers)
+			vd = &pe->pe_desc->rpg_versions[i];
+	if (!vd) {
+		rpc_reply_prog_mismatch(call, pe->pe_low, pe->pe_high);
+		return;
+	}
+	if (hdr.rch_proc >= vd->rvd_nprocs || !vd->rvd_procs[hdr.rch_proc].rpd_handler) {
+		rpc_reply_accept_error(call, RPC_PROC_UNAVAIL);
+		return;
+	}
+	const struct rpc_proc_desc *pd = &vd->rvd_procs[hdr.rch_proc];
+	call->rc_prog_ctx = pe->pe_ctx;
+	if (pd->rpd_non_idempotent) {
+		struct rpc_drc_key key;
+		rpc_drc_key_init(&key, &call->rc_peer, call->rc_transport, call->rc_xid, call->rc_prog,
+				 call->rc_vers, call->rc_proc, args.xd_pos, xdr_dec_remaining(&args));
+		call->rc_drc_args_hash = key.rdk_args_hash;
+		enum rpc_drc_state state;
+		uint8_t *reply;
+		size_t reply_len;
+		int rc = rpc_drc_begin(conn->cn_srv->rs_drc, &key, &state, &reply, &reply_len);
+		if (rc == 0 && state == RPC_DRC_IN_PROGRESS) {
+			rpc_call_drop(call);
+			return;
+		}
+		if (rc == 0 && state == RPC_DRC_DONE) {
+			rpc_call_replay(call, reply, reply_len);
+			return;
+		}
+		call->rc_drc_tracked = rc == 0;
+	}
+	pd->rpd_handler(call);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Readiness callbacks */
+
+static void rpc_conn_read(struct rpc_conn *conn)
+{
+	struct rpc_loop *rl = conn->cn_rl;
+	for (int i = 0; i < RPC_READS_PER_EVENT && !conn->cn_closed && !conn->cn_paused; i++) {
+		ssize_t n = read(conn->cn_fd, rl->rl_scratch, RPC_SCRATCH_BYTES);
+		if (n == 0) {
+			rpc_conn_close(conn, NULL); /* orderly shutdown by the client */
+			return;
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				rpc_conn_close(conn, "read failed");
+			return;
+		}
+		size_t off = 0;
+		while (off < (size_t)n && !conn->cn_closed) {
+			size_t used;
+			uint8_t *record;
+			size_t record_len;
+			int rc = rpc_rm_feed(&conn->cn_rm, rl->rl_scratch + off, (size_t)n - off, &used,
+					     &record, &record_len);
+			off += used;
+			rpc_conn_account(conn);
+			if (rc < 0) {
+				log_ratelimited(LOG_WARN, "rpc: %s from a client; closing its connection",
+						rc == -EMSGSIZE ? "record over the size limit" : "no memory for a record");
+				rpc_conn_close(conn, NULL);
+				return;
+			}
+			if (rl->rl_in_bytes > rl->rl_in_budget) {
+				mem_free(record);
+				log_ratelimited(LOG_WARN, "rpc: loop %u over its receive budget; closing a connection",
+						loop_index(rl->rl_loop));
+				rpc_conn_close(conn, NULL);
+				return;
+			}
+			if (rc == 1) {
+				conn->cn_last_active_ns = clock_monotonic_ns();
+				if (record)
+					rpc_conn_dispatch(conn, record, record_len, &conn->cn_peer,
+							  conn->cn_peer_len);
+				else
+					log_ratelimited(LOG_WARN, "rpc: dropped an empty record");
+			}
+		}
+		rpc_conn_update(conn);
+	}
+}
+
+static void rpc_conn_on_event(struct loop_watch *watch, uint32_t events)
+{
+	struct rpc_conn *conn = watch->lw_arg;
+	rpc_conn_hold(conn);
+	if (events & LOOP_OUT)
+		rpc_conn_flush(conn);
+	if (!conn->cn_closed && (events & (LOOP_IN | LOOP_ERR | LOOP_HUP | LOOP_RDHUP)))
+		rpc_conn_read(conn);
+	if (!conn->cn_closed && (events & (LOOP_ERR | LOOP_HUP)) && conn->cn_paused)
+		rpc_conn_close(conn, "socket error");
+	rpc_conn_rele(conn);
+}
+
+static void rpc_udp_on_event(struct loop_watch *watch, uint32_t events)
+{
+	(void)events;
+	struct rpc_conn *conn = watch->lw_arg;
+	struct rpc_loop *rl = conn->cn_rl;
+	for (int i = 0; i < RPC_DGRAMS_PER_EVENT; i++) {
+		struct sockaddr_storage peer;
+		socklen_t peer_len = sizeof(peer);
+		ssize_t n = recvfrom(conn->cn_fd, rl->rl_scratch, RPC_SCRATCH_BYTES, MSG_DONTWAIT,
+				     (struct sockaddr *)&peer, &peer_len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return; /* EAGAIN, or an ICMP error queued by an earlier send */
+		}
+		if (n == 0 || (size_t)n > conn->cn_srv->rs_cfg.rsc_max_record_bytes)
+			continue;
+		if (rl->rl_in_bytes + (size_t)n > rl->rl_in_budget) {
+			log_ratelimited(LOG_WARN, "rpc: loop %u over its receive budget; UDP call dropped",
+					loop_index(rl->rl_loop));
+			continue;
+		}
+		uint8_t *record = mem_alloc((size_t)n);
+		if (!record)
+			continue;
+		memcpy(record, rl->rl_scratch, (size_t)n);
+		rpc_conn_dispatch(conn, record, (size_t)n, &peer, peer_len);
+	}
+}
+
+static struct rpc_conn *rpc_conn_new(struct rpc_loop *rl, struct rpc_endpoint *ep, int fd,
+				     enum rpc_transport transport)
+{
+	struct rpc_conn *conn = mem_zalloc(sizeof(*conn));
+	if (!conn)
+		return NULL;
+	conn->cn_srv = rl->rl_srv;
+	conn->cn_rl = rl;
+	conn->cn_ep = ep;
+	conn->cn_transport = transport;
+	conn->cn_fd = fd;
+	conn->cn_refs = 1; /* the open reference */
+	conn->cn_last_active_ns = clock_monotonic_ns();
+	rpc_rm_init(&conn->cn_rm, rl->rl_srv->rs_cfg.rsc_max_record_bytes);
+	return conn;
+}
+
+static void rpc_listener_on_backoff(struct loop_timer *timer)
+{
+	struct rpc_listener *li = timer->lt_arg;
+	loop_timer_del(li->li_rl->rl_loop, &li->li_backoff);
+	li->li_backoff_armed = false;
+	if (loop_watch_mod(li->li_rl->rl_loop, &li->li_watch, LOOP_IN) < 0)
+		log_error("rpc: cannot resume accepting connections");
+}
+
+/* Out of descriptors: the pending connection stays in the backlog and the level-triggered
+ * listener would fire again at once, so stop watching it for a moment instead of spinning. */
+static void rpc_listener_back_off(struct rpc_listener *li)
+{
+	if (li->li_backoff_armed)
+		return;
+	if (loop_watch_mod(li->li_rl->rl_loop, &li->li_watch, 0) < 0)
+		return;
+	if (loop_timer_add(li->li_rl->rl_loop, &li->li_backoff, RPC_ACCEPT_BACKOFF_NS, 0,
+			   rpc_listener_on_backoff, li) < 0) {
+		if (loop_watch_mod(li->li_rl->rl_loop, &li->li_watch, LOOP_IN) < 0)
+			log_error("rpc: cannot resume accepting connections");
+		return;
+	}
+	li->li_backoff_armed = true;
+}
+
+static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
+{
+	(void)events;
+	struct rpc_listener *li = watch->lw_arg;
+	struct rpc_loop *rl = li->li_rl;
+	struct rpc_server *srv = rl->rl_srv;
+	for (int i = 0; i < RPC_ACCEPTS_PER_EVENT; i++) {
+		struct sockaddr_storage peer;
+		socklen_t peer_len = sizeof(peer);
+		int fd = accept4(li->li_fd, (struct sockaddr *)&peer, &peer_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			log_ratelimited(LOG_WARN, "rpc: accept failed: %s", strerror(errno));
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				rpc_listener_back_off(li);
+			return;
+		}
+		unsigned prev = atomic_fetch_add(&srv->rs_nconns, 1u);
+		if (prev >= srv->rs_cfg.rsc_max_conns) {
+			atomic_fetch_sub(&srv->rs_nconns, 1u);
+			close(fd);
+			log_ratelimited(LOG_WARN, "rpc: connection limit (%u) reached; refusing a connection",
+					srv->rs_cfg.rsc_max_conns);
+			continue;
+		}
+		int one = 1;
+		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		struct rpc_conn *conn = rpc_conn_new(rl, li->li_ep, fd, RPC_TCP);
+		if (!conn) {
+			atomic_fetch_sub(&srv->rs_nconns, 1u);
+			close(fd);
+			continue;
+		}
+		memcpy(&conn->cn_peer, &peer, peer_len);
+		conn->cn_peer_len = peer_len;
+		if (loop_watch_add(rl->rl_loop, &conn->cn_watch, fd, LOOP_IN, rpc_conn_on_event, conn) < 0) {
+			atomic_fetch_sub(&srv->rs_nconns, 1u);
+			close(fd);
+			mem_free(conn);
+			continue;
+		}
+		conn->cn_watching = true;
+		conn->cn_events = LOOP_IN;
+		conn->cn_next = rl->rl_conns;
+		if (rl->rl_conns)
+			rl->rl_conns->cn_prev = conn;
+		rl->rl_conns = conn;
+	}
+}
+
+static void rpc_loop_on_tick(struct loop_timer *timer)
+{
+	struct rpc_loop *rl = timer->lt_arg;
+	unsigned idle_s = rl->rl_srv->rs_cfg.rsc_idle_timeout_s;
+	if (idle_s == RPC_IDLE_NEVER)
+		return;
+	uint64_t now = clock_monotonic_ns();
+	uint64_t limit_ns = (uint64_t)idle_s * 1000000000ull;
+	struct rpc_conn *conn = rl->rl_conns;
+	while (conn) {
+		struct rpc_conn *next = conn->cn_next;
+		uint64_t quiet_ns = now - conn->cn_last_active_ns;
+		if (conn->cn_inflight == 0 && !conn->cn_out_head && quiet_ns >= limit_ns)
+			rpc_conn_close(conn, "idle");
+		else if (conn->cn_out_head && quiet_ns >= RPC_WRITE_STALL_NS)
+			rpc_conn_close(conn, "client stopped reading its replies");
+		conn = next;
+	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Server life cycle */
+
+int rpc_server_create(const struct rpc_server_config *config, struct rpc_server **out)
+{
+	struct rpc_server *srv = mem_zalloc(sizeof(*srv));
+	if (!srv)
+		return -ENOMEM;
+	rpc_config_fill(&srv->rs_cfg, config);
+	srv->rs_pmap_port = 111; /* RFC 1833 section 3 */
+	int rc = rpc_drc_create(srv->rs_cfg.rsc_drc_entries, &srv->rs_drc);
+	if (rc < 0)
+		goto out_free_srv;
+	srv->rs_loops = mem_zalloc(srv->rs_cfg.rsc_nloops * sizeof(*srv->rs_loops));
+	if (!srv->rs_loops) {
+		rc = -ENOMEM;
+		goto out_free_drc;
+	}
+	for (srv->rs_nloops = 0; srv->rs_nloops < srv->rs_cfg.rsc_nloops; srv->rs_nloops++) {
+		struct rpc_loop *rl = &srv->rs_loops[srv->rs_nloops];
+		rl->rl_srv = srv;
+		rl->rl_in_budget = srv->rs_cfg.rsc_max_total_buffer_bytes / srv->rs_cfg.rsc_nloops;
+		rl->rl_scratch = mem_alloc(RPC_SCRATCH_BYTES);
+		if (!rl->rl_scratch) {
+			rc = -ENOMEM;
+			goto out_free_loops;
+		}
+		rc = loop_create(&rl->rl_loop);
+		if (rc < 0) {
+			mem_free(rl->rl_scratch);
+			goto out_free_loops;
+		}
+	}
+	*out = srv;
+	return 0;
+out_free_loops:
+	while (srv->rs_nloops-- > 0) {
+		loop_destroy(srv->rs_loops[srv->rs_nloops].rl_loop);
+		mem_free(srv->rs_loops[srv->rs_nloops].rl_scratch);
+	}
+	mem_free(srv->rs_loops);
+out_free_drc:
+	rpc_drc_destroy(srv->rs_drc);
+out_free_srv:
+	mem_free(srv);
+	return rc;
+}
+
+static void rpc_prog_entry_init(struct rpc_prog_entry *pe, const struct rpc_program_desc *prog,
+				void *ctx)
+{
+	pe->pe_desc = prog;
+	pe->pe_ctx = ctx;
+	pe->pe_low = UINT32_MAX;
+	pe->pe_high = 0;
+	for (uint32_t i = 0; i < prog->rpg_nversions; i++) {
+		pe->pe_low = SH_MIN(pe->pe_low, prog->rpg_versions[i].rvd_vers);
+		pe->pe_high = SH_MAX(pe->pe_high, prog->rpg_versions[i].rvd_vers);
+	}
+}
+
+int rpc_server_add_program(struct rpc_server *srv, const struct rpc_program_desc *prog, void *ctx)
+{
+	if (srv->rs_started || prog->rpg_nversions == 0)
+		return -EINVAL;
+	for (unsigned i = 0; i < srv->rs_nprogs; i++)
+		if (srv->rs_progs[i].pe_desc->rpg_prog == prog->rpg_prog)
+			return -EEXIST;
+	if (srv->rs_nprogs >= RPC_MAX_PROGRAMS)
+		return -ENOSPC;
+	rpc_prog_entry_init(&srv->rs_progs[srv->rs_nprogs++], prog, ctx);
+	return 0;
+}
+
+static int rpc_parse_addr(const char *addr, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
+{
+	memset(ss, 0, sizeof(*ss));
+	struct sockaddr_in *sin = (struct sockaddr_in *)(void *)ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)(void *)ss;
+	if (inet_pton(AF_INET, addr, &sin->sin_addr) == 1) {
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(port);
+		*len = sizeof(*sin);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, addr, &sin6->sin6_addr) == 1) {
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(port);
+		*len = sizeof(*sin6);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static void rpc_set_port(struct sockaddr_storage *ss, uint16_t port)
+{
+	if (ss->ss_family == AF_INET)
+		((struct sockaddr_in *)(void *)ss)->sin_port = htons(port);
+	else
+		((struct sockaddr_in6 *)(void *)ss)->sin6_port = htons(port);
+}
+
+/* Opens and binds one socket; reuseport for the per-loop group. Returns the fd or -errno. */
+static int rpc_bind_socket(const struct sockaddr_storage *ss, socklen_t len, int type, bool reuseport)
+{
+	int fd = socket(ss->ss_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	int one = 1;
+	if (type == SOCK_STREAM)
+		(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (ss->ss_family == AF_INET6)
+		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0)
+		goto out_err;
+	if (bind(fd, (const struct sockaddr *)ss, len) < 0)
+		goto out_err;
+	if (type == SOCK_STREAM && reuseport && listen(fd, RPC_LISTEN_BACKLOG) < 0)
+		goto out_err;
+	return fd;
+out_err:;
+	int rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static uint16_t rpc_socket_port(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return 0;
+	if (ss.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)(void *)&ss)->sin_port);
+	return ntohs(((struct sockaddr_in6 *)(void *)&ss)->sin6_port);
+}
+
+/* Binds the per-loop sockets of one endpoint for both transports on one port number. fds is
+ * [transport 0..1][loop]; unused entries are -1. */
+static int rpc_bind_group(struct rpc_server *srv, struct sockaddr_storage *ss, socklen_t len,
+			  unsigned mask, uint16_t port, int *fds, uint16_t *port_out)
+{
+	static const int types[2] = {SOCK_STREAM, SOCK_DGRAM};
+	static const unsigned bits[2] = {RPC_TCP, RPC_UDP};
+	unsigned n = srv->rs_nloops;
+	int probes[2] = {-1, -1};
+	int rc = 0;
+	for (unsigned i = 0; i < 2 * n; i++)
+		fds[i] = -1;
+	/* Probe sockets without SO_REUSEPORT claim the port first: this picks the number for port 0
+	 * and makes the bind fail when anything else holds it, even another SO_REUSEPORT group. */
+	rpc_set_port(ss, port);
+	for (unsigned t = 0; t < 2; t++) {
+		if (!(mask & bits[t]))
+			continue;
+		probes[t] = rpc_bind_socket(ss, len, types[t], false);
+		if (probes[t] < 0) {
+			rc = probes[t];
+			goto out_close;
+		}
+		if (port == 0) {
+			port = rpc_socket_port(probes[t]);
+			rpc_set_port(ss, port);
+		}
+	}
+	for (unsigned t = 0; t < 2; t++) {
+		if (!(mask & bits[t]))
+			continue;
+		close(probes[t]);
+		probes[t] = -1;
+		for (unsigned l = 0; l < n; l++) {
+			int fd = rpc_bind_socket(ss, len, types[t], true);
+			if (fd < 0) {
+				rc = fd;
+				goto out_close;
+			}
+			fds[t * n + l] = fd;
+		}
+	}
+	*port_out = port;
+	return 0;
+out_close:
+	for (unsigned t = 0; t < 2; t++)
+		if (probes[t] >= 0)
+			close(probes[t]);
+	for (unsigned i = 0; i < 2 * n; i++)
+		if (fds[i] >= 0) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+	return rc;
+}
+
+int rpc_server_listen_program(struct rpc_server *srv, const char *addr, uint16_t port,
+			      unsigned transport_mask, const struct rpc_program_desc *prog, void *ctx,
+			      uint16_t *bound_port_out)
+{
+	if (srv->rs_started || !(transport_mask & (RPC_TCP | RPC_UDP)))
+		return -EINVAL;
+	struct sockaddr_storage ss;
+	socklen_t ss_len;
+	int rc = rpc_parse_addr(addr, port, &ss, &ss_len);
+	if (rc < 0)
+		return rc;
+	unsigned n = srv->rs_nloops;
+	int *fds = mem_alloc(2 * n * sizeof(int));
+	if (!fds)
+		return -ENOMEM;
+	uint16_t bound = 0;
+	for (int attempt = 0; attempt < RPC_BIND_ATTEMPTS; attempt++) {
+		rc = rpc_bind_group(srv, &ss, ss_len, transport_mask, port, fds, &bound);
+		if (rc != -EADDRINUSE || port != 0)
+			break;
+	}
+	if (rc < 0)
+		goto out_free_fds;
+
+	struct rpc_endpoint *ep = mem_zalloc(sizeof(*ep));
+	struct rpc_endpoint **eps = mem_realloc(srv->rs_eps, (srv->rs_neps + 1) * sizeof(*eps));
+	if (eps)
+		srv->rs_eps = eps;
+	struct rpc_listener **lis = NULL;
+	if (eps)
+		lis = mem_realloc(srv->rs_listeners, (srv->rs_nlisteners + n) * sizeof(*lis));
+	if (lis)
+		srv->rs_listeners = lis;
+	if (!ep || !eps || !lis) {
+		rc = -ENOMEM;
+		goto out_free_ep;
+	}
+	ep->ep_srv = srv;
+	ep->ep_mask = transport_mask;
+	ep->ep_port = bound;
+	if (prog) {
+		ep->ep_restricted = true;
+		rpc_prog_entry_init(&ep->ep_prog, prog, ctx);
+	}
+	srv->rs_eps[srv->rs_neps++] = ep;
+	unsigned ep_index = srv->rs_neps - 1;
+	/* From here every failure leaves already-registered sockets to rpc_server_destroy. */
+	for (unsigned l = 0; l < n; l++) {
+		struct rpc_loop *rl = &srv->rs_loops[l];
+		struct rpc_conn **udp = mem_realloc(rl->rl_udp, srv->rs_neps * sizeof(*udp));
+		if (!udp) {
+			rc = -ENOMEM;
+			goto out_close_rest;
+		}
+		rl->rl_udp = udp;
+		udp[ep_index] = NULL;
+		if (fds[l] >= 0) {
+			struct rpc_listener *li = mem_zalloc(sizeof(*li));
+			if (!li) {
+				rc = -ENOMEM;
+				goto out_close_rest;
+			}
+			li->li_rl = rl;
+			li->li_ep = ep;
+			li->li_fd = fds[l];
+			fds[l] = -1;
+			srv->rs_listeners[srv->rs_nlisteners++] = li;
+			rc = loop_watch_add(rl->rl_loop, &li->li_watch, li->li_fd, LOOP_IN,
+					    rpc_listener_on_event, li);
+			if (rc < 0)
+				goto out_close_rest;
+			li->li_watching = true;
+		}
+		if (fds[n + l] >= 0) {
+			struct rpc_conn *conn = rpc_conn_new(rl, ep, fds[n + l], RPC_UDP);
+			if (!conn) {
+				rc = -ENOMEM;
+				goto out_close_rest;
+			}
+			fds[n + l] = -1;
+			udp[ep_index] = conn;
+			rc = loop_watch_add(rl->rl_loop, &conn->cn_watch, conn->cn_fd, LOOP_IN,
+					    rpc_udp_on_event, conn);
+			if (rc < 0)
+				goto out_close_rest;
+			conn->cn_watching = true;
+		}
+	}
+	*bound_port_out = bound;
+	mem_free(fds);
+	return 0;
+out_free_ep:
+	mem_free(ep);
+out_close_rest:
+	for (unsigned i = 0; i < 2 * n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+out_free_fds:
+	mem_free(fds);
+	return rc;
+}
+
+int rpc_server_listen(struct rpc_server *srv, const char *addr, uint16_t port, unsigned transport_mask,
+		      uint16_t *bound_port_out)
+{
+	return rpc_server_listen_program(srv, addr, port, transport_mask, NULL, NULL, bound_port_out);
+}
+
+uint16_t rpc_server_main_port(const struct rpc_server *srv, enum rpc_transport transport)
+{
+	for (unsigned i = 0; i < srv->rs_neps; i++)
+		if (!srv->rs_eps[i]->ep_restricted && (srv->rs_eps[i]->ep_mask & (unsigned)transport))
+			return srv->rs_eps[i]->ep_port;
+	return 0;
+}
+
+bool rpc_server_program_at(const struct rpc_server *srv, unsigned index,
+			   const struct rpc_program_desc **prog_out)
+{
+	if (index >= srv->rs_nprogs)
+		return false;
+	*prog_out = srv->rs_progs[index].pe_desc;
+	return true;
+}
+
+struct rpc_portmap **rpc_server_portmap_slot(struct rpc_server *srv)
+{
+	return &srv->rs_portmap;
+}
+
+void rpc_portmap_set_port(struct rpc_server *srv, uint16_t port)
+{
+	srv->rs_pmap_port = port;
+}
+
+uint16_t rpc_server_portmap_cfg_port(const struct rpc_server *srv)
+{
+	return srv->rs_pmap_port;
+}
+
+static void *rpc_loop_thread(void *arg)
+{
+	struct rpc_loop *rl = arg;
+	int rc = loop_run(rl->rl_loop);
+	if (rc < 0)
+		log_error("rpc: loop %u stopped: %s", loop_index(rl->rl_loop), sh_strerror(rc));
+	return NULL;
+}
+
+int rpc_server_start(struct rpc_server *srv)
+{
+	if (srv->rs_started)
+		return -EINVAL;
+	srv->rs_started = true;
+	for (unsigned l = 0; l < srv->rs_nloops; l++) {
+		struct rpc_loop *rl = &srv->rs_loops[l];
+		int rc = loop_timer_add(rl->rl_loop, &rl->rl_idle_timer, RPC_IDLE_TICK_NS, RPC_IDLE_TICK_NS,
+					rpc_loop_on_tick, rl);
+		if (rc < 0) {
+			rpc_server_stop(srv);
+			return rc;
+		}
+		rl->rl_timer_armed = true;
+		rc = -pthread_create(&rl->rl_thread, NULL, rpc_loop_thread, rl);
+		if (rc < 0) {
+			rpc_server_stop(srv);
+			return rc;
+		}
+		rl->rl_thread_started = true;
+	}
+	return 0;
+}
+
+unsigned rpc_server_nloops(const struct rpc_server *srv)
+{
+	return srv->rs_nloops;
+}
+
+struct loop *rpc_server_loop(const struct rpc_server *srv, unsigned index)
+{
+	return index < srv->rs_nloops ? srv->rs_loops[index].rl_loop : NULL;
+}
+
+/* Closes every socket of the server. Runs after the loop threads have been joined (or never
+ * started), so touching loop state from this thread is safe. */
+static void rpc_server_close_all(struct rpc_server *srv)
+{
+	for (unsigned l = 0; l < srv->rs_nloops; l++) {
+		struct rpc_loop *rl = &srv->rs_loops[l];
+		while (rl->rl_conns)
+			rpc_conn_close(rl->rl_conns, NULL);
+		for (unsigned e = 0; rl->rl_udp && e < srv->rs_neps; e++) {
+			if (rl->rl_udp[e]) {
+				rpc_conn_close(rl->rl_udp[e], NULL);
+				rl->rl_udp[e] = NULL;
+			}
+		}
+		if (rl->rl_timer_armed) {
+			loop_timer_del(rl->rl_loop, &rl->rl_idle_timer);
+			rl->rl_timer_armed = false;
+		}
+	}
+	for (unsigned i = 0; i < srv->rs_nlisteners; i++) {
+		struct rpc_listener *li = srv->rs_listeners[i];
+		if (li->li_fd < 0)
+			continue;
+		if (li->li_backoff_armed)
+			loop_timer_del(li->li_rl->rl_loop, &li->li_backoff);
+		li->li_backoff_armed = false;
+		if (li->li_watching)
+			loop_watch_del(li->li_rl->rl_loop, &li->li_watch);
+		li->li_watching = false;
+		close(li->li_fd);
+		li->li_fd = -1;
+	}
+}
+
+void rpc_server_stop(struct rpc_server *srv)
+{
+	if (srv->rs_stopped)
+		return;
+	srv->rs_stopped = true;
+	for (unsigned l = 0; l < srv->rs_nloops; l++)
+		if (srv->rs_loops[l].rl_thread_started)
+			loop_stop(srv->rs_loops[l].rl_loop);
+	for (unsigned l = 0; l < srv->rs_nloops; l++) {
+		struct rpc_loop *rl = &srv->rs_loops[l];
+		if (rl->rl_thread_started) {
+			pthread_join(rl->rl_thread, NULL);
+			rl->rl_thread_started = false;
+		}
+	}
+	rpc_server_close_all(srv);
+}
+
+void rpc_server_destroy(struct rpc_server *srv)
+{
+	if (!srv)
+		return;
+	rpc_server_stop(srv);
+	if (srv->rs_portmap) {
+		rpc_portmap_free(srv->rs_portmap);
+		srv->rs_portmap = NULL;
+	}
+	for (unsigned i = 0; i < srv->rs_nlisteners; i++)
+		mem_free(srv->rs_listeners[i]);
+	mem_free(srv->rs_listeners);
+	for (unsigned i = 0; i < srv->rs_neps; i++)
+		mem_free(srv->rs_eps[i]);
+	mem_free(srv->rs_eps);
+	for (unsigned l = 0; l < srv->rs_nloops; l++) {
+		loop_destroy(srv->rs_loops[l].rl_loop);
+		mem_free(srv->rs_loops[l].rl_scratch);
+		mem_free(srv->rs_loops[l].rl_udp);
+	}
+	mem_free(srv->rs_loops);
+	rpc_drc_destroy(srv->rs_drc);
+	mem_free(srv);
+}
