@@ -73,6 +73,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rpc/rpc_impl.h"
@@ -161,6 +162,8 @@ struct rpc_loop {
 	size_t rl_in_budget;
 	struct rpc_conn *rl_conns;
 	struct rpc_conn **rl_udp; /* one UDP conn per endpoint with UDP, NULL otherwise */
+	struct loop_task rl_quiesce_task; /* rpc_server_stop: close this loop's sockets */
+	atomic_bool rl_quiesced;
 };
 
 struct rpc_server {
@@ -174,6 +177,7 @@ struct rpc_server {
 	struct rpc_listener **rs_listeners;
 	unsigned rs_nlisteners;
 	atomic_uint rs_nconns;
+	atomic_uint rs_calls_live; /* calls allocated and not yet freed, for the drain at stop */
 	struct rpc_drc *rs_drc;
 	bool rs_started;
 	bool rs_stopped;
@@ -269,8 +273,10 @@ static void rpc_call_free(struct rpc_call *call)
 	mem_free(call->rc_record);
 	mem_free(call->rc_reply_buf);
 	mem_free(call);
-	if (conn)
+	if (conn) {
+		atomic_fetch_sub_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_release);
 		rpc_conn_rele(conn);
+	}
 }
 
 /* Re-derives paused/LOOP_IN/LOOP_OUT from the connection's state and applies the limits. */
@@ -626,6 +632,7 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 	call->rc_record_len = len;
 	call->rc_start_ns = clock_monotonic_ns();
 	rpc_conn_hold(conn);
+	atomic_fetch_add_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_relaxed);
 	conn->cn_inflight++;
 	conn->cn_in_held += len;
 	rpc_conn_account(conn);
@@ -1270,43 +1277,86 @@ struct loop *rpc_server_loop(const struct rpc_server *srv, unsigned index)
 
 /* Closes every socket of the server. Runs after the loop threads have been joined (or never
  * started), so touching loop state from this thread is safe. */
-static void rpc_server_close_all(struct rpc_server *srv)
+/* Closes every socket of one loop: its TCP connections, its UDP sockets, its listeners and its
+ * timers. Calls still in flight keep their connection alive until they finish (their replies are
+ * then discarded). Runs on the loop's thread, or after the loop's thread has been joined. */
+static void rpc_loop_close_all(struct rpc_loop *rl)
 {
-	for (unsigned l = 0; l < srv->rs_nloops; l++) {
-		struct rpc_loop *rl = &srv->rs_loops[l];
-		while (rl->rl_conns)
-			rpc_conn_close(rl->rl_conns, NULL);
-		for (unsigned e = 0; rl->rl_udp && e < srv->rs_neps; e++) {
-			if (rl->rl_udp[e]) {
-				rpc_conn_close(rl->rl_udp[e], NULL);
-				rl->rl_udp[e] = NULL;
-			}
+	struct rpc_server *srv = rl->rl_srv;
+	while (rl->rl_conns)
+		rpc_conn_close(rl->rl_conns, NULL);
+	for (unsigned e = 0; rl->rl_udp && e < srv->rs_neps; e++) {
+		if (rl->rl_udp[e]) {
+			rpc_conn_close(rl->rl_udp[e], NULL);
+			rl->rl_udp[e] = NULL;
 		}
-		if (rl->rl_timer_armed) {
-			loop_timer_del(rl->rl_loop, &rl->rl_idle_timer);
-			rl->rl_timer_armed = false;
-		}
+	}
+	if (rl->rl_timer_armed) {
+		loop_timer_del(rl->rl_loop, &rl->rl_idle_timer);
+		rl->rl_timer_armed = false;
 	}
 	for (unsigned i = 0; i < srv->rs_nlisteners; i++) {
 		struct rpc_listener *li = srv->rs_listeners[i];
-		if (li->li_fd < 0)
+		if (li->li_rl != rl || li->li_fd < 0)
 			continue;
 		if (li->li_backoff_armed)
-			loop_timer_del(li->li_rl->rl_loop, &li->li_backoff);
+			loop_timer_del(rl->rl_loop, &li->li_backoff);
 		li->li_backoff_armed = false;
 		if (li->li_watching)
-			loop_watch_del(li->li_rl->rl_loop, &li->li_watch);
+			loop_watch_del(rl->rl_loop, &li->li_watch);
 		li->li_watching = false;
 		close(li->li_fd);
 		li->li_fd = -1;
 	}
 }
 
+static void rpc_loop_quiesce(struct loop_task *task)
+{
+	struct rpc_loop *rl = SH_CONTAINER_OF(task, struct rpc_loop, rl_quiesce_task);
+	rpc_loop_close_all(rl);
+	atomic_store(&rl->rl_quiesced, true);
+}
+
+static void rpc_server_close_all(struct rpc_server *srv)
+{
+	for (unsigned l = 0; l < srv->rs_nloops; l++)
+		rpc_loop_close_all(&srv->rs_loops[l]);
+}
+
+/* How long rpc_server_stop waits for calls in flight (waiting on a back end) to finish. */
+#define RPC_STOP_DRAIN_NS (10ull * 1000000000ull)
+
 void rpc_server_stop(struct rpc_server *srv)
 {
 	if (srv->rs_stopped)
 		return;
 	srv->rs_stopped = true;
+	/* Drain: each running loop closes its sockets on its own thread, so no new call arrives;
+	 * the loops keep running until every call in flight has finished (its back end completed
+	 * it), so nothing below the rpc layer is left holding a call or posting to a dead loop. */
+	for (unsigned l = 0; l < srv->rs_nloops; l++) {
+		struct rpc_loop *rl = &srv->rs_loops[l];
+		if (!rl->rl_thread_started)
+			continue;
+		rl->rl_quiesce_task.lt_fn = rpc_loop_quiesce;
+		loop_post(rl->rl_loop, &rl->rl_quiesce_task);
+	}
+	uint64_t deadline = clock_monotonic_ns() + RPC_STOP_DRAIN_NS;
+	for (;;) {
+		bool quiet = atomic_load(&srv->rs_calls_live) == 0;
+		for (unsigned l = 0; quiet && l < srv->rs_nloops; l++)
+			if (srv->rs_loops[l].rl_thread_started && !atomic_load(&srv->rs_loops[l].rl_quiesced))
+				quiet = false;
+		if (quiet)
+			break;
+		if (clock_monotonic_ns() > deadline) {
+			log_warn("rpc: %u calls still in flight at stop; abandoning them",
+				 atomic_load(&srv->rs_calls_live));
+			break;
+		}
+		struct timespec pause = {.tv_sec = 0, .tv_nsec = 5000000};
+		nanosleep(&pause, NULL);
+	}
 	for (unsigned l = 0; l < srv->rs_nloops; l++)
 		if (srv->rs_loops[l].rl_thread_started)
 			loop_stop(srv->rs_loops[l].rl_loop);

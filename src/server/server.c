@@ -173,7 +173,11 @@ int server_run(const struct server_config *config)
 		;
 	log_info("signal %d: stopping", sig);
 	rc = 0;
+	/* Stop order: the rpc server drains (no call in flight afterwards), so the back ends' workers
+	 * are idle when the file systems go, and the service outlives every call that used it. */
+	rpc_portmap_stop(srv);
 	rpc_server_stop(srv);
+	goto out_srv;
 out_pmap:
 	rpc_portmap_stop(srv);
 out_srv:

@@ -51,7 +51,7 @@ static uint32_t do_lookup(struct pc_client *c, struct pc_fh *dir, const char *na
 			  fattr3 *attr)
 {
 	LOOKUP3args a = { .what = { .dir = pc_fh_arg(dir), .name = (char *)name } };
-	LOOKUP3res r;
+	LOOKUP3res r = {0};
 	if (pc_nfs3_lookup(c, &a, &r) != 0)
 		return 0xffffffffu;
 	if (r.status == NFS3_OK) {
@@ -72,7 +72,7 @@ static uint32_t do_create(struct pc_client *c, struct pc_fh *dir, const char *na
 	a.where.name = (char *)name;
 	a.how.mode = GUARDED;
 	a.how.createhow3_u.obj_attributes = sattr_mode(mode);
-	CREATE3res r;
+	CREATE3res r = {0};
 	if (pc_nfs3_create(c, &a, &r) != 0)
 		return 0xffffffffu;
 	if (r.status == NFS3_OK && out != NULL) {
@@ -91,7 +91,7 @@ static uint32_t do_mkdir(struct pc_fh *dir, const char *name, struct pc_fh *out)
 	a.where.dir = pc_fh_arg(dir);
 	a.where.name = (char *)name;
 	a.attributes = sattr_mode(0755);
-	MKDIR3res r;
+	MKDIR3res r = {0};
 	if (pc_nfs3_mkdir(&cl, &a, &r) != 0)
 		return 0xffffffffu;
 	if (r.status == NFS3_OK && out != NULL) {
@@ -113,7 +113,7 @@ static uint32_t do_write(struct pc_fh *fh, uint64_t off, const void *data, uint3
 	a.stable = FILE_SYNC;
 	a.data.data_len = len;
 	a.data.data_val = (char *)data;
-	WRITE3res r;
+	WRITE3res r = {0};
 	if (pc_nfs3_write(&cl, &a, &r) != 0)
 		return 0xffffffffu;
 	return r.status;
@@ -245,7 +245,7 @@ static void pipelined_writes(void)
 	rr_buf_fini(&one);
 	/* Read it all back. */
 	READ3args ra = { .file = pc_fh_arg(&f), .offset = 0, .count = N * BLOCK };
-	READ3res rr;
+	READ3res rr = {0};
 	CHECK(pc_nfs3_read(&cl, &ra, &rr) == 0 && rr.status == NFS3_OK);
 	if (rr.status == NFS3_OK && rr.READ3res_u.resok.data.data_len == N * BLOCK) {
 		const uint8_t *p = (const uint8_t *)rr.READ3res_u.resok.data.data_val;
@@ -371,7 +371,7 @@ static void readdir_while_removing(void)
 		a.cookie = cookie;
 		memcpy(a.cookieverf, verf, sizeof(verf));
 		a.count = 600;
-		READDIR3res r;
+		READDIR3res r = {0};
 		if (pc_nfs3_readdir(&cl, &a, &r) != 0 || r.status != NFS3_OK) {
 			last_status = r.status;
 			break;
@@ -394,7 +394,7 @@ static void readdir_while_removing(void)
 			char name[32];
 			snprintf(name, sizeof(name), "s%03d", victim);
 			REMOVE3args ra = { .object = { .dir = pc_fh_arg(&d), .name = name } };
-			REMOVE3res rr;
+			REMOVE3res rr = {0};
 			if (pc_nfs3_remove(&cl, &ra, &rr) == 0 && rr.status == NFS3_OK) {
 				removed[victim] = true;
 				removals++;
@@ -430,32 +430,32 @@ static void symlink_escape(void)
 		a.where.name = name;
 		a.symlink.symlink_attributes = sattr_mode(0777);
 		a.symlink.symlink_data = (char *)targets[i];
-		SYMLINK3res r;
+		SYMLINK3res r = {0};
 		CHECK(pc_nfs3_symlink(&cl, &a, &r) == 0 && r.status == NFS3_OK);
 		struct pc_fh l;
-		fattr3 la;
+		fattr3 la = {0};
 		CHECK(do_lookup(&cl, &root, name, &l, &la) == NFS3_OK);
 		CHECKF(la.type == NF3LNK, "%s: type %u", name, la.type);
 		uint32_t st = do_lookup(&cl, &l, "passwd", NULL, NULL);
 		CHECKF(st == NFS3ERR_NOTDIR, "LOOKUP passwd through %s -> %s: status %u", name, targets[i], st);
 		READ3args ra = { .file = pc_fh_arg(&l), .offset = 0, .count = 100 };
-		READ3res rr;
+		READ3res rr = {0};
 		CHECK(pc_nfs3_read(&cl, &ra, &rr) == 0);
 		CHECKF(rr.status != NFS3_OK, "READ of the link %s succeeded", name);
 		READDIR3args da;
 		memset(&da, 0, sizeof(da));
 		da.dir = pc_fh_arg(&l);
 		da.count = 4096;
-		READDIR3res dr;
+		READDIR3res dr = {0};
 		CHECK(pc_nfs3_readdir(&cl, &da, &dr) == 0);
 		CHECKF(dr.status == NFS3ERR_NOTDIR, "READDIR of the link %s: status %u", name, dr.status);
 	}
 	/* ".." from a subdirectory is its parent, and ".." of the root is the root. */
 	struct pc_fh sub;
 	CHECK(do_mkdir(&root, "sub", &sub) == NFS3_OK);
-	fattr3 ra, pa, rpa;
+	fattr3 ra = {0}, pa = {0}, rpa = {0};
 	GETATTR3args ga = { .object = pc_fh_arg(&root) };
-	GETATTR3res gr;
+	GETATTR3res gr = {0};
 	CHECK(pc_nfs3_getattr(&cl, &ga, &gr) == 0 && gr.status == NFS3_OK);
 	ra = gr.GETATTR3res_u.resok.obj_attributes;
 	CHECK(do_lookup(&cl, &sub, "..", NULL, &pa) == NFS3_OK && pa.fileid == ra.fileid);
@@ -500,19 +500,19 @@ static void cross_export(void)
 	struct pc_fh f;
 	CHECK(do_create(&cl, &root, "xdev-src", 0644, &f) == NFS3_OK);
 	LINK3args la = { .file = pc_fh_arg(&f), .link = { .dir = pc_fh_arg(&root1), .name = "xdev-link" } };
-	LINK3res lr;
+	LINK3res lr = {0};
 	CHECK(pc_nfs3_link(&cl, &la, &lr) == 0);
 	CHECKF(lr.status == NFS3ERR_XDEV, "LINK across exports: status %u", lr.status);
 	RENAME3args ra = { .from = { .dir = pc_fh_arg(&root), .name = "xdev-src" },
 			   .to = { .dir = pc_fh_arg(&root1), .name = "xdev-moved" } };
-	RENAME3res rr;
+	RENAME3res rr = {0};
 	CHECK(pc_nfs3_rename(&cl, &ra, &rr) == 0);
 	CHECKF(rr.status == NFS3ERR_XDEV, "RENAME across exports: status %u", rr.status);
 	CHECK(do_lookup(&cl, &root, "xdev-src", NULL, NULL) == NFS3_OK);
 	CHECK(do_lookup(&cl, &root1, "xdev-moved", NULL, NULL) == NFS3ERR_NOENT);
 	/* The two exports report different fsids. */
 	GETATTR3args g0 = { .object = pc_fh_arg(&root) }, g1 = { .object = pc_fh_arg(&root1) };
-	GETATTR3res r0, r1;
+	GETATTR3res r0 = {0}, r1 = {0};
 	CHECK(pc_nfs3_getattr(&cl, &g0, &r0) == 0 && pc_nfs3_getattr(&cl, &g1, &r1) == 0);
 	if (r0.status == NFS3_OK && r1.status == NFS3_OK)
 		CHECK(r0.GETATTR3res_u.resok.obj_attributes.fsid != r1.GETATTR3res_u.resok.obj_attributes.fsid);
@@ -529,7 +529,7 @@ static void size_limits(void)
 	a.object = pc_fh_arg(&f);
 	a.new_attributes.size.set_it = 1;
 	a.new_attributes.size.set_size3_u.size = 1ull << 63;
-	SETATTR3res r;
+	SETATTR3res r = {0};
 	CHECK(pc_nfs3_setattr(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3ERR_FBIG || r.status == NFS3ERR_INVAL, "SETATTR size 2^63: status %u",
 	       r.status);
@@ -542,18 +542,18 @@ static void size_limits(void)
 	w.stable = FILE_SYNC;
 	w.data.data_len = 8;
 	w.data.data_val = "overflow";
-	WRITE3res wr;
+	WRITE3res wr = {0};
 	CHECK(pc_nfs3_write(&cl, &w, &wr) == 0);
 	CHECKF(wr.status == NFS3ERR_FBIG || wr.status == NFS3ERR_INVAL, "WRITE at 2^64-3: status %u",
 	       wr.status);
 	/* READ far beyond the end: OK, 0 bytes, eof. */
 	READ3args ra = { .file = pc_fh_arg(&f), .offset = ~0ull - 10, .count = 100 };
-	READ3res rr;
+	READ3res rr = {0};
 	CHECK(pc_nfs3_read(&cl, &ra, &rr) == 0);
 	CHECKF(rr.status == NFS3_OK && rr.READ3res_u.resok.count == 0 && rr.READ3res_u.resok.eof,
 	       "READ at 2^64-11: status %u", rr.status);
 	GETATTR3args ga = { .object = pc_fh_arg(&f) };
-	GETATTR3res gr;
+	GETATTR3res gr = {0};
 	CHECK(pc_nfs3_getattr(&cl, &ga, &gr) == 0 && gr.status == NFS3_OK &&
 	      gr.GETATTR3res_u.resok.obj_attributes.size == 0);
 	/* WRITE whose count disagrees with the data length: refused (INVAL or GARBAGE_ARGS), or
@@ -580,7 +580,7 @@ static void permission_details(void)
 	CHECK(do_create(&cl, &root, "noexec", 0644, &f) == NFS3_OK);
 	CHECK(do_create(&cl, &root, "exec", 0744, &fx) == NFS3_OK);
 	ACCESS3args a = { .object = pc_fh_arg(&f), .access = ACCESS3_EXECUTE | ACCESS3_READ };
-	ACCESS3res r;
+	ACCESS3res r = {0};
 	CHECK(pc_nfs3_access(&cl, &a, &r) == 0 && r.status == NFS3_OK);
 	if (r.status == NFS3_OK)
 		CHECKF(!(r.ACCESS3res_u.resok.access & ACCESS3_EXECUTE), "root got EXECUTE on a 0644 file");
@@ -599,7 +599,7 @@ static void permission_details(void)
 	sa.object = pc_fh_arg(&mine);
 	sa.new_attributes.uid.set_it = 1;
 	sa.new_attributes.uid.set_uid3_u.uid = 0;
-	SETATTR3res sr;
+	SETATTR3res sr = {0};
 	CHECK(pc_nfs3_setattr(&user, &sa, &sr) == 0);
 	CHECKF(sr.status == NFS3ERR_PERM, "chown to 0 by uid 1234: status %u", sr.status);
 	/* uid 1234 cannot change the mode of root's file. */
@@ -614,7 +614,7 @@ static void permission_details(void)
 	CHECK(do_mkdir(&root, "root-dir", &d) == NFS3_OK);
 	CHECK(do_create(&cl, &d, "keep", 0666, NULL) == NFS3_OK);
 	REMOVE3args ra = { .object = { .dir = pc_fh_arg(&d), .name = "keep" } };
-	REMOVE3res rr;
+	REMOVE3res rr = {0};
 	CHECK(pc_nfs3_remove(&user, &ra, &rr) == 0);
 	CHECKF(rr.status == NFS3ERR_ACCES, "REMOVE in root's 0755 dir by 1234: %u", rr.status);
 	pc_disconnect(&user);

@@ -65,7 +65,7 @@ static void mnt_gives_handle(void)
 	struct pc_client nc;
 	CHECK(pc_connect(&nc, srv.ts_port, NFS_PROGRAM, 3, 0, 0) == 0);
 	GETATTR3args a = { .object = pc_fh_arg(&fh) };
-	GETATTR3res gr;
+	GETATTR3res gr = {0};
 	CHECK(pc_nfs3_getattr(&nc, &a, &gr) == 0);
 	CHECKF(gr.status == NFS3_OK && gr.GETATTR3res_u.resok.obj_attributes.type == NF3DIR,
 	       "GETATTR status %u", gr.status);

@@ -67,7 +67,7 @@ static int mount_path(const char *path, struct pc_fh *out, uint32_t *status_out)
 static uint32_t do_getattr(struct pc_client *c, struct pc_fh *fh, fattr3 *attr)
 {
 	GETATTR3args a = { .object = pc_fh_arg(fh) };
-	GETATTR3res r;
+	GETATTR3res r = {0};
 	if (pc_nfs3_getattr(c, &a, &r) != 0) {
 		printf("# GETATTR failed: %s\n", pc_last_error(c));
 		return 0xffffffffu;
@@ -81,7 +81,7 @@ static uint32_t do_lookup(struct pc_client *c, struct pc_fh *dir, const char *na
 			  fattr3 *attr)
 {
 	LOOKUP3args a = { .what = { .dir = pc_fh_arg(dir), .name = (char *)name } };
-	LOOKUP3res r;
+	LOOKUP3res r = {0};
 	if (pc_nfs3_lookup(c, &a, &r) != 0) {
 		printf("# LOOKUP %s failed: %s\n", name, pc_last_error(c));
 		return 0xffffffffu;
@@ -105,7 +105,7 @@ static uint32_t do_create(struct pc_client *c, struct pc_fh *dir, const char *na
 	a.where.name = (char *)name;
 	a.how.mode = how;
 	a.how.createhow3_u.obj_attributes = sattr_mode(mode);
-	CREATE3res r;
+	CREATE3res r = {0};
 	if (pc_nfs3_create(c, &a, &r) != 0) {
 		printf("# CREATE %s failed: %s\n", name, pc_last_error(c));
 		return 0xffffffffu;
@@ -129,7 +129,7 @@ static uint32_t do_mkdir(struct pc_client *c, struct pc_fh *dir, const char *nam
 	a.where.dir = pc_fh_arg(dir);
 	a.where.name = (char *)name;
 	a.attributes = sattr_mode(mode);
-	MKDIR3res r;
+	MKDIR3res r = {0};
 	if (pc_nfs3_mkdir(c, &a, &r) != 0) {
 		printf("# MKDIR %s failed: %s\n", name, pc_last_error(c));
 		return 0xffffffffu;
@@ -154,7 +154,7 @@ static uint32_t do_write(struct pc_client *c, struct pc_fh *fh, uint64_t off, co
 	a.stable = how;
 	a.data.data_len = len;
 	a.data.data_val = (char *)data;
-	WRITE3res r;
+	WRITE3res r = {0};
 	if (pc_nfs3_write(c, &a, &r) != 0) {
 		printf("# WRITE failed: %s\n", pc_last_error(c));
 		return 0xffffffffu;
@@ -178,7 +178,7 @@ static uint32_t do_read(struct pc_client *c, struct pc_fh *fh, uint64_t off, uin
 static uint32_t do_remove(struct pc_client *c, struct pc_fh *dir, const char *name, REMOVE3res *res_out)
 {
 	REMOVE3args a = { .object = { .dir = pc_fh_arg(dir), .name = (char *)name } };
-	REMOVE3res r;
+	REMOVE3res r = {0};
 	if (pc_nfs3_remove(c, &a, &r) != 0) {
 		printf("# REMOVE failed: %s\n", pc_last_error(c));
 		return 0xffffffffu;
@@ -191,7 +191,7 @@ static uint32_t do_remove(struct pc_client *c, struct pc_fh *dir, const char *na
 static uint32_t do_rmdir(struct pc_client *c, struct pc_fh *dir, const char *name)
 {
 	RMDIR3args a = { .object = { .dir = pc_fh_arg(dir), .name = (char *)name } };
-	RMDIR3res r;
+	RMDIR3res r = {0};
 	if (pc_nfs3_rmdir(c, &a, &r) != 0) {
 		printf("# RMDIR failed: %s\n", pc_last_error(c));
 		return 0xffffffffu;
@@ -243,7 +243,7 @@ static void nfs_null(void)
 
 static void getattr_root(void)
 {
-	fattr3 a;
+	fattr3 a = {0};
 	CHECK(have_root);
 	uint32_t st = do_getattr(&cl, &root, &a);
 	CHECKF(st == NFS3_OK, "status %u", st);
@@ -257,7 +257,7 @@ static void getattr_root(void)
 static void fsinfo_limits(void)
 {
 	FSINFO3args a = { .fsroot = pc_fh_arg(&root) };
-	FSINFO3res r;
+	FSINFO3res r = {0};
 	CHECK(pc_nfs3_fsinfo(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
 	if (r.status != NFS3_OK)
@@ -276,7 +276,7 @@ static void fsinfo_limits(void)
 static void fsstat_sane(void)
 {
 	FSSTAT3args a = { .fsroot = pc_fh_arg(&root) };
-	FSSTAT3res r;
+	FSSTAT3res r = {0};
 	CHECK(pc_nfs3_fsstat(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
 	if (r.status != NFS3_OK)
@@ -292,7 +292,7 @@ static void fsstat_sane(void)
 static void pathconf_sane(void)
 {
 	PATHCONF3args a = { .object = pc_fh_arg(&root) };
-	PATHCONF3res r;
+	PATHCONF3res r = {0};
 	CHECK(pc_nfs3_pathconf(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
 	if (r.status != NFS3_OK)
@@ -307,8 +307,8 @@ static void pathconf_sane(void)
 static void create_and_getattr(void)
 {
 	struct pc_fh fh;
-	CREATE3res r;
-	fattr3 before;
+	CREATE3res r = {0};
+	fattr3 before = {0};
 	CHECK(do_getattr(&cl, &root, &before) == NFS3_OK);
 	uint32_t st = do_create(&cl, &root, "created", UNCHECKED, 0640, &fh, &r);
 	CHECKF(st == NFS3_OK, "status %u", st);
@@ -320,7 +320,7 @@ static void create_and_getattr(void)
 	CHECK(wcc_sane(&ok->dir_wcc, "CREATE dir_wcc"));
 	if (ok->dir_wcc.before.attributes_follow)
 		CHECK(ok->dir_wcc.before.pre_op_attr_u.attributes.size == before.size);
-	fattr3 a;
+	fattr3 a = {0};
 	CHECK(do_getattr(&cl, &fh, &a) == NFS3_OK);
 	CHECKF(a.type == NF3REG, "type %u", a.type);
 	CHECKF((a.mode & 07777) == 0640, "mode %o", a.mode);
@@ -329,7 +329,7 @@ static void create_and_getattr(void)
 	CHECK(a.uid == 0);
 	/* LOOKUP finds the same object. */
 	struct pc_fh fh2;
-	fattr3 la;
+	fattr3 la = {0};
 	CHECK(do_lookup(&cl, &root, "created", &fh2, &la) == NFS3_OK);
 	CHECK(la.fileid == a.fileid);
 	/* UNCHECKED on an existing file succeeds (RFC 1813 3.3.8). */
@@ -340,14 +340,14 @@ static void create_and_getattr(void)
 static void lookup_noent(void)
 {
 	LOOKUP3args a = { .what = { .dir = pc_fh_arg(&root), .name = "no-such-name" } };
-	LOOKUP3res r;
+	LOOKUP3res r = {0};
 	CHECK(pc_nfs3_lookup(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3ERR_NOENT, "status %u", r.status);
 	if (r.status == NFS3ERR_NOENT)
 		CHECK(r.LOOKUP3res_u.resfail.dir_attributes.attributes_follow);
 	/* "." and ".." of the root resolve to directories (RFC 1813 3.3.3 lets the server decide on
 	 * ".." of the root; it must not escape the export). */
-	fattr3 ra, da;
+	fattr3 ra = {0}, da = {0};
 	CHECK(do_getattr(&cl, &root, &ra) == NFS3_OK);
 	uint32_t st = do_lookup(&cl, &root, "..", NULL, &da);
 	CHECKF(st == NFS3_OK || st == NFS3ERR_ACCES || st == NFS3ERR_NOENT, "'..' status %u", st);
@@ -363,7 +363,7 @@ static void write_read_unstable(void)
 	fill_pattern(data, LEN, 1);
 	struct pc_fh fh;
 	CHECK(do_create(&cl, &root, "wr", GUARDED, 0644, &fh, NULL) == NFS3_OK);
-	WRITE3res w;
+	WRITE3res w = {0};
 	uint32_t st = do_write(&cl, &fh, 0, data, LEN, UNSTABLE, &w);
 	CHECKF(st == NFS3_OK, "status %u", st);
 	if (st != NFS3_OK)
@@ -378,11 +378,11 @@ static void write_read_unstable(void)
 	if (ok->file_wcc.after.attributes_follow)
 		CHECKF(ok->file_wcc.after.post_op_attr_u.attributes.size == LEN, "post size %llu",
 		       (unsigned long long)ok->file_wcc.after.post_op_attr_u.attributes.size);
-	fattr3 a;
+	fattr3 a = {0};
 	CHECK(do_getattr(&cl, &fh, &a) == NFS3_OK);
 	CHECKF(a.size == LEN, "size %llu", (unsigned long long)a.size);
 
-	READ3res rr;
+	READ3res rr = {0};
 	CHECK(do_read(&cl, &fh, 0, LEN, &rr) == NFS3_OK);
 	if (rr.status == NFS3_OK) {
 		READ3resok *rok = &rr.READ3res_u.resok;
@@ -426,14 +426,14 @@ static void write_verifier_and_commit(void)
 {
 	struct pc_fh fh;
 	CHECK(do_create(&cl, &root, "verf", GUARDED, 0644, &fh, NULL) == NFS3_OK);
-	WRITE3res w1, w2;
+	WRITE3res w1 = {0}, w2 = {0};
 	CHECK(do_write(&cl, &fh, 0, "first", 5, UNSTABLE, &w1) == NFS3_OK);
 	CHECK(do_write(&cl, &fh, 5, "second", 6, UNSTABLE, &w2) == NFS3_OK);
 	if (w1.status != NFS3_OK || w2.status != NFS3_OK)
 		return;
 	CHECK(memcmp(w1.WRITE3res_u.resok.verf, w2.WRITE3res_u.resok.verf, NFS3_WRITEVERFSIZE) == 0);
 	COMMIT3args ca = { .file = pc_fh_arg(&fh), .offset = 0, .count = 0 };
-	COMMIT3res cr;
+	COMMIT3res cr = {0};
 	CHECK(pc_nfs3_commit(&cl, &ca, &cr) == 0);
 	CHECKF(cr.status == NFS3_OK, "COMMIT status %u", cr.status);
 	if (cr.status == NFS3_OK) {
@@ -446,7 +446,7 @@ static void write_verifier_and_commit(void)
 	ca.offset = 3;
 	ca.count = 4;
 	CHECK(pc_nfs3_commit(&cl, &ca, &cr) == 0 && cr.status == NFS3_OK);
-	READ3res rr;
+	READ3res rr = {0};
 	CHECK(do_read(&cl, &fh, 0, 100, &rr) == NFS3_OK);
 	CHECK(rr.status == NFS3_OK && rr.READ3res_u.resok.count == 11 &&
 	      memcmp(rr.READ3res_u.resok.data.data_val, "firstsecond", 11) == 0);
@@ -457,7 +457,7 @@ static void write_file_sync(void)
 {
 	struct pc_fh fh;
 	CHECK(do_create(&cl, &root, "sync", GUARDED, 0644, &fh, NULL) == NFS3_OK);
-	WRITE3res w;
+	WRITE3res w = {0};
 	CHECK(do_write(&cl, &fh, 0, "stable data", 11, FILE_SYNC, &w) == NFS3_OK);
 	if (w.status == NFS3_OK) {
 		CHECKF(w.WRITE3res_u.resok.committed == FILE_SYNC, "committed %u",
@@ -479,11 +479,11 @@ static void write_read_one_mib(void)
 	fill_pattern(data, ONE_MIB, 7);
 	struct pc_fh fh;
 	CHECK(do_create(&cl, &root, "big", GUARDED, 0644, &fh, NULL) == NFS3_OK);
-	WRITE3res w;
+	WRITE3res w = {0};
 	CHECK(do_write(&cl, &fh, 0, data, ONE_MIB, UNSTABLE, &w) == NFS3_OK);
 	if (w.status == NFS3_OK)
 		CHECKF(w.WRITE3res_u.resok.count == ONE_MIB, "count %u", w.WRITE3res_u.resok.count);
-	READ3res r;
+	READ3res r = {0};
 	CHECK(do_read(&cl, &fh, 0, ONE_MIB, &r) == NFS3_OK);
 	if (r.status == NFS3_OK) {
 		CHECKF(r.READ3res_u.resok.count == ONE_MIB, "read count %u", r.READ3res_u.resok.count);
@@ -508,7 +508,7 @@ static void setattr_cases(void)
 	a.object = pc_fh_arg(&fh);
 	a.new_attributes.size.set_it = 1;
 	a.new_attributes.size.set_size3_u.size = 10;
-	SETATTR3res r;
+	SETATTR3res r = {0};
 	CHECK(pc_nfs3_setattr(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "truncate status %u", r.status);
 	if (r.status == NFS3_OK) {
@@ -530,7 +530,7 @@ static void setattr_cases(void)
 	a.new_attributes.atime.set_atime_u.atime.seconds = 999999999u;
 	CHECK(pc_nfs3_setattr(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "mode/mtime status %u", r.status);
-	fattr3 fa;
+	fattr3 fa = {0};
 	CHECK(do_getattr(&cl, &fh, &fa) == NFS3_OK);
 	CHECKF((fa.mode & 07777) == 0600, "mode %o", fa.mode);
 	CHECKF(fa.mtime.seconds == 1000000000u, "mtime %u", fa.mtime.seconds);
@@ -542,7 +542,7 @@ static void setattr_cases(void)
 	a.new_attributes.size.set_it = 1;
 	a.new_attributes.size.set_size3_u.size = 20;
 	CHECK(pc_nfs3_setattr(&cl, &a, &r) == 0 && r.status == NFS3_OK);
-	READ3res rr;
+	READ3res rr = {0};
 	CHECK(do_read(&cl, &fh, 0, 100, &rr) == NFS3_OK);
 	if (rr.status == NFS3_OK) {
 		static const uint8_t zeros[10];
@@ -561,7 +561,7 @@ static void setattr_cases(void)
 	a.guard.sattrguard3_u.obj_ctime.nseconds = fa.ctime.nseconds;
 	CHECK(pc_nfs3_setattr(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3ERR_NOT_SYNC, "guard status %u", r.status);
-	fattr3 fb;
+	fattr3 fb = {0};
 	CHECK(do_getattr(&cl, &fh, &fb) == NFS3_OK);
 	CHECK((fb.mode & 07777) == 0600);
 	/* ... and the matching ctime lets it through. */
@@ -585,7 +585,7 @@ static void access_cases(void)
 	uint32_t all = ACCESS3_READ | ACCESS3_LOOKUP | ACCESS3_MODIFY | ACCESS3_EXTEND | ACCESS3_DELETE |
 		       ACCESS3_EXECUTE;
 	ACCESS3args a = { .object = pc_fh_arg(&fh), .access = all };
-	ACCESS3res r;
+	ACCESS3res r = {0};
 	CHECK(pc_nfs3_access(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
 	if (r.status == NFS3_OK) {
@@ -620,14 +620,14 @@ static void access_cases(void)
 static void mkdir_rmdir(void)
 {
 	struct pc_fh d;
-	fattr3 before, after;
+	fattr3 before = {0}, after = {0};
 	CHECK(do_getattr(&cl, &root, &before) == NFS3_OK);
 	MKDIR3args a;
 	memset(&a, 0, sizeof(a));
 	a.where.dir = pc_fh_arg(&root);
 	a.where.name = "subdir";
 	a.attributes = sattr_mode(0755);
-	MKDIR3res r;
+	MKDIR3res r = {0};
 	CHECK(pc_nfs3_mkdir(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
 	if (r.status != NFS3_OK)
@@ -635,7 +635,7 @@ static void mkdir_rmdir(void)
 	CHECK(r.MKDIR3res_u.resok.obj.handle_follows);
 	pc_fh_set(&d, &r.MKDIR3res_u.resok.obj.post_op_fh3_u.handle);
 	CHECK(wcc_sane(&r.MKDIR3res_u.resok.dir_wcc, "MKDIR dir_wcc"));
-	fattr3 da;
+	fattr3 da = {0};
 	CHECK(do_getattr(&cl, &d, &da) == NFS3_OK);
 	CHECK(da.type == NF3DIR);
 	CHECKF((da.mode & 07777) == 0755, "mode %o", da.mode);
@@ -668,7 +668,7 @@ static void symlink_readlink(void)
 	a.where.name = "link";
 	a.symlink.symlink_attributes = sattr_mode(0777);
 	a.symlink.symlink_data = "some/target/../path";
-	SYMLINK3res r;
+	SYMLINK3res r = {0};
 	CHECK(pc_nfs3_symlink(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
 	if (r.status != NFS3_OK)
@@ -679,12 +679,12 @@ static void symlink_readlink(void)
 		pc_fh_set(&fh, &r.SYMLINK3res_u.resok.obj.post_op_fh3_u.handle);
 	else
 		CHECK(do_lookup(&cl, &root, "link", &fh, NULL) == NFS3_OK);
-	fattr3 fa;
+	fattr3 fa = {0};
 	CHECK(do_getattr(&cl, &fh, &fa) == NFS3_OK);
 	CHECKF(fa.type == NF3LNK, "type %u", fa.type);
 	CHECK(fa.size == strlen("some/target/../path"));
 	READLINK3args ra = { .symlink = pc_fh_arg(&fh) };
-	READLINK3res rr;
+	READLINK3res rr = {0};
 	CHECK(pc_nfs3_readlink(&cl, &ra, &rr) == 0);
 	CHECKF(rr.status == NFS3_OK, "READLINK status %u", rr.status);
 	if (rr.status == NFS3_OK)
@@ -696,7 +696,7 @@ static void symlink_readlink(void)
 	CHECK(pc_nfs3_readlink(&cl, &ra, &rr) == 0);
 	CHECKF(rr.status == NFS3ERR_INVAL, "READLINK of a file: status %u", rr.status);
 	/* LOOKUP of the link returns the link itself, never its target. */
-	fattr3 la;
+	fattr3 la = {0};
 	CHECK(do_lookup(&cl, &root, "link", NULL, &la) == NFS3_OK && la.type == NF3LNK);
 }
 
@@ -708,12 +708,12 @@ static void mknod_cases(void)
 	a.where.name = "fifo";
 	a.what.type = NF3FIFO;
 	a.what.mknoddata3_u.pipe_attributes = sattr_mode(0640);
-	MKNOD3res r;
+	MKNOD3res r = {0};
 	CHECK(pc_nfs3_mknod(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "FIFO status %u", r.status);
 	if (r.status == NFS3_OK) {
 		CHECK(wcc_sane(&r.MKNOD3res_u.resok.dir_wcc, "MKNOD dir_wcc"));
-		fattr3 fa;
+		fattr3 fa = {0};
 		CHECK(do_lookup(&cl, &root, "fifo", NULL, &fa) == NFS3_OK);
 		CHECKF(fa.type == NF3FIFO, "type %u", fa.type);
 		CHECKF((fa.mode & 07777) == 0640, "mode %o", fa.mode);
@@ -742,7 +742,7 @@ static void remove_and_stale(void)
 {
 	struct pc_fh fh;
 	CHECK(do_create(&cl, &root, "doomed", GUARDED, 0644, &fh, NULL) == NFS3_OK);
-	REMOVE3res r;
+	REMOVE3res r = {0};
 	uint32_t st = do_remove(&cl, &root, "doomed", &r);
 	CHECKF(st == NFS3_OK, "status %u", st);
 	if (st == NFS3_OK)
@@ -762,20 +762,20 @@ static void rename_cases(void)
 	struct pc_fh d1, d2;
 	CHECK(do_mkdir(&cl, &root, "rn1", 0755, &d1) == NFS3_OK);
 	CHECK(do_mkdir(&cl, &root, "rn2", 0755, &d2) == NFS3_OK);
-	fattr3 orig;
+	fattr3 orig = {0};
 	struct pc_fh f;
 	CHECK(do_create(&cl, &d1, "a", GUARDED, 0644, &f, NULL) == NFS3_OK);
 	CHECK(do_getattr(&cl, &f, &orig) == NFS3_OK);
 	RENAME3args a = { .from = { .dir = pc_fh_arg(&d1), .name = "a" },
 			  .to = { .dir = pc_fh_arg(&d2), .name = "b" } };
-	RENAME3res r;
+	RENAME3res r = {0};
 	CHECK(pc_nfs3_rename(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
 	if (r.status == NFS3_OK) {
 		CHECK(wcc_sane(&r.RENAME3res_u.resok.fromdir_wcc, "RENAME fromdir_wcc"));
 		CHECK(wcc_sane(&r.RENAME3res_u.resok.todir_wcc, "RENAME todir_wcc"));
 	}
-	fattr3 moved;
+	fattr3 moved = {0};
 	CHECK(do_lookup(&cl, &d1, "a", NULL, NULL) == NFS3ERR_NOENT);
 	CHECK(do_lookup(&cl, &d2, "b", NULL, &moved) == NFS3_OK);
 	CHECK(moved.fileid == orig.fileid);
@@ -788,7 +788,7 @@ static void rename_cases(void)
 			   .to = { .dir = pc_fh_arg(&d2), .name = "c" } };
 	CHECK(pc_nfs3_rename(&cl, &a2, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "replace status %u", r.status);
-	fattr3 c;
+	fattr3 c = {0};
 	CHECK(do_lookup(&cl, &d2, "c", NULL, &c) == NFS3_OK && c.fileid == orig.fileid);
 	CHECK(do_lookup(&cl, &d2, "b", NULL, NULL) == NFS3ERR_NOENT);
 	CHECKF(do_getattr(&cl, &victim, NULL) == NFS3ERR_STALE, "replaced file's handle not STALE");
@@ -821,7 +821,7 @@ static void link_cases(void)
 	struct pc_fh f;
 	CHECK(do_create(&cl, &root, "orig", GUARDED, 0644, &f, NULL) == NFS3_OK);
 	LINK3args a = { .file = pc_fh_arg(&f), .link = { .dir = pc_fh_arg(&root), .name = "hard" } };
-	LINK3res r;
+	LINK3res r = {0};
 	CHECK(pc_nfs3_link(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
 	if (r.status == NFS3_OK) {
@@ -832,7 +832,7 @@ static void link_cases(void)
 			       r.LINK3res_u.resok.file_attributes.post_op_attr_u.attributes.nlink);
 		CHECK(wcc_sane(&r.LINK3res_u.resok.linkdir_wcc, "LINK linkdir_wcc"));
 	}
-	fattr3 fa, la;
+	fattr3 fa = {0}, la = {0};
 	CHECK(do_getattr(&cl, &f, &fa) == NFS3_OK);
 	CHECKF(fa.nlink == 2, "nlink %u", fa.nlink);
 	CHECK(do_lookup(&cl, &root, "hard", NULL, &la) == NFS3_OK && la.fileid == fa.fileid);
@@ -881,7 +881,7 @@ static void readdir_paged(void)
 		a.cookie = cookie;
 		memcpy(a.cookieverf, verf, sizeof(verf));
 		a.count = 512; /* a handful of entries per page */
-		READDIR3res r;
+		READDIR3res r = {0};
 		if (pc_nfs3_readdir(&cl, &a, &r) != 0 || r.status != NFS3_OK) {
 			CHECKF(false, "READDIR page %d: status %u (%s)", pages, r.status, pc_last_error(&cl));
 			return;
@@ -929,7 +929,7 @@ static void readdir_paged(void)
 	memset(&t, 0, sizeof(t));
 	t.dir = pc_fh_arg(&d);
 	t.count = 8;
-	READDIR3res tr;
+	READDIR3res tr = {0};
 	CHECK(pc_nfs3_readdir(&cl, &t, &tr) == 0);
 	CHECKF(tr.status == NFS3ERR_TOOSMALL, "count 8: status %u", tr.status);
 	/* READDIR of a file: NOTDIR. */
@@ -964,7 +964,7 @@ static void readdirplus_handles(void)
 		memcpy(a.cookieverf, verf, sizeof(verf));
 		a.dircount = 256;
 		a.maxcount = 4096;
-		READDIRPLUS3res r;
+		READDIRPLUS3res r = {0};
 		if (pc_nfs3_readdirplus(&cl, &a, &r) != 0 || r.status != NFS3_OK) {
 			CHECKF(false, "READDIRPLUS: status %u (%s)", r.status, pc_last_error(&cl));
 			return;
@@ -989,7 +989,7 @@ static void readdirplus_handles(void)
 			/* The handle must be one GETATTR accepts, naming the same object (this page's
 			 * result stays valid until pc_release below). */
 			GETATTR3args ga = { .object = pc_fh_arg(&h) };
-			GETATTR3res gr;
+			GETATTR3res gr = {0};
 			gr.status = 0xffffffffu;
 			if (pc_nfs3_getattr(&cl, &ga, &gr) == 0 && gr.status == NFS3_OK &&
 			    gr.GETATTR3res_u.resok.obj_attributes.fileid == e->fileid &&
@@ -1016,7 +1016,7 @@ static void bad_cookie(void)
 	memset(&a, 0, sizeof(a));
 	a.dir = pc_fh_arg(&d);
 	a.count = 4096;
-	READDIR3res r;
+	READDIR3res r = {0};
 	CHECK(pc_nfs3_readdir(&cl, &a, &r) == 0 && r.status == NFS3_OK);
 	if (r.status != NFS3_OK || r.READDIR3res_u.resok.reply.entries == NULL)
 		return;
@@ -1091,7 +1091,7 @@ static void notdir_isdir(void)
 
 	struct pc_fh d;
 	CHECK(do_mkdir(&cl, &root, "adir", 0755, &d) == NFS3_OK);
-	READ3res rr;
+	READ3res rr = {0};
 	st = do_read(&cl, &d, 0, 100, &rr);
 	CHECKF(st == NFS3ERR_ISDIR || st == NFS3ERR_INVAL, "READ of a directory: status %u", st);
 	st = do_write(&cl, &d, 0, "x", 1, UNSTABLE, NULL);
@@ -1147,7 +1147,7 @@ static uint32_t create_exclusive(const char *name, const char verf[NFS3_CREATEVE
 	a.where.name = (char *)name;
 	a.how.mode = EXCLUSIVE;
 	memcpy(a.how.createhow3_u.verf, verf, NFS3_CREATEVERFSIZE);
-	CREATE3res r;
+	CREATE3res r = {0};
 	if (pc_nfs3_create(&cl, &a, &r) != 0)
 		return 0xffffffffu;
 	if (r.status == NFS3_OK && out != NULL) {
@@ -1170,7 +1170,7 @@ static void exclusive_create(void)
 	st = create_exclusive("excl", v1, &h2);
 	CHECKF(st == NFS3_OK, "retry, same verifier: status %u", st);
 	if (st == NFS3_OK) {
-		fattr3 a1, a2;
+		fattr3 a1 = {0}, a2 = {0};
 		CHECK(do_getattr(&cl, &h1, &a1) == NFS3_OK && do_getattr(&cl, &h2, &a2) == NFS3_OK &&
 		      a1.fileid == a2.fileid);
 		CHECK(pc_fh_equal(&h1, &h2));
@@ -1185,7 +1185,7 @@ static void exclusive_create(void)
 	sa.new_attributes = sattr_mode(0644);
 	sa.new_attributes.mtime.set_it = SET_TO_SERVER_TIME;
 	sa.new_attributes.atime.set_it = SET_TO_SERVER_TIME;
-	SETATTR3res sr;
+	SETATTR3res sr = {0};
 	CHECK(pc_nfs3_setattr(&cl, &sa, &sr) == 0 && sr.status == NFS3_OK);
 	CHECK(do_write(&cl, &h1, 0, "ok", 2, FILE_SYNC, NULL) == NFS3_OK);
 	/* EXCLUSIVE on a name that exists as an ordinary file: EXIST. */
@@ -1212,7 +1212,7 @@ static void read_only_export(void)
 		return;
 	struct pc_fh f;
 	CHECK(do_lookup(&cl, &ro, "ro-file", &f, NULL) == NFS3_OK);
-	READ3res rr;
+	READ3res rr = {0};
 	CHECK(do_read(&cl, &f, 0, 100, &rr) == NFS3_OK && rr.READ3res_u.resok.count == 8);
 	uint32_t st = do_write(&cl, &f, 0, "x", 1, FILE_SYNC, NULL);
 	CHECKF(st == NFS3ERR_ROFS, "WRITE: status %u", st);
@@ -1226,12 +1226,12 @@ static void read_only_export(void)
 	memset(&sa, 0, sizeof(sa));
 	sa.object = pc_fh_arg(&f);
 	sa.new_attributes = sattr_mode(0600);
-	SETATTR3res sr;
+	SETATTR3res sr = {0};
 	CHECK(pc_nfs3_setattr(&cl, &sa, &sr) == 0);
 	CHECKF(sr.status == NFS3ERR_ROFS, "SETATTR: status %u", sr.status);
 	/* ACCESS on a read-only export never grants MODIFY (3.3.4). */
 	ACCESS3args aa = { .object = pc_fh_arg(&f), .access = ACCESS3_READ | ACCESS3_MODIFY };
-	ACCESS3res ar;
+	ACCESS3res ar = {0};
 	CHECK(pc_nfs3_access(&cl, &aa, &ar) == 0 && ar.status == NFS3_OK);
 	if (ar.status == NFS3_OK) {
 		CHECK(ar.ACCESS3res_u.resok.access & ACCESS3_READ);
@@ -1257,7 +1257,7 @@ static void root_squash_acces(void)
 	struct pc_fh owned;
 	uint32_t st = do_mkdir(&user, &sq, "owned", 0755, &owned);
 	CHECKF(st == NFS3_OK, "MKDIR as uid 1234: status %u", st);
-	fattr3 oa;
+	fattr3 oa = {0};
 	CHECK(do_getattr(&user, &owned, &oa) == NFS3_OK && oa.uid == 1234);
 	/* Root, squashed to the anonymous uid, cannot create in it. */
 	st = do_create(&cl, &owned, "by-root", UNCHECKED, 0644, NULL, NULL);
@@ -1269,7 +1269,7 @@ static void root_squash_acces(void)
 	struct pc_fh rf;
 	st = do_create(&cl, &sq, "root-made", UNCHECKED, 0644, &rf, NULL);
 	CHECKF(st == NFS3_OK, "CREATE in 0777 dir as squashed root: status %u", st);
-	fattr3 ra;
+	fattr3 ra = {0};
 	if (st == NFS3_OK && do_getattr(&cl, &rf, &ra) == NFS3_OK)
 		CHECKF(ra.uid == 65534, "owner uid %u, want 65534", ra.uid);
 	pc_disconnect(&user);
