@@ -41,7 +41,7 @@ run: deps build-release
 	@test -f var/exports || sed 's|@EXPORT_DIR@|$(CURDIR_ABS)/var/export|' etc/exports.default > var/exports
 	@echo "Serving $(CURDIR_ABS)/var/export over NFSv3 on 127.0.0.1. Mount it with:"
 	@echo "    mount -t nfs -o vers=3 127.0.0.1:$(CURDIR_ABS)/var/export /mnt"
-	$(BUILD_RELEASE)/shale serve --exports var/exports --state var/state
+	$(BUILD_RELEASE)/tools/shale serve --exports var/exports --state var/state
 
 test: deps-test build-debug build-release
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
