@@ -1,0 +1,382 @@
+#!/bin/bash
+# run-kclient.sh: mounts a Shale export with the real Linux NFS client and checks what it sees.
+#
+# What it proves
+#   Debian's own kernel, booted in qemu, mounts the server with `mount -t nfs -o vers=3,nolock`
+#   and no port options: the kernel asks the portmapper on port 111 (Shale's built-in one) for
+#   the MOUNT and NFS ports, gets a root handle through MOUNT v3 and then drives NFSv3 for a
+#   battery of file operations (tests/kclient/guest_fsops.c): create, write, read, append,
+#   truncate, renames, hard and symbolic links, mkdir/rmdir, a 2,000-entry readdir, chmod,
+#   chown, utimes, statfs, a 64 MiB file with a hash compare after dropping caches, four
+#   concurrent writers, and, after an unmount and a fresh mount, that everything is still
+#   there. Every packet on the host loopback is captured and decoded by tshark: NFS, MOUNT and
+#   portmap traffic must be present and not one packet may be malformed. Finally the host
+#   reads the exported directory directly and compares the 64 MiB file's hash with the
+#   guest's.
+#
+# How it works
+#   1. prepare.sh builds (and caches under build-cache/kclient) the kernel and initramfs;
+#      guest_fsops.c is compiled statically and added with guest-init.sh as /init.
+#   2. Unless --no-netns, the script then re-runs itself in a private network namespace
+#      (unshare -n): the server, the capture and qemu share a loopback of their own, so the fixed
+#      ports 2049 and 111 cannot clash with anything else on the machine and nothing listens
+#      beyond loopback.
+#   3. The server starts on a fresh export directory (`DIR 127.0.0.1(rw,insecure,
+#      no_root_squash)`: qemu's user network makes the guest's connections come from the host's
+#      127.0.0.1 and from unprivileged ports) and the script waits for its --ready-file.
+#   4. tshark captures `tcp port 2049 or udp port 2049 or port 111` on lo.
+#   5. qemu (TCG; KVM does not work on this host) boots the guest; the guest's `ok -`/`not ok -`
+#      lines are relayed to stdout as they arrive. The guest powers itself off; a timeout turns a
+#      hang into a failure with the console's last lines shown.
+#   6. Capture and host-side checks, each one more TAP line.
+#
+# Running it alone
+#   tests/kclient/run-kclient.sh --shale BUILD/tools/shale         (or SHALE=... in the env)
+#   meson test -C BUILD --suite kclient                             (what the build registers)
+#   tests/kclient/run-kclient.sh --server ganesha                   (same checks against
+#                                                                    NFS-Ganesha + rpcbind)
+#   Options: --server shale|ganesha|cmd, --server-cmd 'CMD' (run with sh -c; it gets
+#   KC_EXPORTS_FILE, KC_EXPORT_DIR, KC_STATE_DIR, KC_READY_FILE in its environment and must
+#   serve NFSv3, MOUNT v3 and portmap on 2049/111), --cache DIR, --work DIR (kept afterwards),
+#   --timeout SECONDS (guest run, default 480), --mount-opts OPTS, --no-netns.
+#   Needs root (network namespace, packet capture); installs qemu-system-x86, busybox-static
+#   and tshark from Debian when missing.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$here/../.." && pwd)
+
+server=shale
+server_cmd=
+shale=${SHALE:-}
+cache=${KCLIENT_CACHE:-$top/build-cache/kclient}
+work=
+guest_timeout=480
+mount_opts=vers=3,nolock
+use_netns=1
+in_netns=0
+owned_work=0 # 1: the work directory is this run's own, removed after a clean pass
+orig_args=("$@")
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--shale) shale=$2; shift 2 ;;
+	--server) server=$2; shift 2 ;;
+	--server-cmd) server=cmd; server_cmd=$2; shift 2 ;;
+	--cache) cache=$2; shift 2 ;;
+	--work) work=$2; shift 2 ;;
+	--timeout) guest_timeout=$2; shift 2 ;;
+	--mount-opts) mount_opts=$2; shift 2 ;;
+	--no-netns) use_netns=0; shift ;;
+	--in-netns) in_netns=1; shift ;;
+	--owned-work) owned_work=1; shift ;;
+	*) echo "run-kclient: unknown argument $1" >&2; exit 2 ;;
+	esac
+done
+
+fail_count=0
+pass_count=0
+ok() { echo "ok - $*"; pass_count=$((pass_count + 1)); }
+notok() { echo "not ok - $*"; fail_count=$((fail_count + 1)); }
+note() { echo "# $*"; }
+bail() { # a setup step failed: one failing TAP line, then stop
+	notok "$*"
+	exit 1
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+	bail "kclient harness needs root (network namespace, packet capture, qemu)"
+fi
+
+case "$server" in
+shale)
+	[ -n "$shale" ] || bail "no shale binary: pass --shale PATH or set SHALE"
+	[ -x "$shale" ] || bail "shale binary $shale is not executable"
+	shale=$(cd "$(dirname "$shale")" && pwd)/$(basename "$shale")
+	;;
+ganesha | cmd) ;;
+*) bail "unknown --server $server" ;;
+esac
+
+if [ -z "$work" ]; then
+	work=$(mktemp -d /tmp/kclient.XXXXXX)
+	owned_work=1
+else
+	mkdir -p "$work"
+	work=$(cd "$work" && pwd)
+fi
+
+# ---- image (in the host namespace: it may need the package mirror) ----------------------------
+if [ "$in_netns" -eq 0 ]; then
+	note "work directory $work"
+	if ! dpkg -s tshark >/dev/null 2>&1; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q tshark >"$work/apt-tshark.log" 2>&1 ||
+			bail "apt-get install tshark failed (see $work/apt-tshark.log)"
+	fi
+	cflags=(-std=c17 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
+		-Wmissing-prototypes -Wformat=2 -Wvla -Wimplicit-fallthrough -Wno-missing-field-initializers)
+	gcc "${cflags[@]}" -I"$top/tests/lib" -static -o "$work/guest_fsops" "$here/guest_fsops.c" \
+		>"$work/gcc.log" 2>&1 || { sed 's/^/# /' "$work/gcc.log"; bail "building guest_fsops (gcc -static)"; }
+	"$here/prepare.sh" "$cache" "$work/image" "$here/guest-init.sh" "$work/guest_fsops" \
+		>"$work/prepare.log" 2>&1 || { sed 's/^/# /' "$work/prepare.log"; bail "prepare.sh failed"; }
+	note "guest image: $(cat "$cache/package")"
+
+	if [ "$use_netns" -eq 1 ]; then
+		if unshare -n true 2>/dev/null; then
+			extra=(--in-netns --work "$work")
+			[ "$owned_work" -eq 1 ] && extra+=(--owned-work)
+			exec unshare -n "$0" "${orig_args[@]}" "${extra[@]}"
+		fi
+		note "unshare -n is not available: running in the host network namespace"
+	fi
+else
+	ip link set lo up || bail "cannot bring up lo in the private network namespace"
+fi
+
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	if [ "$owned_work" -eq 1 ] && [ "$fail_count" -eq 0 ]; then
+		rm -rf "$work"
+	elif [ "$fail_count" -ne 0 ]; then
+		echo "# logs kept in $work" >&2
+	fi
+}
+trap cleanup EXIT
+
+# Ports the server must own in this namespace.
+port_busy() { ss -Hltn "sport = :$1" | grep -q . || ss -Hlun "sport = :$1" | grep -q .; }
+for p in 2049 111; do
+	port_busy "$p" && bail "port $p is already in use (run without --no-netns, or stop that server)"
+done
+
+# ---- server ---------------------------------------------------------------------------------
+export_dir="$work/export"
+state_dir="$work/state"
+mkdir -p "$export_dir" "$state_dir"
+exports_file="$work/exports"
+echo "$export_dir 127.0.0.1(rw,insecure,no_root_squash)" >"$exports_file"
+ready_file="$work/ready"
+rm -f "$ready_file"
+
+wait_listening() { # $1: port, $2: seconds, $3: pid that must stay alive
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		ss -Hltn "sport = :$1" | grep -q . && return 0
+		kill -0 "$3" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+case "$server" in
+shale)
+	"$shale" serve --exports "$exports_file" --state "$state_dir" --ready-file "$ready_file" \
+		>"$work/server.log" 2>&1 &
+	server_pid=$!
+	pids+=("$server_pid")
+	for ((i = 0; i < 300; i++)); do
+		[ -s "$ready_file" ] && grep -q '^port=' "$ready_file" && break
+		kill -0 "$server_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if ! [ -s "$ready_file" ]; then
+		sed 's/^/# server: /' "$work/server.log" | tail -n 20
+		bail "shale serve wrote its ready file"
+	fi
+	note "ready file: $(tr '\n' ' ' <"$ready_file")"
+	grep -q '^port=2049$' "$ready_file" || bail "shale serve listens on 2049 ($(cat "$ready_file"))"
+	# In the private namespace no rpcbind can run, so the server must answer port 111 itself.
+	if [ "$in_netns" -eq 1 ]; then
+		if grep -q '^portmap=builtin$' "$ready_file" && wait_listening 111 5 "$server_pid"; then
+			ok "shale serve answers the portmapper on 111 itself (portmap=builtin)"
+		else
+			notok "shale serve answers the portmapper on 111 itself ($(grep portmap "$ready_file"))"
+		fi
+	fi
+	;;
+ganesha)
+	# Development comparison only: NFS-Ganesha registers with rpcbind, so rpcbind runs too. Both
+	# listen on the wildcard address, which in the private namespace is only its loopback
+	# (Ganesha cannot resolve Bind_addr there: with no configured non-loopback address,
+	# getaddrinfo's AI_ADDRCONFIG finds no IPv4 at all).
+	for p in nfs-ganesha nfs-ganesha-vfs rpcbind; do
+		dpkg -s "$p" >/dev/null 2>&1 || bail "$p is not installed"
+	done
+	[ "$in_netns" -eq 1 ] || bail "--server ganesha runs rpcbind and needs the private namespace"
+	mkdir -p "$work/rpcbind"
+	rpcbind -f -w >"$work/rpcbind.log" 2>&1 &
+	pids+=($!)
+	sleep 0.5
+	cat >"$work/ganesha.conf" <<-EOF
+		NFS_CORE_PARAM {
+			NFS_Port = 2049;
+			MNT_Port = 20048;
+			Protocols = 3;
+			Enable_NLM = false;
+			Enable_RQUOTA = false;
+		}
+		EXPORT {
+			Export_Id = 1;
+			Path = $export_dir;
+			Pseudo = $export_dir;
+			Access_Type = RW;
+			Squash = No_Root_Squash;
+			Protocols = 3;
+			Transports = TCP, UDP;
+			SecType = sys;
+			FSAL { Name = VFS; }
+		}
+	EOF
+	ganesha.nfsd -F -f "$work/ganesha.conf" -L "$work/server.log" -p "$work/ganesha.pid" \
+		>"$work/ganesha.out" 2>&1 &
+	server_pid=$!
+	pids+=("$server_pid")
+	wait_listening 2049 30 "$server_pid" || bail "ganesha.nfsd listens on 2049"
+	;;
+cmd)
+	KC_EXPORTS_FILE=$exports_file KC_EXPORT_DIR=$export_dir KC_STATE_DIR=$state_dir \
+		KC_READY_FILE=$ready_file sh -c "$server_cmd" >"$work/server.log" 2>&1 &
+	server_pid=$!
+	pids+=("$server_pid")
+	wait_listening 2049 30 "$server_pid" || bail "server command listens on 2049"
+	;;
+esac
+ok "$server server is up on port 2049"
+# Shale serves MOUNT on the NFS port; Ganesha has its own MOUNT port.
+capture_filter="tcp port 2049 or udp port 2049 or port 111"
+[ "$server" = ganesha ] && capture_filter="$capture_filter or port 20048"
+
+# ---- capture --------------------------------------------------------------------------------
+capture="$work/capture.pcapng"
+tshark -i lo -w "$capture" -f "$capture_filter" \
+	>"$work/tshark.log" 2>&1 &
+tshark_pid=$!
+pids+=("$tshark_pid")
+for ((i = 0; i < 200; i++)); do
+	grep -q "Capturing on" "$work/tshark.log" && break
+	kill -0 "$tshark_pid" 2>/dev/null || break
+	sleep 0.1
+done
+grep -q "Capturing on" "$work/tshark.log" || { sed 's/^/# /' "$work/tshark.log"; bail "tshark capture started"; }
+
+# ---- guest ----------------------------------------------------------------------------------
+console="$work/console.log"
+: >"$console"
+start=$(date +%s)
+note "booting the guest (TCG), timeout ${guest_timeout}s"
+timeout --kill-after=10 "$guest_timeout" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 2 \
+	-nographic -no-reboot -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
+	-kernel "$work/image/vmlinuz" -initrd "$work/image/initrd.img" \
+	-append "console=ttyS0 quiet panic=-1 kcexport=$export_dir kcopts=$mount_opts" \
+	</dev/null 2>"$work/qemu.err" |
+	while IFS= read -r line; do
+		line=${line%$'\r'}
+		printf '%s\n' "$line" >>"$console"
+		case "$line" in
+		"ok - "* | "not ok - "*) printf '%s\n' "$line" ;;
+		"# "*) printf '%s\n' "$line" ;;
+		esac
+	done
+qemu_rc=${PIPESTATUS[0]}
+elapsed=$(($(date +%s) - start))
+guest_ok=$(grep -c '^ok - ' "$console")
+guest_notok=$(grep -c '^not ok - ' "$console")
+pass_count=$((pass_count + guest_ok))
+fail_count=$((fail_count + guest_notok))
+note "guest ran ${elapsed}s (qemu exit $qemu_rc): $guest_ok ok, $guest_notok not ok"
+if grep -q '^# kclient: guest done' "$console" && [ "$guest_ok" -gt 0 ]; then
+	ok "guest ran to completion and reported"
+else
+	if [ "$qemu_rc" -eq 124 ] || [ "$qemu_rc" -eq 137 ]; then
+		why="timed out after ${guest_timeout}s"
+	else
+		why="qemu exited $qemu_rc without the guest's completion line"
+	fi
+	notok "guest ran to completion and reported ($why)"
+	tail -n 30 "$console" | sed 's/^/# console: /'
+	sed 's/^/# qemu: /' "$work/qemu.err" | tail -n 5
+fi
+
+# ---- capture decode -------------------------------------------------------------------------
+sleep 1 # let the last packets reach the capture file
+kill -INT "$tshark_pid" 2>/dev/null
+wait "$tshark_pid" 2>/dev/null
+kill "$server_pid" 2>/dev/null
+wait "$server_pid" 2>/dev/null
+server_rc=$?
+if [ "$server" = shale ]; then
+	# SIGTERM is the documented way to stop the server: it must exit 0, and a sanitizer build
+	# must have nothing to report about the whole run.
+	sanitizer=$(grep -cE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/server.log")
+	if [ "$server_rc" -eq 0 ] && [ "$sanitizer" -eq 0 ]; then
+		ok "shale serve stopped cleanly on SIGTERM (exit 0, no sanitizer reports)"
+	else
+		notok "shale serve stopped cleanly on SIGTERM (exit $server_rc, $sanitizer sanitizer reports)"
+		grep -E -A12 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/server.log" |
+			head -n 40 | sed 's/^/# server: /'
+	fi
+fi
+
+count_frames() { # $1: display filter
+	tshark -r "$capture" -Y "$1" -T fields -e frame.number 2>/dev/null | wc -l
+}
+nfs_n=$(count_frames nfs)
+mount_n=$(count_frames mount)
+portmap_n=$(count_frames portmap)
+malformed=$(tshark -r "$capture" -Y _ws.malformed 2>/dev/null)
+malformed_n=$(printf '%s' "$malformed" | grep -c .)
+expert_errors=$(count_frames '_ws.expert.severity == error')
+udp_n=$(count_frames 'udp && (portmap || mount)')
+note "capture: $nfs_n NFS, $mount_n MOUNT, $portmap_n portmap frames ($udp_n of the MOUNT/portmap ones over UDP), $expert_errors expert errors"
+if [ "$nfs_n" -gt 0 ] && [ "$mount_n" -gt 0 ] && [ "$portmap_n" -gt 0 ] && [ "$malformed_n" -eq 0 ]; then
+	ok "capture decoded by tshark with zero malformed packets ($nfs_n NFS packets)"
+else
+	notok "capture decoded by tshark with zero malformed packets ($nfs_n NFS, $mount_n MOUNT, $portmap_n portmap, $malformed_n malformed)"
+	printf '%s\n' "$malformed" | head -n 20 | sed 's/^/# malformed: /'
+fi
+if [ "$expert_errors" -gt 0 ]; then
+	tshark -r "$capture" -Y '_ws.expert.severity == error' 2>/dev/null | head -n 10 | sed 's/^/# expert error: /'
+fi
+# Which procedures the kernel used, for the log.
+procs=$(tshark -r "$capture" -Y 'nfs && rpc.msgtyp == 0' -T fields -e nfs.procedure_v3 2>/dev/null |
+	tr ',' '\n' | sort -n | uniq -c | awk '{printf "%s:%s ", $2, $1}')
+note "NFSv3 procedures called (number:count): $procs"
+errs=$(tshark -r "$capture" -Y 'nfs && rpc.msgtyp == 1 && nfs.status3 != 0' -T fields \
+	-e rpc.procedure -e nfs.status3 2>/dev/null | sort | uniq -c | awk '{printf "%s:%s:%s ", $2, $3, $1}')
+note "NFSv3 error replies (procedure:nfsstat3:count): ${errs:-none}"
+
+# ---- host-side view of the export -------------------------------------------------------------
+guest_hash=$(sed -n 's/^# kclient-hash big \([0-9a-f]*\).*/\1/p' "$console" | head -n 1)
+host_line=$("$work/guest_fsops" hash "$export_dir/kc/big" 2>&1)
+host_hash=${host_line%% *}
+want_line=$("$work/guest_fsops" big-hash)
+if [ -n "$guest_hash" ] && [ "$host_line" = "$want_line" ] && [ "$host_hash" = "$guest_hash" ]; then
+	ok "host reads the 64 MiB file with the guest's hash ($host_hash)"
+else
+	notok "host reads the 64 MiB file with the guest's hash (guest '${guest_hash}', host '$host_line', expected '$want_line')"
+fi
+many_left=$(find "$export_dir/kc/many" -mindepth 1 -maxdepth 1 -name 'f*' 2>/dev/null | wc -l)
+if [ "$many_left" -eq 1000 ]; then
+	ok "host sees the 2000-entry directory reduced to 1000 entries"
+else
+	notok "host sees the 2000-entry directory reduced to 1000 entries (found $many_left)"
+fi
+if [ "$(stat -c '%h %i' "$export_dir/kc/link_orig" 2>/dev/null)" = \
+	"$(stat -c '%h %i' "$export_dir/kc/link_other" 2>/dev/null)" ] &&
+	[ "$(stat -c %h "$export_dir/kc/link_orig" 2>/dev/null)" = 2 ] &&
+	[ "$(readlink "$export_dir/kc/sym_rel")" = link_orig ] &&
+	[ "$(stat -c '%u:%g %a' "$export_dir/kc/owned" 2>/dev/null)" = "4321:8765 644" ] &&
+	[ "$(stat -c '%a' "$export_dir/kc/modes" 2>/dev/null)" = 751 ]; then
+	ok "host sees the links, symlink, owner and mode the guest set"
+else
+	notok "host sees the links, symlink, owner and mode the guest set"
+	ls -la "$export_dir/kc" 2>&1 | head -n 30 | sed 's/^/# /'
+fi
+
+note "kclient: $pass_count passed, $fail_count failed"
+[ "$fail_count" -eq 0 ]
