@@ -76,7 +76,7 @@ enum log_level { LOG_DEBUG = 0, LOG_INFO = 1, LOG_WARN = 2, LOG_ERROR = 3 };
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
 void log_msg(enum log_level level, const char *fmt, ...) SH_PRINTF(2, 3);
-void log_vmsg(enum log_level level, const char *fmt, va_list ap);
+void log_vmsg(enum log_level level, const char *fmt, va_list ap) SH_PRINTF(2, 0);
 #define log_debug(...)                                                                             \
 	do {                                                                                       \
 		if (SH_UNLIKELY(log_get_level() <= LOG_DEBUG))                                     \
