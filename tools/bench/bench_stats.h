@@ -1,0 +1,127 @@
+/* bench_stats.h: latency histograms and result records for `shale bench`, and the reports made
+ * from them (text in the SPECsfs2008 layout, JSON, SVG), plus the overall response time.
+ *
+ * Model: every load thread records each operation's latency into its own struct bench_hist (no
+ * sharing, no locks); histograms are merged at the end of a load point. A histogram is
+ * log-linear: 64 linear sub-buckets per power of two of nanoseconds, so any percentile is within
+ * 1.6% of the true value, in fixed memory (~30 KiB), recorded in a few instructions. */
+#ifndef SHALE_BENCH_STATS_H
+#define SHALE_BENCH_STATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/base.h"
+
+#define BENCH_HIST_SUB_BITS 6 /* 64 sub-buckets per power of two */
+#define BENCH_HIST_BUCKETS ((64 - BENCH_HIST_SUB_BITS + 1) << BENCH_HIST_SUB_BITS)
+
+struct bench_hist {
+	uint64_t bh_count;
+	uint64_t bh_sum_ns;
+	uint64_t bh_max_ns;
+	uint32_t bh_buckets[BENCH_HIST_BUCKETS];
+};
+
+void bench_hist_reset(struct bench_hist *hist);
+void bench_hist_record(struct bench_hist *hist, uint64_t latency_ns);
+void bench_hist_merge(struct bench_hist *into, const struct bench_hist *from);
+double bench_hist_mean_ms(const struct bench_hist *hist);            /* 0 when empty */
+double bench_hist_percentile_ms(const struct bench_hist *hist, double pct); /* pct in [0,100] */
+
+/* Per-procedure results of one load point or of a whole run. */
+#define BENCH_MAX_PROCS 24
+struct bench_proc_result {
+	const char *bpr_name;   /* "GETATTR", ...; static string */
+	uint64_t bpr_count;     /* completed operations (including failed ones) */
+	uint64_t bpr_failed;    /* replies with an error the workload did not expect */
+	double bpr_mean_ms;
+	double bpr_p99_ms;
+};
+
+/* One load point: requested rate, what was achieved, and what it cost. */
+struct bench_point {
+	double bp_requested_ops;  /* ops/s asked for (0 for closed-loop workloads) */
+	double bp_achieved_ops;   /* completed ops/s over the measured interval */
+	double bp_mean_ms;        /* mean response time over all ops of the point */
+	double bp_p99_ms;
+	uint64_t bp_ops;          /* operations completed in the measured interval */
+	uint64_t bp_failed;       /* unexpected error replies */
+	uint64_t bp_unanswered;   /* requests without a reply at the end of the interval */
+	double bp_seconds;        /* measured interval */
+	double bp_server_cpu_s;   /* server CPU seconds in the interval (0 if unknown) */
+	double bp_client_cpu_s;   /* the load generator's own CPU seconds in the interval */
+	unsigned bp_nprocs;
+	struct bench_proc_result bp_procs[BENCH_MAX_PROCS];
+};
+
+/* A whole run of one workload against one server. Strings are owned by the caller. */
+struct bench_run {
+	const char *br_workload;  /* "sfs2008", "varmail", "seq", "meta" */
+	const char *br_label;     /* e.g. "shale-posix" or "ganesha" */
+	const char *br_server;    /* host:port */
+	const char *br_export;
+	const char *br_fileset;   /* description, e.g. "120 MB per op/s rule: 2400 MB, 30% accessed" */
+	unsigned br_processes;
+	unsigned br_connections;  /* per process */
+	unsigned br_depth;        /* outstanding requests per connection */
+	double br_warmup_s;
+	double br_runtime_s;
+	size_t br_npoints;
+	struct bench_point *br_points;
+	/* Derived by bench_run_finish: */
+	double br_peak_ops;             /* highest achieved ops/s */
+	double br_ort_ms;               /* overall response time (bench_ort_ms) */
+	double br_server_cpu_us_per_op; /* server CPU per op over all points, 0 if unknown */
+	double br_client_cpu_us_per_op;
+	uint64_t br_server_peak_rss_kib; /* set by the caller, 0 if unknown */
+	uint64_t br_failed;             /* sum over points */
+	uint64_t br_unanswered;
+	/* Workload-specific figures for text/JSON, e.g. varmail's "IO Summary" or seq's MB/s:
+	 * name/value/unit triples, up to BENCH_MAX_FIGURES. */
+	size_t br_nfigures;
+	struct bench_figure {
+		const char *bf_name;
+		double bf_value;
+		const char *bf_unit;
+	} br_figures[32];
+};
+#define BENCH_MAX_FIGURES 32
+
+/* SPECsfs2008's overall response time: the area under the response-time curve drawn from (0,0)
+ * through each point (achieved ops/s, mean ms), in order, by the trapezoid rule, divided by the
+ * peak achieved throughput. Points are taken in the order given (increasing load). Returns 0 for
+ * no points. */
+double bench_ort_ms(const struct bench_point *points, size_t npoints);
+
+/* Fills the derived fields of run from its points. */
+void bench_run_finish(struct bench_run *run);
+
+/* Text report in the SPECsfs2008 layout: configuration, the "Throughput (ops/sec) / Response
+ * (msec)" table, peak and overall response time, per-procedure counts with mean and p99, server
+ * CPU per op and peak RSS when known, and the workload's figures. */
+void bench_report_text(FILE *out, const struct bench_run *run);
+/* JSON: one object per run; several runs (a --vs comparison) as {"runs":[...], "comparison":
+ * {...}} when comparison is non-NULL. Returns 0 or -errno. */
+SH_MUST_CHECK int bench_report_json(const char *path, const struct bench_run *runs, size_t nruns);
+/* SVG: the throughput/response-time curves of one or more runs on shared axes, labelled, with
+ * the ORT of each in the legend. Returns 0 or -errno. */
+SH_MUST_CHECK int bench_report_svg(const char *path, const struct bench_run *runs, size_t nruns);
+
+/* Ratio summary for --vs: per figure, the A/B ratio over rounds as median, min and max. */
+struct bench_ratio {
+	const char *brt_name;
+	double brt_median, brt_min, brt_max;
+	double brt_a_median, brt_b_median;
+};
+/* a_rounds[i] and b_rounds[i] are round i of servers A and B (same workload). Computes the
+ * ratios of peak ops, ORT, server CPU per op, peak RSS and each shared figure. Returns the
+ * number of ratios written (at most max). */
+size_t bench_compare(const struct bench_run *a_rounds, const struct bench_run *b_rounds,
+		     size_t nrounds, struct bench_ratio *out, size_t max);
+void bench_report_compare(FILE *out, const char *a_label, const char *b_label,
+			  const struct bench_ratio *ratios, size_t n);
+
+#endif
