@@ -4,7 +4,15 @@
  * Model: every load thread records each operation's latency into its own struct bench_hist (no
  * sharing, no locks); histograms are merged at the end of a load point. A histogram is
  * log-linear: 64 linear sub-buckets per power of two of nanoseconds, so any percentile is within
- * 1.6% of the true value, in fixed memory (~30 KiB), recorded in a few instructions. */
+ * 1.6% of the true value, in fixed memory (~15 KiB), recorded in a few instructions.
+ *
+ * Bucket layout: values below 64 ns have a bucket each (exact); a value v >= 64 with its highest
+ * set bit at position m falls in group m-5 (groups of 64 buckets), sub-bucket (v >> (m-6)) - 64,
+ * so a bucket is 2^(m-6) ns wide: 1/64 of its lower bound. A percentile reports the middle of its
+ * bucket (error at most 1/128, under 0.8%), never more than the largest value recorded.
+ *
+ * Reports: all strings in the records are printed escaped for their format (JSON, XML), and bytes
+ * that are not valid UTF-8 become U+FFFD, so a label from the command line cannot break a file. */
 #ifndef SHALE_BENCH_STATS_H
 #define SHALE_BENCH_STATS_H
 
@@ -25,10 +33,13 @@ struct bench_hist {
 	uint32_t bh_buckets[BENCH_HIST_BUCKETS];
 };
 
+/* Empties hist (all counts zero). A zero-filled struct bench_hist is also empty. */
 void bench_hist_reset(struct bench_hist *hist);
 void bench_hist_record(struct bench_hist *hist, uint64_t latency_ns);
 void bench_hist_merge(struct bench_hist *into, const struct bench_hist *from);
 double bench_hist_mean_ms(const struct bench_hist *hist);            /* 0 when empty */
+/* Nearest-rank percentile: the smallest recorded latency (to the bucket's precision) such that at
+ * least pct% of the records are at or below it; pct is clamped to [0,100]. 0 when empty. */
 double bench_hist_percentile_ms(const struct bench_hist *hist, double pct); /* pct in [0,100] */
 
 /* Per-procedure results of one load point or of a whole run. */
@@ -58,6 +69,7 @@ struct bench_point {
 };
 
 /* A whole run of one workload against one server. Strings are owned by the caller. */
+#define BENCH_MAX_FIGURES 32
 struct bench_run {
 	const char *br_workload;  /* "sfs2008", "varmail", "seq", "meta" */
 	const char *br_label;     /* e.g. "shale-posix" or "ganesha" */
@@ -86,25 +98,31 @@ struct bench_run {
 		const char *bf_name;
 		double bf_value;
 		const char *bf_unit;
-	} br_figures[32];
+	} br_figures[BENCH_MAX_FIGURES];
 };
-#define BENCH_MAX_FIGURES 32
 
 /* SPECsfs2008's overall response time: the area under the response-time curve drawn from (0,0)
  * through each point (achieved ops/s, mean ms), in order, by the trapezoid rule, divided by the
- * peak achieved throughput. Points are taken in the order given (increasing load). Returns 0 for
- * no points. */
+ * peak achieved throughput. Points are taken in the order given (increasing load), as SPECsfs2008
+ * did: a point whose throughput fell below the previous one's takes area away. Points with a
+ * negative or non-finite throughput or response are left out. Returns 0 for no usable points. */
 double bench_ort_ms(const struct bench_point *points, size_t npoints);
 
-/* Fills the derived fields of run from its points. */
+/* Fills the derived fields of run from its points: peak, ORT, failed and unanswered sums, server
+ * and client CPU per op (server: 0 unless some point has bp_server_cpu_s > 0). Leaves
+ * br_server_peak_rss_kib and the figures alone. */
 void bench_run_finish(struct bench_run *run);
 
-/* Text report in the SPECsfs2008 layout: configuration, the "Throughput (ops/sec) / Response
- * (msec)" table, peak and overall response time, per-procedure counts with mean and p99, server
- * CPU per op and peak RSS when known, and the workload's figures. */
+/* Text report in the SPECsfs2008 layout: the headline ("SPECsfs2008_nfs.v3-style = N Ops/Sec
+ * (Overall Response Time = X msec)" for sfs2008, marked as not a SPEC-audited result), the
+ * "Throughput (ops/sec) / Response (msec)" table, peak and overall response time, configuration,
+ * per-procedure counts with mean and p99 (at the peak point), server CPU per op and peak RSS when
+ * known, client CPU per op, the workload's figures, and whether the run is valid (no failed and no
+ * unanswered operations). */
 void bench_report_text(FILE *out, const struct bench_run *run);
-/* JSON: one object per run; several runs (a --vs comparison) as {"runs":[...], "comparison":
- * {...}} when comparison is non-NULL. Returns 0 or -errno. */
+/* JSON: {"format":"shale-bench/1", "runs":[one object per run, with its points, per-procedure
+ * results and figures]}; bench_report_json_vs adds "comparison":{"a":..., "b":..., "ratios":[...]}.
+ * Unknown or non-finite numbers are written as null. path "-" means stdout. Returns 0 or -errno. */
 SH_MUST_CHECK int bench_report_json(const char *path, const struct bench_run *runs, size_t nruns);
 /* SVG: the throughput/response-time curves of one or more runs on shared axes, labelled, with
  * the ORT of each in the legend. Returns 0 or -errno. */
@@ -112,16 +130,26 @@ SH_MUST_CHECK int bench_report_svg(const char *path, const struct bench_run *run
 
 /* Ratio summary for --vs: per figure, the A/B ratio over rounds as median, min and max. */
 struct bench_ratio {
-	const char *brt_name;
+	const char *brt_name;      /* static, or a figure's bf_name (lives as long as the runs) */
 	double brt_median, brt_min, brt_max;
 	double brt_a_median, brt_b_median;
+	const char *brt_unit;      /* of the A and B values, e.g. "ops/s"; never NULL */
+	size_t brt_rounds;         /* rounds in which both values were known and B was non-zero */
+	bool brt_lower_is_better;  /* ORT, CPU per op, RSS: a ratio below 1 favours A */
 };
 /* a_rounds[i] and b_rounds[i] are round i of servers A and B (same workload). Computes the
- * ratios of peak ops, ORT, server CPU per op, peak RSS and each shared figure. Returns the
+ * ratios of peak ops, ORT, server CPU per op, peak RSS and each figure that A's first round has
+ * and every round of both has by the same name. A round whose A or B value is unknown (0 or not
+ * finite; for a figure: not finite or B = 0) is left out of that ratio; a ratio with no round
+ * left is not written. The median of an even count is the mean of the middle two. Returns the
  * number of ratios written (at most max). */
 size_t bench_compare(const struct bench_run *a_rounds, const struct bench_run *b_rounds,
 		     size_t nrounds, struct bench_ratio *out, size_t max);
 void bench_report_compare(FILE *out, const char *a_label, const char *b_label,
 			  const struct bench_ratio *ratios, size_t n);
+/* bench_report_json plus the ratios of a --vs run (runs in the order they ran, e.g. A B A B A B). */
+SH_MUST_CHECK int bench_report_json_vs(const char *path, const struct bench_run *runs, size_t nruns,
+				       const char *a_label, const char *b_label,
+				       const struct bench_ratio *ratios, size_t nratios);
 
 #endif

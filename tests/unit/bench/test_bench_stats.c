@@ -1,0 +1,679 @@
+/* test_bench_stats.c: the bench tool's statistics and reports: histogram percentiles against a
+ * sorted reference, the overall response time against published SPECsfs2008 results, the text
+ * report's headline and tables, JSON that parses, SVG that is well-formed XML, and --vs ratios.
+ *
+ * The JSON and SVG checks run python3 (json, xml.etree) on the files written; the python3 path
+ * comes from the PYTHON3 environment variable (set by meson), else "python3" on PATH. */
+#include "bench_stats.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+/* ---- helpers ---- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+/* xorshift64*: a fixed sequence, so a failure reproduces. */
+static uint64_t rng_next(void)
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static bool close_rel(double got, double want, double rel)
+{
+	if (want == 0.0)
+		return got == 0.0;
+	return fabs(got - want) <= rel * fabs(want);
+}
+
+/* The whole of a file, NUL-terminated; NULL on failure. Freed with mem_free. */
+static char *slurp(const char *path)
+{
+	char *content = NULL;
+	size_t len = 0;
+	if (sh_read_file(path, &content, &len, 1 << 24) != 0)
+		return NULL;
+	return content;
+}
+
+static char tmpdir[] = "/tmp/shale-bench-test-XXXXXX";
+
+static void tmp_path(char *buf, size_t len, const char *name)
+{
+	snprintf(buf, len, "%s/%s", tmpdir, name);
+}
+
+/* Runs python3 -c script with args; true when it exits 0. quiet silences its stderr, for runs
+ * that are meant to fail. */
+static bool run_python_opt(const char *script, const char *const *args, size_t nargs, bool quiet)
+{
+	const char *py = getenv("PYTHON3");
+	if (py == NULL || py[0] == '\0')
+		py = "python3";
+	const char *argv[16];
+	size_t n = 0;
+	argv[n++] = py;
+	argv[n++] = "-c";
+	argv[n++] = script;
+	for (size_t i = 0; i < nargs && n < SH_ARRAY_SIZE(argv) - 1; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		return false;
+	if (pid == 0) {
+		if (quiet && freopen("/dev/null", "w", stderr) == NULL)
+			_exit(126);
+		execvp(py, (char *const *)argv);
+		_exit(127);
+	}
+	int status;
+	if (waitpid(pid, &status, 0) != pid)
+		return false;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static bool run_python(const char *script, const char *const *args, size_t nargs)
+{
+	return run_python_opt(script, args, nargs, false);
+}
+
+/* True when python3 runs but the script fails (exit status 1, an uncaught exception). */
+static bool python_rejects(const char *script, const char *const *args, size_t nargs)
+{
+	return !run_python_opt(script, args, nargs, true) && run_python("pass\n", NULL, 0);
+}
+
+/* ---- histogram ---- */
+
+static void test_hist_small_values_exact(void)
+{
+	struct bench_hist h;
+	bench_hist_reset(&h);
+	for (uint64_t v = 1; v <= 50; v++)
+		bench_hist_record(&h, v);
+	/* Below 64 ns every value has its own bucket: percentiles are exact. */
+	CHECK(h.bh_count == 50);
+	CHECK(h.bh_max_ns == 50);
+	CHECK(bench_hist_percentile_ms(&h, 50.0) == 25e-6);
+	CHECK(bench_hist_percentile_ms(&h, 100.0) == 50e-6);
+	CHECK(bench_hist_percentile_ms(&h, 0.0) == 1e-6);
+	CHECK(bench_hist_percentile_ms(&h, 2.0) == 1e-6);
+	CHECK(bench_hist_percentile_ms(&h, 2.1) == 2e-6);
+	CHECK(close_rel(bench_hist_mean_ms(&h), 25.5e-6, 1e-12));
+}
+
+static void test_hist_empty(void)
+{
+	struct bench_hist h;
+	bench_hist_reset(&h);
+	CHECK(bench_hist_mean_ms(&h) == 0.0);
+	CHECK(bench_hist_percentile_ms(&h, 99.0) == 0.0);
+	CHECK(bench_hist_percentile_ms(&h, 0.0) == 0.0);
+}
+
+/* Log-uniform latencies from 1 us to 10 s, compared with the same nearest-rank percentile taken
+ * on the sorted values. */
+static void test_hist_percentiles_vs_sorted(void)
+{
+	enum { N = 200000 };
+	uint64_t *vals = mem_alloc(N * sizeof(uint64_t));
+	struct bench_hist *h = mem_alloc(sizeof(*h));
+	CHECK(vals != NULL && h != NULL);
+	if (vals == NULL || h == NULL)
+		goto out;
+	bench_hist_reset(h);
+	long double sum = 0;
+	for (size_t i = 0; i < N; i++) {
+		double u = (double)(rng_next() >> 11) / 9007199254740992.0; /* [0,1) */
+		uint64_t v = (uint64_t)(1000.0 * pow(1e7, u));
+		vals[i] = v;
+		sum += v;
+		bench_hist_record(h, v);
+	}
+	qsort(vals, N, sizeof(uint64_t), cmp_u64);
+	static const double pcts[] = { 0.0, 1.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99, 100.0 };
+	for (size_t i = 0; i < SH_ARRAY_SIZE(pcts); i++) {
+		double rank = ceil(pcts[i] / 100.0 * N);
+		size_t k = rank < 1.0 ? 0 : (size_t)rank - 1;
+		double want = (double)vals[k] / 1e6;
+		double got = bench_hist_percentile_ms(h, pcts[i]);
+		CHECKF(close_rel(got, want, 1.0 / 64.0), "p%g: histogram %.6f ms, sorted %.6f ms",
+		       pcts[i], got, want);
+	}
+	CHECK(bench_hist_percentile_ms(h, 100.0) == (double)vals[N - 1] / 1e6);
+	CHECK(h->bh_max_ns == vals[N - 1]);
+	CHECK(close_rel(bench_hist_mean_ms(h), (double)(sum / N) / 1e6, 1e-9));
+out:
+	mem_free(vals);
+	mem_free(h);
+}
+
+static void test_hist_merge_and_extremes(void)
+{
+	struct bench_hist *all = mem_alloc(sizeof(*all));
+	struct bench_hist *a = mem_alloc(sizeof(*a));
+	struct bench_hist *b = mem_alloc(sizeof(*b));
+	CHECK(all != NULL && a != NULL && b != NULL);
+	if (all == NULL || a == NULL || b == NULL)
+		goto out;
+	bench_hist_reset(all);
+	bench_hist_reset(a);
+	bench_hist_reset(b);
+	for (int i = 0; i < 5000; i++) {
+		uint64_t v = rng_next() >> (rng_next() % 64);
+		bench_hist_record(all, v);
+		bench_hist_record(i % 3 == 0 ? a : b, v);
+	}
+	bench_hist_merge(a, b);
+	CHECK(memcmp(a, all, sizeof(*a)) == 0);
+
+	/* The largest value lands in the last bucket and is reported exactly by p100. */
+	bench_hist_reset(a);
+	bench_hist_record(a, UINT64_MAX);
+	bench_hist_record(a, 0);
+	CHECK(a->bh_buckets[BENCH_HIST_BUCKETS - 1] == 1);
+	CHECK(a->bh_buckets[0] == 1);
+	CHECK(bench_hist_percentile_ms(a, 100.0) == (double)UINT64_MAX / 1e6);
+	CHECK(bench_hist_percentile_ms(a, 50.0) == 0.0);
+	CHECK(bench_hist_percentile_ms(a, 250.0) == (double)UINT64_MAX / 1e6); /* clamped */
+	CHECK(bench_hist_percentile_ms(a, -3.0) == 0.0);
+out:
+	mem_free(all);
+	mem_free(a);
+	mem_free(b);
+}
+
+/* ---- overall response time ---- */
+
+/* Published SPECsfs2008_nfs.v3 results: ten (throughput ops/s, response ms) points and the
+ * published overall response time, from the result pages on spec.org (numbers only). */
+struct published_curve {
+	const char *what;
+	double ops[10];
+	double ms[10];
+	double ort_ms;
+};
+
+static const struct published_curve published[] = {
+	{ "Apple 3.0 GHz 8-Core Xserve, 8053 ops/s, ORT 1.37 ms (sfs2008-20080222-00087)",
+	  { 798, 1597, 2403, 3203, 4006, 4810, 5609, 6417, 7219, 8053 },
+	  { 0.8, 0.8, 0.9, 1.0, 1.0, 1.2, 1.3, 1.9, 2.4, 4.7 },
+	  1.37 },
+	{ "Apple Xserve (Early 2009) with Snow Leopard Server, 18784 ops/s, ORT 2.67 ms "
+	  "(sfs2008-20090518-00123)",
+	  { 1896, 3795, 5702, 7604, 9509, 11419, 13316, 15230, 17127, 18784 },
+	  { 1.0, 1.2, 1.4, 1.7, 1.8, 2.0, 2.2, 3.9, 5.7, 13.4 },
+	  2.67 },
+	{ "Avere FXT 2500 (6 Node Cluster), 131591 ops/s, ORT 1.38 ms (sfs2008-20090907-00132)",
+	  { 13082, 26185, 39341, 52474, 65602, 78844, 91961, 105042, 118413, 131591 },
+	  { 0.5, 0.7, 0.9, 1.0, 1.1, 1.3, 1.5, 1.8, 2.7, 4.6 },
+	  1.38 },
+	{ "Avere FXT 3500 (44 Node Cluster), 1564404 ops/s, ORT 0.99 ms (sfs2008-20111031-00204)",
+	  { 158669, 317906, 477508, 637151, 797347, 964648, 1150533, 1304474, 1423859, 1564404 },
+	  { 0.6, 0.7, 0.6, 0.7, 1.0, 1.1, 1.0, 1.4, 2.0, 2.2 },
+	  0.99 },
+	{ "Avere FXT 3800 (32 Node Cluster, Cloud Storage Config), 1592334 ops/s, ORT 1.24 ms "
+	  "(sfs2008-20130318-00218)",
+	  { 165131, 330450, 495831, 661422, 828151, 993323, 1160562, 1328345, 1476954, 1592334 },
+	  { 0.3, 0.4, 0.5, 0.7, 0.8, 1.1, 1.3, 2.0, 3.6, 5.8 },
+	  1.24 },
+	{ "Avere FXT 3800 (3 Node Cluster, Amplidata AmpliStor Cloud Storage Config), 180229 ops/s, "
+	  "ORT 0.95 ms (sfs2008-20140303-00241)",
+	  { 17807, 35659, 53529, 71387, 89262, 107172, 125280, 143069, 160721, 180229 },
+	  { 0.3, 0.4, 0.5, 0.6, 0.8, 0.9, 1.1, 1.4, 1.9, 3.0 },
+	  0.95 },
+	{ "Avere FXT 3800 (3 Node Cluster, ZFS Storage Config), 180043 ops/s, ORT 0.87 ms "
+	  "(sfs2008-20140317-00244)",
+	  { 17808, 35658, 53519, 71383, 89274, 107189, 125289, 143053, 160709, 180043 },
+	  { 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.2, 1.7, 2.7 },
+	  0.87 },
+	{ "Avere FXT 3800 (3 Node Cluster, FlashCloud for Amazon S3 Service), 180141 ops/s, ORT "
+	  "0.86 ms (sfs2008-20140314-00242)",
+	  { 17807, 35659, 53527, 71390, 89240, 107177, 125280, 143070, 160697, 180141 },
+	  { 0.3, 0.4, 0.5, 0.6, 0.7, 0.9, 1.0, 1.3, 1.8, 2.1 },
+	  0.86 },
+	{ "Avere FXT 3800 (3 Node Cluster, Local ZFS Storage Config), 180538 ops/s, ORT 0.88 ms "
+	  "(sfs2008-20140428-00246)",
+	  { 17859, 35758, 53680, 71595, 89506, 107481, 125649, 143458, 161102, 180538 },
+	  { 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.3, 1.7, 2.7 },
+	  0.88 },
+};
+
+static void test_ort_published_results(void)
+{
+	for (size_t c = 0; c < SH_ARRAY_SIZE(published); c++) {
+		struct bench_point pts[10];
+		memset(pts, 0, sizeof(pts));
+		for (int i = 0; i < 10; i++) {
+			pts[i].bp_achieved_ops = published[c].ops[i];
+			pts[i].bp_mean_ms = published[c].ms[i];
+		}
+		double ort = bench_ort_ms(pts, 10);
+		/* The published points are rounded to 0.1 ms and the ORT to 0.01 ms. */
+		tap_check(fabs(ort - published[c].ort_ms) <= 0.01, "ort %s: computed %.4f ms",
+			  published[c].what, ort);
+	}
+}
+
+static void test_ort_by_hand(void)
+{
+	struct bench_point p[3];
+	memset(p, 0, sizeof(p));
+	CHECK(bench_ort_ms(p, 0) == 0.0);
+	/* One point: a triangle from (0,0), half the response time. */
+	p[0].bp_achieved_ops = 1000;
+	p[0].bp_mean_ms = 2.0;
+	CHECK(close_rel(bench_ort_ms(p, 1), 1.0, 1e-12));
+	/* (100,1) (200,1) (400,3): areas 50 + 100 + 400 = 550, / 400. */
+	p[0].bp_achieved_ops = 100;
+	p[0].bp_mean_ms = 1.0;
+	p[1].bp_achieved_ops = 200;
+	p[1].bp_mean_ms = 1.0;
+	p[2].bp_achieved_ops = 400;
+	p[2].bp_mean_ms = 3.0;
+	CHECK(close_rel(bench_ort_ms(p, 3), 550.0 / 400.0, 1e-12));
+	/* A point that is not a number is left out: (100,1) (400,3) = 50 + 600 = 650, / 400. */
+	p[1].bp_mean_ms = NAN;
+	CHECK(close_rel(bench_ort_ms(p, 3), 650.0 / 400.0, 1e-12));
+	/* Throughput that falls takes area away, in load order: (100,1) (400,3) (300,5). */
+	p[1].bp_achieved_ops = 400;
+	p[1].bp_mean_ms = 3.0;
+	p[2].bp_achieved_ops = 300;
+	p[2].bp_mean_ms = 5.0;
+	CHECK(close_rel(bench_ort_ms(p, 3), (50.0 + 600.0 - 400.0) / 400.0, 1e-12));
+}
+
+/* ---- a run to report on ---- */
+
+static struct bench_point sample_points[10];
+
+static void fill_sample_run(struct bench_run *run, const char *label, double scale)
+{
+	static const char *const procs[] = { "GETATTR", "LOOKUP", "READ", "ACCESS", "WRITE" };
+	static const double mix[] = { 0.26, 0.24, 0.18, 0.11, 0.10 };
+	memset(run, 0, sizeof(*run));
+	memset(sample_points, 0, sizeof(sample_points));
+	for (int i = 0; i < 10; i++) {
+		struct bench_point *p = &sample_points[i];
+		p->bp_requested_ops = 1000.0 * (i + 1) * scale;
+		p->bp_achieved_ops = 998.0 * (i + 1) * scale;
+		p->bp_mean_ms = 0.2 + 0.05 * i * i;
+		p->bp_p99_ms = 3.0 * p->bp_mean_ms;
+		p->bp_seconds = 10.0;
+		p->bp_ops = (uint64_t)(p->bp_achieved_ops * p->bp_seconds);
+		p->bp_server_cpu_s = 0.5 * (i + 1);
+		p->bp_client_cpu_s = 0.25 * (i + 1);
+		p->bp_nprocs = 5;
+		for (int k = 0; k < 5; k++) {
+			p->bp_procs[k].bpr_name = procs[k];
+			p->bp_procs[k].bpr_count = (uint64_t)(mix[k] * (double)p->bp_ops);
+			p->bp_procs[k].bpr_mean_ms = p->bp_mean_ms * (0.5 + 0.25 * k);
+			p->bp_procs[k].bpr_p99_ms = 4.0 * p->bp_mean_ms;
+		}
+	}
+	run->br_workload = "sfs2008";
+	run->br_label = label;
+	run->br_server = "127.0.0.1:2049";
+	run->br_export = "/srv/export";
+	run->br_fileset = "fileset-mb 64: 64 MB, 30% accessed";
+	run->br_processes = 2;
+	run->br_connections = 4;
+	run->br_depth = 8;
+	run->br_warmup_s = 5;
+	run->br_runtime_s = 10;
+	run->br_npoints = 10;
+	run->br_points = sample_points;
+	run->br_server_peak_rss_kib = 20480;
+	run->br_nfigures = 2;
+	run->br_figures[0] = (struct bench_figure){ "read", 512.5, "MB/s" };
+	run->br_figures[1] = (struct bench_figure){ "create", 4000, "ops/s" };
+}
+
+static void test_run_finish(void)
+{
+	struct bench_run run;
+	fill_sample_run(&run, "shale-posix", 1.0);
+	sample_points[3].bp_failed = 2;
+	sample_points[9].bp_unanswered = 1;
+	bench_run_finish(&run);
+	CHECK(run.br_peak_ops == 9980.0);
+	CHECK(close_rel(run.br_ort_ms, bench_ort_ms(run.br_points, run.br_npoints), 1e-15));
+	CHECK(run.br_failed == 2);
+	CHECK(run.br_unanswered == 1);
+	double ops = 0, scpu = 0, ccpu = 0;
+	for (int i = 0; i < 10; i++) {
+		ops += (double)sample_points[i].bp_ops;
+		scpu += sample_points[i].bp_server_cpu_s;
+		ccpu += sample_points[i].bp_client_cpu_s;
+	}
+	CHECK(close_rel(run.br_server_cpu_us_per_op, scpu * 1e6 / ops, 1e-12));
+	CHECK(close_rel(run.br_client_cpu_us_per_op, ccpu * 1e6 / ops, 1e-12));
+	CHECK(run.br_server_peak_rss_kib == 20480); /* the caller's, left alone */
+
+	/* Server CPU unknown everywhere: 0, which the reports print as "not measured". */
+	for (int i = 0; i < 10; i++)
+		sample_points[i].bp_server_cpu_s = 0;
+	bench_run_finish(&run);
+	CHECK(run.br_server_cpu_us_per_op == 0.0);
+}
+
+/* ---- text report ---- */
+
+static char *report_to_string(const struct bench_run *run)
+{
+	char path[256];
+	tmp_path(path, sizeof(path), "report.txt");
+	FILE *f = fopen(path, "w");
+	if (f == NULL)
+		return NULL;
+	bench_report_text(f, run);
+	fclose(f);
+	return slurp(path);
+}
+
+static void test_report_text(void)
+{
+	struct bench_run run;
+	fill_sample_run(&run, "shale-posix", 1.0);
+	bench_run_finish(&run);
+	char *text = report_to_string(&run);
+	CHECK(text != NULL);
+	if (text == NULL)
+		return;
+	char line[160];
+	snprintf(line, sizeof(line),
+		 "SPECsfs2008_nfs.v3-style = %.0f Ops/Sec (Overall Response Time = %.2f msec)\n",
+		 run.br_peak_ops, run.br_ort_ms);
+	CHECKF(strstr(text, line) != NULL, "no headline %s", line);
+	CHECK(strstr(text, "not a SPEC-audited") != NULL);
+	CHECK(strstr(text, "(ops/sec)") != NULL && strstr(text, "(msec)") != NULL);
+	snprintf(line, sizeof(line), "Peak throughput        %12.0f ops/sec\n", run.br_peak_ops);
+	CHECK(strstr(text, line) != NULL);
+	snprintf(line, sizeof(line), "Overall response time  %12.2f msec\n", run.br_ort_ms);
+	CHECK(strstr(text, line) != NULL);
+	/* Each point's throughput and response, in the SPECsfs2008 column order. */
+	for (int i = 0; i < 10; i++) {
+		snprintf(line, sizeof(line), "%16.0f%16.2f", sample_points[i].bp_achieved_ops,
+			 sample_points[i].bp_mean_ms);
+		CHECKF(strstr(text, line) != NULL, "point %d missing", i);
+	}
+	CHECK(strstr(text, "GETATTR") != NULL && strstr(text, "WRITE") != NULL);
+	CHECK(strstr(text, "point 10 of 10") != NULL);
+	CHECK(strstr(text, "Server peak RSS           20.0 MiB") != NULL);
+	CHECK(strstr(text, "Server CPU per op ") != NULL && strstr(text, "not measured") == NULL);
+	CHECK(strstr(text, "Outstanding per conn.     8") != NULL);
+	CHECK(strstr(text, "fileset-mb 64") != NULL);
+	CHECK(strstr(text, "read  512.500 MB/s") != NULL);
+	CHECK(strstr(text, "Result: VALID") != NULL);
+	mem_free(text);
+
+	sample_points[4].bp_failed = 3;
+	bench_run_finish(&run);
+	text = report_to_string(&run);
+	CHECK(text != NULL && strstr(text, "Result: INVALID (3 failed, 0 unanswered") != NULL);
+	mem_free(text);
+
+	/* Another workload: no SPECsfs2008 headline. */
+	run.br_workload = "varmail";
+	text = report_to_string(&run);
+	CHECK(text != NULL && strstr(text, "SPECsfs2008_nfs.v3-style =") == NULL &&
+	      strstr(text, "shale bench varmail result") != NULL);
+	mem_free(text);
+}
+
+/* ---- JSON ---- */
+
+static const char nasty_label[] = "sh\"ale\\ \n\t\x01 <&> caf\xC3\xA9 \xFF\xFE end";
+
+static void test_report_json(void)
+{
+	struct bench_run runs[2];
+	struct bench_point second[10];
+	fill_sample_run(&runs[1], "ganesha", 0.5);
+	memcpy(second, sample_points, sizeof(second));
+	runs[1].br_points = second;
+	fill_sample_run(&runs[0], nasty_label, 1.0);
+	sample_points[2].bp_mean_ms = NAN;
+	sample_points[3].bp_p99_ms = INFINITY;
+	runs[0].br_figures[1].bf_value = -INFINITY;
+	runs[0].br_fileset = NULL;
+	bench_run_finish(&runs[0]);
+	bench_run_finish(&runs[1]);
+
+	char path[256], peak[64], nvalue[64];
+	tmp_path(path, sizeof(path), "run.json");
+	CHECK(bench_report_json(path, runs, 2) == 0);
+	snprintf(peak, sizeof(peak), "%.10g", runs[0].br_peak_ops);
+	snprintf(nvalue, sizeof(nvalue), "%llu", (unsigned long long)sample_points[9].bp_ops);
+	static const char script[] =
+		"import json,sys\n"
+		"d=json.load(open(sys.argv[1],encoding='utf-8'))\n"
+		"r=d['runs']\n"
+		"assert d['format']=='shale-bench/1' and len(r)==2, 'shape'\n"
+		"assert r[0]['label']=='sh\"ale\\\\ \\n\\t\\x01 <&> caf\\u00e9 \\ufffd\\ufffd end', "
+		"repr(r[0]['label'])\n"
+		"assert r[1]['label']=='ganesha'\n"
+		"assert abs(r[0]['peak_ops']-float(sys.argv[2]))<1e-6, 'peak'\n"
+		"assert r[0]['fileset'] is None\n"
+		"assert r[0]['points'][2]['mean_ms'] is None and r[0]['points'][3]['p99_ms'] is None\n"
+		"assert r[0]['figures'][1]['value'] is None and r[0]['figures'][0]['unit']=='MB/s'\n"
+		"assert r[0]['points'][9]['ops']==int(sys.argv[3])\n"
+		"assert [p['name'] for p in r[0]['points'][0]['procs']]=="
+		"['GETATTR','LOOKUP','READ','ACCESS','WRITE']\n"
+		"assert r[0]['server_peak_rss_kib']==20480 and r[0]['valid'] is True\n"
+		"assert 'comparison' not in d\n";
+	const char *args[] = { path, peak, nvalue };
+	CHECK(run_python(script, args, 3));
+
+	/* With a comparison. */
+	struct bench_ratio ratios[8];
+	size_t n = bench_compare(&runs[0], &runs[1], 1, ratios, SH_ARRAY_SIZE(ratios));
+	CHECK(n >= 3);
+	CHECK(bench_report_json_vs(path, runs, 2, nasty_label, "ganesha", ratios, n) == 0);
+	static const char script_vs[] =
+		"import json,sys\n"
+		"d=json.load(open(sys.argv[1],encoding='utf-8'))\n"
+		"c=d['comparison']\n"
+		"assert c['b']=='ganesha'\n"
+		"x=[q for q in c['ratios'] if q['name']=='peak throughput'][0]\n"
+		"assert abs(x['median']-2.0)<1e-9 and x['rounds']==1 and x['lower_is_better'] is False\n";
+	const char *args_vs[] = { path };
+	CHECK(run_python(script_vs, args_vs, 1));
+
+	/* A path that cannot be written: an error, not a crash. */
+	CHECK(bench_report_json("/nonexistent-dir/x.json", runs, 2) == -ENOENT);
+	/* The checker really fails on broken JSON. */
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f != NULL) {
+		fputs("{\"runs\":[1,]}", f);
+		fclose(f);
+	}
+	CHECK(python_rejects("import json,sys\njson.load(open(sys.argv[1]))\n", args_vs, 1));
+}
+
+/* ---- SVG ---- */
+
+static void test_report_svg(void)
+{
+	struct bench_run runs[3];
+	struct bench_point second[10];
+	fill_sample_run(&runs[1], "ganesha", 1.6); /* 15,968 ops/s at the peak */
+	memcpy(second, sample_points, sizeof(second));
+	runs[1].br_points = second;
+	fill_sample_run(&runs[0], nasty_label, 1.0);
+	bench_run_finish(&runs[0]);
+	bench_run_finish(&runs[1]);
+	memset(&runs[2], 0, sizeof(runs[2])); /* a run with no points: legend only */
+	runs[2].br_label = "empty";
+
+	char path[256];
+	tmp_path(path, sizeof(path), "curve.svg");
+	CHECK(bench_report_svg(path, runs, 3) == 0);
+	static const char script[] =
+		"import sys, xml.etree.ElementTree as ET\n"
+		"ns='{http://www.w3.org/2000/svg}'\n"
+		"root=ET.parse(sys.argv[1]).getroot()\n"
+		"assert root.tag==ns+'svg', root.tag\n"
+		"lines=root.findall('.//'+ns+'polyline')\n"
+		"assert len(lines)==2, len(lines)\n"
+		"assert all(len(l.get('points').split())==10 for l in lines)\n"
+		"assert len({l.get('stroke') for l in lines})==2, 'colours'\n"
+		"texts=[''.join(t.itertext()) for t in root.iter(ns+'text')]\n"
+		"assert 'Throughput (ops/sec)' in texts and 'Response time (msec)' in texts\n"
+		"assert any(t.startswith('sh\"ale') and 'ORT' in t and 'peak' in t for t in texts)\n"
+		"assert any('ganesha: peak' in t for t in texts)\n"
+		"assert any(t=='empty (no data)' for t in texts)\n"
+		"assert sum(1 for t in texts if t.replace(',','').strip().isdigit())>=8, 'ticks'\n"
+		"assert '10,000' in texts, 'grouped x ticks'\n";
+	const char *args[] = { path };
+	CHECK(run_python(script, args, 1));
+
+	/* No runs at all: still a well-formed picture with axes. */
+	CHECK(bench_report_svg(path, runs, 0) == 0);
+	CHECK(run_python("import sys, xml.etree.ElementTree as ET\nET.parse(sys.argv[1])\n", args, 1));
+	/* The checker really fails on broken XML. */
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f != NULL) {
+		fputs("<svg><text>a & b</text></svg>", f);
+		fclose(f);
+	}
+	CHECK(python_rejects("import sys, xml.etree.ElementTree as ET\nET.parse(sys.argv[1])\n", args, 1));
+}
+
+/* ---- --vs ---- */
+
+static void test_compare(void)
+{
+	enum { R = 4 };
+	struct bench_run a[R], b[R];
+	memset(a, 0, sizeof(a));
+	memset(b, 0, sizeof(b));
+	static const double a_peak[R] = { 210, 190, 200, 205 };
+	static const double b_peak[R] = { 100, 100, 100, 100 };
+	for (int r = 0; r < R; r++) {
+		a[r].br_workload = b[r].br_workload = "seq";
+		a[r].br_peak_ops = a_peak[r];
+		b[r].br_peak_ops = b_peak[r];
+		a[r].br_ort_ms = 0.5;
+		b[r].br_ort_ms = 1.0;
+		/* Server CPU known for A only in round 0, for B everywhere: one round. */
+		a[r].br_server_cpu_us_per_op = r == 0 ? 30.0 : 0.0;
+		b[r].br_server_cpu_us_per_op = 60.0;
+		/* RSS unknown for B: no ratio at all. */
+		a[r].br_server_peak_rss_kib = 1000;
+		a[r].br_nfigures = 3;
+		a[r].br_figures[0] = (struct bench_figure){ "read", 900.0 + r, "MB/s" };
+		a[r].br_figures[1] = (struct bench_figure){ "write latency", 2.0, "ms" };
+		a[r].br_figures[2] = (struct bench_figure){ "only in A", 1.0, "x" };
+		b[r].br_nfigures = 2;
+		b[r].br_figures[0] = (struct bench_figure){ "write latency", 4.0, "ms" };
+		b[r].br_figures[1] = (struct bench_figure){ "read", r == 2 ? 0.0 : 450.0, "MB/s" };
+	}
+	struct bench_ratio out[16];
+	size_t n = bench_compare(a, b, R, out, SH_ARRAY_SIZE(out));
+	CHECK(n == 5);
+	const struct bench_ratio *peak = NULL, *ort = NULL, *cpu = NULL, *rd = NULL, *wl = NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(out[i].brt_name, "peak throughput") == 0)
+			peak = &out[i];
+		else if (strcmp(out[i].brt_name, "overall response time") == 0)
+			ort = &out[i];
+		else if (strcmp(out[i].brt_name, "server CPU per op") == 0)
+			cpu = &out[i];
+		else if (strcmp(out[i].brt_name, "read") == 0)
+			rd = &out[i];
+		else if (strcmp(out[i].brt_name, "write latency") == 0)
+			wl = &out[i];
+		CHECK(strcmp(out[i].brt_name, "server peak RSS") != 0);
+		CHECK(strcmp(out[i].brt_name, "only in A") != 0);
+	}
+	CHECK(peak != NULL && ort != NULL && cpu != NULL && rd != NULL && wl != NULL);
+	if (peak == NULL || ort == NULL || cpu == NULL || rd == NULL || wl == NULL)
+		return;
+	/* Ratios 2.1 1.9 2.0 2.05: even count, median of the middle two. */
+	CHECK(close_rel(peak->brt_median, (2.0 + 2.05) / 2.0, 1e-12));
+	CHECK(close_rel(peak->brt_min, 1.9, 1e-12) && close_rel(peak->brt_max, 2.1, 1e-12));
+	CHECK(close_rel(peak->brt_a_median, 202.5, 1e-12) && peak->brt_b_median == 100.0);
+	CHECK(peak->brt_rounds == 4 && !peak->brt_lower_is_better);
+	CHECK(strcmp(peak->brt_unit, "ops/s") == 0);
+	CHECK(ort->brt_median == 0.5 && ort->brt_lower_is_better);
+	CHECK(cpu->brt_rounds == 1 && cpu->brt_median == 0.5);
+	/* The round where B's read is 0 is left out: ratios (900 901 903)/450. */
+	CHECK(rd->brt_rounds == 3);
+	CHECK(close_rel(rd->brt_median, 901.0 / 450.0, 1e-12));
+	CHECK(close_rel(rd->brt_min, 900.0 / 450.0, 1e-12) &&
+	      close_rel(rd->brt_max, 903.0 / 450.0, 1e-12));
+	CHECK(wl->brt_median == 0.5 && wl->brt_lower_is_better);
+	/* max bounds what is written. */
+	CHECK(bench_compare(a, b, R, out, 2) == 2);
+	CHECK(bench_compare(a, b, 0, out, 16) == 0);
+
+	char path[256];
+	tmp_path(path, sizeof(path), "compare.txt");
+	n = bench_compare(a, b, R, out, SH_ARRAY_SIZE(out));
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f == NULL)
+		return;
+	bench_report_compare(f, "shale", "ganesha", out, n);
+	fclose(f);
+	char *text = slurp(path);
+	CHECK(text != NULL);
+	if (text == NULL)
+		return;
+	CHECK(strstr(text, "A = shale, B = ganesha") != NULL);
+	CHECK(strstr(text, "peak throughput (ops/s)") != NULL);
+	char row[128];
+	snprintf(row, sizeof(row), "%15.2f%15.2f%11.2f  %6.2f -%6.2f %6d", 202.5, 100.0, 2.025, 1.9,
+		 2.1, 4);
+	CHECKF(strstr(text, row) != NULL, "row '%s' missing", row);
+	CHECK(strstr(text, "(lower is better)") != NULL);
+	mem_free(text);
+}
+
+int main(void)
+{
+	if (mkdtemp(tmpdir) == NULL) {
+		perror("mkdtemp");
+		return 1;
+	}
+	TAP_RUN(test_hist_small_values_exact);
+	TAP_RUN(test_hist_empty);
+	TAP_RUN(test_hist_percentiles_vs_sorted);
+	TAP_RUN(test_hist_merge_and_extremes);
+	test_ort_published_results();
+	TAP_RUN(test_ort_by_hand);
+	TAP_RUN(test_run_finish);
+	TAP_RUN(test_report_text);
+	TAP_RUN(test_report_json);
+	TAP_RUN(test_report_svg);
+	TAP_RUN(test_compare);
+
+	static const char *const files[] = { "report.txt", "run.json", "curve.svg", "compare.txt" };
+	for (size_t i = 0; i < SH_ARRAY_SIZE(files); i++) {
+		char path[256];
+		tmp_path(path, sizeof(path), files[i]);
+		unlink(path);
+	}
+	rmdir(tmpdir);
+	return tap_finish();
+}
