@@ -1,6 +1,7 @@
 /* shale.c: the `shale` command: one program, with verbs in the manner of zpool/zfs.
  *
  *   shale serve [options]     the NFSv3 server (src/server)
+ *   shale bench WORKLOAD ...  the NFSv3 load generator (tools/bench)
  *   shale version
  *
  * Each verb parses its own options and calls into one layer; nothing here knows protocol details. */
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "server/server.h"
 
 #define SHALE_VERSION "0.1.0"
@@ -21,6 +23,7 @@ static void shale_usage(FILE *out)
 		"\n"
 		"commands:\n"
 		"  serve     serve the exports over NFSv3 (see `shale serve --help`)\n"
+		"  bench     load-test an NFSv3 server (see `shale bench --help`)\n"
 		"  version   print the version\n");
 }
 
@@ -140,6 +143,8 @@ int main(int argc, char **argv)
 	const char *verb = argv[1];
 	if (strcmp(verb, "serve") == 0)
 		return shale_serve(argc - 1, argv + 1);
+	if (strcmp(verb, "bench") == 0)
+		return bench_main(argc - 1, argv + 1);
 	if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
 		printf("shale %s\n", SHALE_VERSION);
 		return 0;

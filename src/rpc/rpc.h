@@ -93,6 +93,7 @@ struct rpc_call {
 	struct rpc_conn *rc_conn;       /* holds a reference on the connection until the call is freed */
 	uint8_t *rc_record;             /* the received record; owned by the call until it finishes */
 	size_t rc_record_len;
+	bool rc_record_pooled;          /* rc_record belongs to the loop's large-record pool */
 	uint8_t *rc_reply_buf;          /* record mark + reply header + result body (rpc_call_res_init) */
 	uint8_t rc_small[40];           /* record mark + header of a reply with no result body */
 	struct iovec rc_out_iov[3];     /* the reply as sent: mark+header(+result), bulk, padding */
@@ -231,5 +232,82 @@ SH_MUST_CHECK int rpc_clnt_call(struct rpc_clnt *clnt, uint32_t prog, uint32_t v
 SH_MUST_CHECK int rpc_clnt_exchange(struct rpc_clnt *clnt, const void *msg, size_t msg_len,
 				    void *reply_buf, size_t reply_cap, size_t *reply_len_out,
 				    int timeout_ms);
+
+/* ---- asynchronous client ----
+ * rpc_aclnt: many calls in flight on one TCP connection, driven by a struct loop (load generators,
+ * one client per connection, all on the loop's thread). A call is encoded straight into the
+ * client's send buffer: rpc_aclnt_call_begin writes the record mark and call header and hands out
+ * an encoder for the arguments; rpc_aclnt_call_end closes the record (optionally followed by a
+ * bulk segment, e.g. WRITE data, that is sent from the caller's buffer by writev without a copy).
+ * Calls accumulate until rpc_aclnt_flush, which sends all of them with one writev; calls begun from
+ * inside a done callback are flushed automatically after the batch of replies that ran it. Replies
+ * are read many per read(2) and matched to calls by xid (an index into a slot array plus a
+ * per-slot generation). The done callback receives the result body as a decoder pointing into the
+ * receive buffer, valid only during the callback. The client never allocates per call. */
+struct rpc_aclnt;
+struct rpc_aclnt_config {
+	unsigned rac_max_calls;          /* calls in flight at once (0: 64; at most 65536) */
+	uint32_t rac_timeout_ms;         /* a call unanswered this long fails with -ETIMEDOUT
+					  * (0: 30000) */
+	size_t rac_max_reply_bytes;      /* largest reply record accepted (0: 1 MiB + 4 KiB); a
+					  * larger one is a protocol error that fails the connection */
+	const struct rpc_cred *rac_cred; /* credential of every call (copied); NULL: AUTH_NONE */
+};
+/* Completion of one call, run on the loop's thread, exactly once per call that
+ * rpc_aclnt_call_end accepted (never after rpc_aclnt_destroy). status:
+ *   0           an accepted SUCCESS reply; *res covers the result body (valid during the callback);
+ *   -EPROTO     an accepted reply with another accept_stat, or a denied reply (res NULL);
+ *   -EBADMSG    a reply that does not parse as an RPC reply;
+ *   -ETIMEDOUT  no reply within rac_timeout_ms;
+ *   -ECONNRESET or another -errno: the connection failed (every call in flight fails with it). */
+typedef void (*rpc_aclnt_done_fn)(void *arg, int status, struct xdr_dec *res);
+
+/* Creates a client on loop (call on the loop's thread or before it runs) and starts a
+ * non-blocking connect to addr (numeric IPv4/IPv6) and port; calls may be begun at once, they are
+ * sent when the connection is up. Destroy with rpc_aclnt_destroy. Returns 0, -EINVAL, -ENOMEM or
+ * -errno. */
+SH_MUST_CHECK int rpc_aclnt_create(struct loop *loop, const char *addr, uint16_t port,
+				   const struct rpc_aclnt_config *config, struct rpc_aclnt **out);
+/* Closes the connection and frees the client. Calls still in flight are dropped without their
+ * callbacks running. Not from inside one of the client's own done callbacks. */
+void rpc_aclnt_destroy(struct rpc_aclnt *clnt);
+/* Starts a call: reserves a slot and max_args_bytes of send buffer, writes the record mark and
+ * call header, and sets *enc_out to an encoder (owned by the client) for the arguments. Returns
+ * 0, -EAGAIN when every slot is in use, -ENOMEM, or the error that failed the connection. Exactly
+ * one of rpc_aclnt_call_end / rpc_aclnt_call_abort must follow before the next begin. */
+SH_MUST_CHECK int rpc_aclnt_call_begin(struct rpc_aclnt *clnt, uint32_t prog, uint32_t vers,
+				       uint32_t proc, size_t max_args_bytes,
+				       struct xdr_enc **enc_out);
+/* Finishes the call begun last: bulk_len bytes at bulk (may be 0/NULL) follow the encoded
+ * arguments, with XDR padding added. The bulk buffer is not copied: it must stay valid until fn
+ * runs (for a call that timed out: until the client is flushed or destroyed). Returns 0 (fn will
+ * run exactly once) or -EMSGSIZE when the encoder overflowed (the call is withdrawn, fn never
+ * runs). The call is queued; it goes out with the next flush. */
+SH_MUST_CHECK int rpc_aclnt_call_end(struct rpc_aclnt *clnt, const void *bulk, size_t bulk_len,
+				     rpc_aclnt_done_fn fn, void *arg);
+/* Withdraws the call begun last. */
+void rpc_aclnt_call_abort(struct rpc_aclnt *clnt);
+/* Sends queued calls (as much as the socket takes; the rest goes when it is writable again).
+ * Returns 0 or the error that failed the connection. */
+SH_MUST_CHECK int rpc_aclnt_flush(struct rpc_aclnt *clnt);
+/* Calls in flight (accepted by call_end, done not yet run). */
+unsigned rpc_aclnt_in_flight(const struct rpc_aclnt *clnt);
+/* Slots free for new calls. */
+unsigned rpc_aclnt_free_slots(const struct rpc_aclnt *clnt);
+/* 0 while usable; else the negative errno that failed the connection (sticky). */
+int rpc_aclnt_error(const struct rpc_aclnt *clnt);
+/* True once the TCP connection is established (and has not failed). */
+bool rpc_aclnt_connected(const struct rpc_aclnt *clnt);
+struct rpc_aclnt_stats {
+	uint64_t ras_calls;        /* calls sent */
+	uint64_t ras_replies;      /* replies matched to a call */
+	uint64_t ras_timeouts;     /* calls failed with -ETIMEDOUT */
+	uint64_t ras_stray;        /* replies matching no call in flight (late, after a timeout) */
+	uint64_t ras_bytes_out;
+	uint64_t ras_bytes_in;
+	uint64_t ras_writes;       /* writev system calls */
+	uint64_t ras_reads;        /* read system calls */
+};
+void rpc_aclnt_get_stats(const struct rpc_aclnt *clnt, struct rpc_aclnt_stats *out);
 
 #endif

@@ -1,0 +1,207 @@
+/* bench_tool.c: `shale bench` against a private `shale serve`: each workload runs for a few
+ * seconds and must exit 0 with zero failed and zero unanswered operations (read back from its
+ * JSON report, which must parse), the SVG must be well-formed XML, varmail must print filebench's
+ * "IO Summary:" line, and a run that cannot succeed must exit non-zero. Needs $SHALE_BIN and
+ * $PYTHON3. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "testserver.h"
+
+static struct ts_server srv;
+static char port_arg[64];
+static char pid_arg[32];
+
+/* Runs argv with stdout+stderr into out_path; returns the exit status, or -1. */
+static int run_cmd(char *const argv[], const char *out_path)
+{
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			close(fd);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR)
+			return -1;
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void dump(const char *path, unsigned max_lines)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	char line[512];
+	unsigned n = 0;
+	while (fgets(line, sizeof(line), f) && n++ < max_lines)
+		printf("#   %s", line);
+	fclose(f);
+}
+
+static bool file_has(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return false;
+	char line[1024];
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* Runs a python3 check script with one argument; true if it exits 0. */
+static bool py_check(const char *script, const char *arg, const char *out_path)
+{
+	const char *py = getenv("PYTHON3");
+	char *argv[] = {(char *)(py ? py : "/usr/bin/python3"), "-c", (char *)script, (char *)arg, NULL};
+	int rc = run_cmd(argv, out_path);
+	if (rc != 0)
+		dump(out_path, 20);
+	return rc == 0;
+}
+
+/* The JSON must parse, hold `runs` of the workload, with zero failed and unanswered operations,
+ * a valid flag, and at least min_points points each with completed operations. */
+static const char json_script[] =
+	"import json, sys\n"
+	"d = json.load(open(sys.argv[1]))\n"
+	"runs = d['runs'] if 'runs' in d else [d]\n"
+	"assert len(runs) >= 1, 'no runs'\n"
+	"for r in runs:\n"
+	"    assert r['failed'] == 0, 'failed ops %s' % r['failed']\n"
+	"    assert r['unanswered'] == 0, 'unanswered ops %s' % r['unanswered']\n"
+	"    assert r['valid'] is True\n"
+	"    assert len(r['points']) >= 1\n"
+	"    assert r['peak_ops'] > 0, 'no throughput'\n"
+	"print('ok')\n";
+
+static const char svg_script[] =
+	"import sys, xml.etree.ElementTree as E\n"
+	"root = E.parse(sys.argv[1]).getroot()\n"
+	"assert root.tag.endswith('svg'), root.tag\n"
+	"assert len(list(root.iter())) > 10, 'empty plot'\n";
+
+static const char points_script[] =
+	"import json, sys\n"
+	"r = json.load(open(sys.argv[1]))['runs'][0]\n"
+	"pts = r['points']\n"
+	"assert len(pts) == 2, len(pts)\n"
+	"assert r['ort_ms'] > 0\n"
+	"for p in pts:\n"
+	"    # Open loop at a modest rate: the server must keep up with what was asked.\n"
+	"    req = p['requested_ops']\n"
+	"    ach = p['achieved_ops']\n"
+	"    assert ach > 0.8 * req, (ach, req)\n";
+
+struct wl_case {
+	const char *name;
+	const char *extra[12];
+};
+
+static void run_workload(const struct wl_case *wc)
+{
+	char json[400], svg[400], out[400], pyout[400];
+	snprintf(json, sizeof(json), "%s/%s.json", srv.ts_root, wc->name);
+	snprintf(svg, sizeof(svg), "%s/%s.svg", srv.ts_root, wc->name);
+	snprintf(out, sizeof(out), "%s/%s.out", srv.ts_root, wc->name);
+	snprintf(pyout, sizeof(pyout), "%s/%s.py.out", srv.ts_root, wc->name);
+	char *argv[40];
+	int n = 0;
+	argv[n++] = getenv("SHALE_BIN");
+	argv[n++] = "bench";
+	argv[n++] = (char *)wc->name;
+	argv[n++] = "--server";
+	argv[n++] = port_arg;
+	argv[n++] = "--export";
+	argv[n++] = srv.ts_export_path[0];
+	argv[n++] = "--server-pid";
+	argv[n++] = pid_arg;
+	argv[n++] = "--json";
+	argv[n++] = json;
+	argv[n++] = "--svg";
+	argv[n++] = svg;
+	for (int i = 0; wc->extra[i]; i++)
+		argv[n++] = (char *)wc->extra[i];
+	argv[n] = NULL;
+	int rc = run_cmd(argv, out);
+	if (!tap_check(rc == 0, "%s: exits 0", wc->name))
+		dump(out, 60);
+	tap_check(py_check(json_script, json, pyout), "%s: JSON parses, zero failed and unanswered ops",
+		  wc->name);
+	tap_check(py_check(svg_script, svg, pyout), "%s: SVG is well-formed XML", wc->name);
+	if (strcmp(wc->name, "sfs2008") == 0)
+		tap_check(py_check(points_script, json, pyout),
+			  "sfs2008: two load points, each achieving its requested rate");
+	if (strcmp(wc->name, "varmail") == 0)
+		tap_check(file_has(out, "IO Summary: ") && file_has(out, " ops/s ") &&
+			  file_has(out, " rd/wr ") && file_has(out, "ms/op"),
+			  "varmail: prints filebench's IO Summary line");
+	if (strcmp(wc->name, "seq") == 0)
+		tap_check(file_has(out, "read") && file_has(out, "MB/s"), "seq: reports MB/s");
+	tap_check(ts_alive(&srv), "%s: server still running", wc->name);
+}
+
+int main(void)
+{
+	const char *lines[] = {"%s *(rw,insecure,no_root_squash)"};
+	if (ts_start(&srv, lines, 1) != 0) {
+		tap_check(false, "server starts");
+		return tap_finish();
+	}
+	snprintf(port_arg, sizeof(port_arg), "127.0.0.1:%u", srv.ts_port);
+	snprintf(pid_arg, sizeof(pid_arg), "%d", (int)srv.ts_pid);
+
+	static const struct wl_case cases[] = {
+		{"sfs2008", {"--points", "2", "--rate", "1000", "--warmup", "0.5", "--runtime", "1.5",
+			     "--fileset-mb", "4", NULL}},
+		{"varmail", {"--warmup", "0.5", "--runtime", "2", "--files", "200", NULL}},
+		{"seq", {"--size-mb", "16", "--xfer", "256K", NULL}},
+		{"meta", {"--files", "300", NULL}},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		run_workload(&cases[i]);
+
+	/* sfs2008 again: the file set is reused, not recreated. */
+	{
+		char out[400];
+		snprintf(out, sizeof(out), "%s/reuse.out", srv.ts_root);
+		char *argv[] = {getenv("SHALE_BIN"), "bench", "sfs2008", "--server", port_arg,
+				"--export", srv.ts_export_path[0], "--points", "1", "--rate", "500",
+				"--warmup", "0", "--runtime", "0.5", "--fileset-mb", "4", NULL};
+		int rc = run_cmd(argv, out);
+		tap_check(rc == 0 && file_has(out, " 0 created") && file_has(out, "reused"),
+			  "sfs2008: a second run reuses the file set");
+		if (rc != 0)
+			dump(out, 40);
+	}
+	/* A run that cannot succeed says so. */
+	{
+		char out[400];
+		snprintf(out, sizeof(out), "%s/bad.out", srv.ts_root);
+		char *argv[] = {getenv("SHALE_BIN"), "bench", "meta", "--server", port_arg,
+				"--export", "/no/such/export", "--files", "10", NULL};
+		int rc = run_cmd(argv, out);
+		tap_check(rc != 0 && rc != -1, "an unmountable export exits non-zero (%d)", rc);
+	}
+	tap_check(ts_stop(&srv) == 0, "server stops cleanly");
+	return tap_finish();
+}

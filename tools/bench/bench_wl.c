@@ -1,0 +1,888 @@
+/* bench_wl.c: the workloads besides sfs2008: seq (large sequential transfers), meta (metadata
+ * operations on many files of one directory) and varmail (filebench's mail-server flow).
+ *
+ * seq: one file of --size-mb written with --xfer transfers as UNSTABLE WRITEs then one COMMIT,
+ *   written again with FILE_SYNC WRITEs, then read back; every 4 KiB block carries its own file
+ *   offset in its first 8 bytes and a fixed pattern after it, so a READ is verified in place (a
+ *   misplaced or stale block fails). --conns x --depth transfers are in flight per thread;
+ *   --procs threads share the file in interleaved chunks. MB/s per phase (MB = 2^20 bytes),
+ *   the COMMIT included in the UNSTABLE phase. A COMMIT verifier different from the WRITEs'
+ *   (the server restarted) fails the run.
+ *
+ * meta: --files N files in one fresh directory: CREATE (GUARDED) all, GETATTR all, LOOKUP all,
+ *   REMOVE all, each phase closed-loop with every slot busy; ops/s per phase.
+ *
+ * varmail: filebench's varmail personality over NFS. --files (1,000) files with sizes uniform
+ *   in 1..32 KiB (mean 16 KiB) in one directory, 80% of them present at the start, and --flows
+ *   (16) flows each repeating filebench's sequence:
+ *     deletefile; createfile, appendfilerand, fsync, closefile;
+ *     openfile, readwholefile, appendfilerand, fsync, closefile;
+ *     openfile, readwholefile, closefile
+ *   as REMOVE; CREATE, WRITE (UNSTABLE, 1..16 KiB at the end of file), COMMIT; LOOKUP, READs of
+ *   up to 1 MiB (rtmax) to EOF, WRITE, COMMIT; LOOKUP, READs. NFSv3 has no open or close, so
+ *   open is the LOOKUP and close sends nothing; the figures count NFS operations. The summary line
+ *   follows filebench's "IO Summary:" format. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench_impl.h"
+
+#define WL_BLOCK 4096u
+
+/* ---- shared helpers ---- */
+
+static int wl_sync_simple(const struct bench_ctx *ctx, uint32_t proc, const struct bench_fh *fh,
+			  const char *name, uint32_t expect_status)
+{
+	uint8_t args[512];
+	struct xdr_enc enc;
+	xdr_enc_init(&enc, args, sizeof(args));
+	if (name)
+		bench_nfs3_enc_dirop(&enc, fh, name, strlen(name));
+	else
+		bench_nfs3_enc_commit(&enc, fh, 0, 0);
+	struct bench_nfs3_res res;
+	int rc = bench_sync_nfs(ctx, proc, args, xdr_enc_len(&enc), &res);
+	if (rc == 0 && res.nr_status != expect_status)
+		rc = -EREMOTEIO;
+	return rc;
+}
+
+static void wl_point_from(const struct bench_engine *eng, struct bench_run *run, double ops_s_fig,
+			  const char *fig_name, const char *unit)
+{
+	struct bench_point *pt = &run->br_points[run->br_npoints++];
+	bench_engine_point(eng, 0, pt);
+	if (fig_name)
+		bench_run_add_figure(run, fig_name, ops_s_fig, unit);
+}
+
+static int wl_run_engine(const struct bench_ctx *ctx, struct bench_engine *eng, void **wl,
+			 const char *const *names, unsigned nstats, int (*next)(struct bench_thread *t))
+{
+	const struct bench_opts *o = ctx->bc_opts;
+	eng->be_ctx = ctx;
+	if (eng->be_nthreads == 0)
+		eng->be_nthreads = o->bo_procs;
+	if (eng->be_nconns == 0)
+		eng->be_nconns = o->bo_conns;
+	if (eng->be_depth == 0)
+		eng->be_depth = o->bo_depth;
+	eng->be_stat_names = names;
+	eng->be_nstats = nstats;
+	eng->be_next = next;
+	eng->be_thread_wl = wl;
+	return bench_engine_run(eng);
+}
+
+/* ================================ seq ================================ */
+
+enum { SEQ_WRITE_UNSTABLE, SEQ_WRITE_FILESYNC, SEQ_READ, SEQ_NPHASES };
+static const char *const seq_stat_names[SEQ_NPHASES] = {"WRITE-UNSTABLE", "WRITE-FILE_SYNC", "READ"};
+
+struct seq_state {
+	const struct bench_ctx *sq_ctx;
+	struct bench_fh sq_fh;
+	uint64_t sq_size;
+	uint32_t sq_xfer;
+	unsigned sq_nthreads;
+	unsigned sq_phase;
+	uint64_t sq_verf;
+	bool sq_verf_set;
+	uint8_t *sq_template; /* WL_BLOCK bytes: the pattern after each block's stamp */
+	uint64_t sq_verify_failed;
+	uint64_t sq_verf_changed;
+};
+struct seq_thread {
+	struct seq_state *sqt_s;
+	uint64_t sqt_next_chunk;  /* chunk index (of sq_xfer bytes) */
+	uint8_t *sqt_bufs;        /* conns * depth buffers of sq_xfer bytes */
+	unsigned sqt_depth;
+	uint64_t sqt_verf;
+	bool sqt_verf_set;
+	bool sqt_verf_changed;
+};
+
+static void seq_fill(const struct seq_state *s, uint8_t *buf, uint64_t off, uint32_t len)
+{
+	for (uint32_t b = 0; b < len; b += WL_BLOCK) {
+		uint32_t n = SH_MIN(WL_BLOCK, len - b);
+		memcpy(buf + b, s->sq_template, n);
+		uint64_t stamp = off + b;
+		if (n >= 8)
+			memcpy(buf + b, &stamp, 8);
+	}
+}
+
+static bool seq_verify(const struct seq_state *s, const uint8_t *data, uint64_t off, uint32_t len)
+{
+	for (uint32_t b = 0; b < len; b += WL_BLOCK) {
+		uint32_t n = SH_MIN(WL_BLOCK, len - b);
+		uint64_t stamp = off + b;
+		if (n >= 8 && memcmp(data + b, &stamp, 8) != 0)
+			return false;
+		if (n > 8 && memcmp(data + b + 8, s->sq_template + 8, n - 8) != 0)
+			return false;
+	}
+	return true;
+}
+
+static void seq_done(struct bench_thread *t, struct bench_op *op, int status,
+		     const struct bench_nfs3_res *res)
+{
+	struct seq_thread *sqt = t->bt_wl;
+	struct seq_state *s = sqt->sqt_s;
+	if (status < 0)
+		return;
+	uint32_t want = op->op_u32[0];
+	uint64_t off = op->op_u64[0];
+	if (res->nr_count != want) {
+		/* Short transfers are legal but this workload does not resend the rest; count it. */
+		log_ratelimited(LOG_WARN, "bench: seq: short %s at %" PRIu64 ": %u of %u bytes",
+				bench_nfs3_proc_name(op->op_proc), off, res->nr_count, want);
+		t->bt_stats[op->op_stat].bs_failed++;
+		return;
+	}
+	if (op->op_proc == BENCH_NFS3_READ) {
+		if (!seq_verify(s, res->nr_data, off, res->nr_count)) {
+			log_ratelimited(LOG_ERROR, "bench: seq: data read at %" PRIu64 " is not what was written", off);
+			t->bt_stats[op->op_stat].bs_failed++;
+			return;
+		}
+		t->bt_bytes_read += res->nr_count;
+	} else {
+		if (s->sq_phase == SEQ_WRITE_FILESYNC && res->nr_committed != BENCH_FILE_SYNC) {
+			log_ratelimited(LOG_ERROR, "bench: seq: FILE_SYNC write answered committed=%u",
+					res->nr_committed);
+			t->bt_stats[op->op_stat].bs_failed++;
+		}
+		if (s->sq_phase == SEQ_WRITE_UNSTABLE) {
+			if (sqt->sqt_verf_set && sqt->sqt_verf != res->nr_verf)
+				sqt->sqt_verf_changed = true;
+			sqt->sqt_verf = res->nr_verf;
+			sqt->sqt_verf_set = true;
+		}
+		t->bt_bytes_written += res->nr_count;
+	}
+}
+
+static int seq_next(struct bench_thread *t)
+{
+	struct seq_thread *sqt = t->bt_wl;
+	struct seq_state *s = sqt->sqt_s;
+	uint64_t chunk = sqt->sqt_next_chunk;
+	uint64_t off = chunk * s->sq_xfer;
+	if (off >= s->sq_size)
+		return 0;
+	uint32_t len = (uint32_t)SH_MIN((uint64_t)s->sq_xfer, s->sq_size - off);
+	uint32_t proc = s->sq_phase == SEQ_READ ? BENCH_NFS3_READ : BENCH_NFS3_WRITE;
+	struct xdr_enc *enc;
+	struct bench_op *op = bench_op_begin(t, proc, (uint16_t)s->sq_phase, 256, 0, &enc);
+	if (!op)
+		return t->bt_error ? t->bt_error : 0;
+	op->op_u32[0] = len;
+	op->op_u64[0] = off;
+	op->op_done = seq_done;
+	const void *bulk = NULL;
+	if (proc == BENCH_NFS3_READ) {
+		bench_nfs3_enc_read(enc, &s->sq_fh, off, len);
+	} else {
+		uint8_t *buf = sqt->sqt_bufs + (size_t)bench_op_index(t, op, sqt->sqt_depth) * s->sq_xfer;
+		seq_fill(s, buf, off, len);
+		bench_nfs3_enc_write(enc, &s->sq_fh, off, len,
+				     s->sq_phase == SEQ_WRITE_UNSTABLE ? BENCH_UNSTABLE : BENCH_FILE_SYNC);
+		bulk = buf;
+	}
+	int rc = bench_op_send(t, op, bulk, proc == BENCH_NFS3_READ ? 0 : len);
+	if (rc < 0)
+		return rc;
+	sqt->sqt_next_chunk += s->sq_nthreads;
+	return 1;
+}
+
+int bench_seq(const struct bench_ctx *ctx, struct bench_run *run)
+{
+	const struct bench_opts *o = ctx->bc_opts;
+	struct seq_state s = {
+		.sq_ctx = ctx,
+		.sq_size = (uint64_t)(o->bo_size_mb * 1048576.0),
+		.sq_xfer = SH_MIN(o->bo_xfer, SH_MIN(ctx->bc_rtmax, ctx->bc_wtmax)),
+		.sq_nthreads = o->bo_procs,
+	};
+	char name[64], text[256];
+	int rc;
+	unsigned P = o->bo_procs;
+	struct seq_thread *sqts = mem_zalloc(sizeof(*sqts) * P);
+	void **wl = mem_zalloc(sizeof(*wl) * P);
+	s.sq_template = mem_alloc(WL_BLOCK);
+	run->br_points = mem_zalloc(sizeof(*run->br_points) * SEQ_NPHASES);
+	if (!sqts || !wl || !s.sq_template || !run->br_points) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (unsigned i = 0; i < WL_BLOCK; i++)
+		s.sq_template[i] = (uint8_t)(i * 131u + 17u);
+	for (unsigned i = 0; i < P; i++) {
+		sqts[i].sqt_s = &s;
+		sqts[i].sqt_depth = o->bo_depth;
+		sqts[i].sqt_bufs = mem_alloc((size_t)o->bo_conns * o->bo_depth * s.sq_xfer);
+		if (!sqts[i].sqt_bufs) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		wl[i] = &sqts[i];
+	}
+	snprintf(name, sizeof(name), "seq-%016" PRIx64 ".dat", ctx->bc_run_id);
+	{
+		uint8_t args[512];
+		struct xdr_enc enc;
+		xdr_enc_init(&enc, args, sizeof(args));
+		bench_nfs3_enc_create(&enc, &ctx->bc_work, name, strlen(name), false, 0644);
+		struct bench_nfs3_res res;
+		rc = bench_sync_nfs(ctx, BENCH_NFS3_CREATE, args, xdr_enc_len(&enc), &res);
+		if (rc == 0 && (res.nr_status != BENCH_NFS3_OK || !res.nr_has_fh))
+			rc = -EREMOTEIO;
+		if (rc < 0) {
+			log_error("bench: seq: cannot create %s: %s", name, sh_strerror(rc));
+			goto out;
+		}
+		s.sq_fh = res.nr_fh;
+	}
+	snprintf(text, sizeof(text), "one file of %.0f MB, %u KiB transfers, %u x %u x %u in flight",
+		 o->bo_size_mb, s.sq_xfer / 1024, P, o->bo_conns, o->bo_depth);
+	run->br_fileset = bench_keep(text);
+	static const char *const fig_names[SEQ_NPHASES] = {"write UNSTABLE+COMMIT", "write FILE_SYNC", "read"};
+	for (unsigned phase = 0; phase < SEQ_NPHASES; phase++) {
+		s.sq_phase = phase;
+		for (unsigned i = 0; i < P; i++)
+			sqts[i].sqt_next_chunk = i;
+		struct bench_engine eng = {0};
+		rc = wl_run_engine(ctx, &eng, wl, seq_stat_names, SEQ_NPHASES, seq_next);
+		if (rc < 0)
+			goto out;
+		if (phase == SEQ_WRITE_UNSTABLE && eng.be_error == 0) {
+			uint64_t c0 = clock_monotonic_ns();
+			uint8_t args[256];
+			struct xdr_enc enc;
+			xdr_enc_init(&enc, args, sizeof(args));
+			bench_nfs3_enc_commit(&enc, &s.sq_fh, 0, 0);
+			struct bench_nfs3_res res;
+			int crc = bench_sync_nfs(ctx, BENCH_NFS3_COMMIT, args, xdr_enc_len(&enc), &res);
+			if (crc < 0 || res.nr_status != BENCH_NFS3_OK) {
+				log_error("bench: seq: COMMIT failed");
+				eng.be_failed++;
+			} else {
+				for (unsigned i = 0; i < P; i++)
+					if (sqts[i].sqt_verf_changed ||
+					    (sqts[i].sqt_verf_set && sqts[i].sqt_verf != res.nr_verf)) {
+						log_error("bench: seq: write verifier changed (server restarted?)");
+						eng.be_failed++;
+						break;
+					}
+			}
+			/* COMMIT time is part of the UNSTABLE phase. */
+			eng.be_elapsed_s += (double)(clock_monotonic_ns() - c0) / 1e9;
+		}
+		double secs = eng.be_elapsed_s > 0 ? eng.be_elapsed_s : 1e-9;
+		uint64_t bytes = phase == SEQ_READ ? eng.be_bytes_read : eng.be_bytes_written;
+		double mbs = (double)bytes / 1048576.0 / secs;
+		wl_point_from(&eng, run, mbs, fig_names[phase], "MB/s");
+		run->br_points[run->br_npoints - 1].bp_seconds = secs;
+		run->br_points[run->br_npoints - 1].bp_achieved_ops = (double)eng.be_ops / secs;
+		if (!o->bo_quiet)
+			fprintf(stderr, "seq: %-22s %8.1f MB/s (%" PRIu64 " ops, %" PRIu64 " failed)\n",
+				fig_names[phase], mbs, eng.be_ops, eng.be_failed + eng.be_unanswered);
+		if (bytes != s.sq_size && eng.be_failed == 0) {
+			log_error("bench: seq: %s moved %" PRIu64 " bytes of %" PRIu64, fig_names[phase],
+				  bytes, s.sq_size);
+			run->br_points[run->br_npoints - 1].bp_failed++;
+		}
+		rc = eng.be_error;
+		bench_engine_fini(&eng);
+		if (rc < 0)
+			goto out;
+	}
+	rc = wl_sync_simple(ctx, BENCH_NFS3_REMOVE, &ctx->bc_work, name, BENCH_NFS3_OK);
+	if (rc < 0)
+		log_error("bench: seq: cannot remove %s: %s", name, sh_strerror(rc));
+out:
+	if (sqts)
+		for (unsigned i = 0; i < P; i++)
+			mem_free(sqts[i].sqt_bufs);
+	mem_free(sqts);
+	mem_free(wl);
+	mem_free(s.sq_template);
+	return rc;
+}
+
+/* ================================ meta ================================ */
+
+enum { META_CREATE, META_GETATTR, META_LOOKUP, META_REMOVE, META_NPHASES };
+static const char *const meta_stat_names[META_NPHASES] = {"CREATE", "GETATTR", "LOOKUP", "REMOVE"};
+static const uint32_t meta_procs[META_NPHASES] = {BENCH_NFS3_CREATE, BENCH_NFS3_GETATTR,
+						  BENCH_NFS3_LOOKUP, BENCH_NFS3_REMOVE};
+
+struct meta_state {
+	struct bench_fh ms_dir;
+	struct bench_fh *ms_fhs;
+	unsigned ms_files;
+	unsigned ms_phase;
+	unsigned ms_nthreads;
+};
+struct meta_thread {
+	struct meta_state *mt_s;
+	unsigned mt_next;
+};
+
+static void meta_done(struct bench_thread *t, struct bench_op *op, int status,
+		      const struct bench_nfs3_res *res)
+{
+	struct meta_thread *mt = t->bt_wl;
+	if (status < 0)
+		return;
+	if (op->op_proc == BENCH_NFS3_CREATE || op->op_proc == BENCH_NFS3_LOOKUP) {
+		if (!res->nr_has_fh) {
+			log_ratelimited(LOG_ERROR, "bench: meta: %s returned no handle",
+					bench_nfs3_proc_name(op->op_proc));
+			t->bt_stats[op->op_stat].bs_failed++;
+			return;
+		}
+		if (op->op_proc == BENCH_NFS3_CREATE)
+			mt->mt_s->ms_fhs[op->op_u32[0]] = res->nr_fh;
+	}
+}
+
+static int meta_next(struct bench_thread *t)
+{
+	struct meta_thread *mt = t->bt_wl;
+	struct meta_state *s = mt->mt_s;
+	if (mt->mt_next >= s->ms_files)
+		return 0;
+	unsigned i = mt->mt_next;
+	struct xdr_enc *enc;
+	struct bench_op *op = bench_op_begin(t, meta_procs[s->ms_phase], (uint16_t)s->ms_phase, 512, 0, &enc);
+	if (!op)
+		return t->bt_error ? t->bt_error : 0;
+	op->op_u32[0] = i;
+	op->op_done = meta_done;
+	char name[32];
+	snprintf(name, sizeof(name), "m%07u", i);
+	switch (s->ms_phase) {
+	case META_CREATE:
+		bench_nfs3_enc_create(enc, &s->ms_dir, name, strlen(name), true, 0644);
+		break;
+	case META_GETATTR:
+		bench_nfs3_enc_fh(enc, &s->ms_fhs[i]);
+		break;
+	default:
+		bench_nfs3_enc_dirop(enc, &s->ms_dir, name, strlen(name));
+		break;
+	}
+	int rc = bench_op_send(t, op, NULL, 0);
+	if (rc < 0)
+		return rc;
+	mt->mt_next += s->ms_nthreads;
+	return 1;
+}
+
+int bench_meta(const struct bench_ctx *ctx, struct bench_run *run)
+{
+	const struct bench_opts *o = ctx->bc_opts;
+	unsigned P = o->bo_procs;
+	struct meta_state s = {.ms_files = o->bo_files, .ms_nthreads = P};
+	struct meta_thread *mts = mem_zalloc(sizeof(*mts) * P);
+	void **wl = mem_zalloc(sizeof(*wl) * P);
+	s.ms_fhs = mem_zalloc(sizeof(*s.ms_fhs) * s.ms_files);
+	run->br_points = mem_zalloc(sizeof(*run->br_points) * META_NPHASES);
+	char dname[64], text[128];
+	int rc;
+	if (!mts || !wl || !s.ms_fhs || !run->br_points) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (unsigned i = 0; i < P; i++) {
+		mts[i].mt_s = &s;
+		wl[i] = &mts[i];
+	}
+	snprintf(dname, sizeof(dname), "meta-%016" PRIx64, ctx->bc_run_id);
+	rc = bench_sync_mkdir(ctx, &ctx->bc_work, dname, &s.ms_dir);
+	if (rc < 0) {
+		log_error("bench: meta: cannot create %s: %s", dname, sh_strerror(rc));
+		goto out;
+	}
+	snprintf(text, sizeof(text), "%u files in one directory", s.ms_files);
+	run->br_fileset = bench_keep(text);
+	static const char *const figs[META_NPHASES] = {"create", "getattr", "lookup", "remove"};
+	bool failed = false;
+	for (unsigned phase = 0; phase < META_NPHASES && !failed; phase++) {
+		s.ms_phase = phase;
+		for (unsigned i = 0; i < P; i++)
+			mts[i].mt_next = i;
+		struct bench_engine eng = {0};
+		rc = wl_run_engine(ctx, &eng, wl, meta_stat_names, META_NPHASES, meta_next);
+		if (rc < 0)
+			goto out;
+		double ops = eng.be_elapsed_s > 0 ? (double)eng.be_ops / eng.be_elapsed_s : 0;
+		wl_point_from(&eng, run, ops, figs[phase], "ops/s");
+		if (!o->bo_quiet)
+			fprintf(stderr, "meta: %-8s %10.0f ops/s (%" PRIu64 " ops, %" PRIu64 " failed)\n",
+				figs[phase], ops, eng.be_ops, eng.be_failed + eng.be_unanswered);
+		failed = eng.be_failed + eng.be_unanswered > 0;
+		rc = eng.be_error;
+		bench_engine_fini(&eng);
+		if (rc < 0)
+			goto out;
+	}
+	if (!failed) {
+		rc = wl_sync_simple(ctx, BENCH_NFS3_RMDIR, &ctx->bc_work, dname, BENCH_NFS3_OK);
+		if (rc < 0)
+			log_error("bench: meta: cannot remove %s: %s", dname, sh_strerror(rc));
+	}
+out:
+	mem_free(mts);
+	mem_free(wl);
+	mem_free(s.ms_fhs);
+	return rc;
+}
+
+/* ================================ varmail ================================ */
+
+enum vm_stat { VM_REMOVE, VM_CREATE, VM_WRITE, VM_COMMIT, VM_LOOKUP, VM_READ, VM_NSTATS };
+/* deletefile, createfile, appendfilerand, fsync, openfile, readwholefile */
+static const char *const vm_stat_names[VM_NSTATS] = {"REMOVE", "CREATE", "WRITE", "COMMIT",
+						     "LOOKUP", "READ"};
+#define VM_MAX_APPEND 16384u /* filebench's meaniosize: appendfilerand writes 1..16 KiB */
+#define VM_MAX_FILE 32768u
+
+struct vm_file {
+	struct bench_fh vf_fh;
+	uint64_t vf_size;
+	bool vf_present;
+	bool vf_busy;
+};
+struct vm_state {
+	struct bench_fh vs_dir;
+	struct vm_file *vs_files;
+	unsigned vs_nfiles;
+	unsigned vs_nthreads;
+	uint32_t vs_rtmax;
+	uint8_t *vs_wbuf;
+	bool vs_cleanup; /* vm_next removes the files instead of running flows */
+};
+/* Steps of a flow, in filebench's order. */
+enum vm_step {
+	VS_DELETE, VS_CREATE, VS_APPEND1, VS_FSYNC1, VS_OPEN2, VS_READ2, VS_APPEND2, VS_FSYNC2,
+	VS_OPEN3, VS_READ3, VS_NSTEPS
+};
+struct vm_flow {
+	unsigned vf_step;
+	int vf_file;         /* index held by the flow, or -1 */
+	uint64_t vf_read_off;
+};
+struct vm_thread {
+	struct vm_state *vt_s;
+	struct vm_flow *vt_flows;
+	unsigned vt_nflows;
+	unsigned vt_started;
+	unsigned vt_next_file; /* set-up and cleanup cursor */
+	uint64_t vt_rng;
+};
+
+static void vm_name(char *buf, size_t cap, unsigned i)
+{
+	snprintf(buf, cap, "vm%05u", i);
+}
+
+/* Files of thread t are those with index % nthreads == t (flows of one thread share them). */
+static int vm_pick(struct bench_thread *t, bool present)
+{
+	struct vm_thread *vt = t->bt_wl;
+	struct vm_state *s = vt->vt_s;
+	unsigned mine = (s->vs_nfiles - t->bt_index + s->vs_nthreads - 1) / s->vs_nthreads;
+	if (mine == 0)
+		return -1;
+	for (int tries = 0; tries < 64; tries++) {
+		unsigned i = t->bt_index + bench_rand_below(t, mine) * s->vs_nthreads;
+		if (i < s->vs_nfiles && s->vs_files[i].vf_present == present && !s->vs_files[i].vf_busy)
+			return (int)i;
+	}
+	for (unsigned i = t->bt_index; i < s->vs_nfiles; i += s->vs_nthreads)
+		if (s->vs_files[i].vf_present == present && !s->vs_files[i].vf_busy)
+			return (int)i;
+	return -1;
+}
+
+static int vm_issue(struct bench_thread *t, struct vm_flow *flow);
+
+static void vm_release(struct vm_state *s, struct vm_flow *flow)
+{
+	if (flow->vf_file >= 0)
+		s->vs_files[flow->vf_file].vf_busy = false;
+	flow->vf_file = -1;
+}
+
+static void vm_done(struct bench_thread *t, struct bench_op *op, int status,
+		    const struct bench_nfs3_res *res)
+{
+	struct vm_thread *vt = t->bt_wl;
+	struct vm_state *s = vt->vt_s;
+	struct vm_flow *flow = op->op_ptr;
+	struct vm_file *f = flow->vf_file >= 0 ? &s->vs_files[flow->vf_file] : NULL;
+	if (status < 0) {
+		/* Give the file up and start the flow over; the engine counted the failure. */
+		vm_release(s, flow);
+		flow->vf_step = VS_DELETE;
+	} else {
+		switch (flow->vf_step) {
+		case VS_DELETE:
+			f->vf_present = false;
+			vm_release(s, flow);
+			flow->vf_step++;
+			break;
+		case VS_CREATE:
+			if (!res->nr_has_fh) {
+				t->bt_stats[op->op_stat].bs_failed++;
+				vm_release(s, flow);
+				flow->vf_step = VS_DELETE;
+				break;
+			}
+			f->vf_fh = res->nr_fh;
+			f->vf_size = 0;
+			f->vf_present = true;
+			flow->vf_step++;
+			break;
+		case VS_APPEND1:
+		case VS_APPEND2:
+			f->vf_size += res->nr_count;
+			if (t->bt_measuring)
+				t->bt_bytes_written += res->nr_count;
+			flow->vf_step++;
+			break;
+		case VS_FSYNC1:
+		case VS_FSYNC2:
+			vm_release(s, flow); /* closefile */
+			flow->vf_step++;
+			break;
+		case VS_OPEN2:
+		case VS_OPEN3:
+			f->vf_fh = res->nr_fh;
+			flow->vf_read_off = 0;
+			flow->vf_step++;
+			break;
+		case VS_READ2:
+		case VS_READ3:
+			if (t->bt_measuring)
+				t->bt_bytes_read += res->nr_count;
+			flow->vf_read_off += res->nr_count;
+			if (res->nr_eof || res->nr_count == 0) {
+				if (flow->vf_step == VS_READ3)
+					vm_release(s, flow); /* closefile */
+				flow->vf_step++;
+			}
+			break;
+		default:
+			break;
+		}
+		if (flow->vf_step == VS_NSTEPS)
+			flow->vf_step = VS_DELETE;
+	}
+	const struct bench_engine *eng = t->bt_eng;
+	if (clock_monotonic_ns() >= eng->be_measure_end_ns) {
+		vm_release(s, flow);
+		return;
+	}
+	int rc = vm_issue(t, flow);
+	if (rc < 0 && t->bt_error == 0)
+		t->bt_error = rc;
+}
+
+/* Issues the flow's current step (skipping steps with no file to work on). */
+static int vm_issue(struct bench_thread *t, struct vm_flow *flow)
+{
+	struct vm_thread *vt = t->bt_wl;
+	struct vm_state *s = vt->vt_s;
+	char name[32];
+	for (int guard = 0; guard < VS_NSTEPS; guard++) {
+		unsigned step = flow->vf_step;
+		if (step == VS_DELETE || step == VS_CREATE || step == VS_OPEN2 || step == VS_OPEN3) {
+			int i = vm_pick(t, step != VS_CREATE);
+			if (i < 0) {
+				/* No file for this step: skip to the next step that picks one. */
+				flow->vf_step = step == VS_DELETE ? VS_CREATE
+					      : step == VS_CREATE ? VS_OPEN2
+					      : step == VS_OPEN2  ? VS_OPEN3
+								  : VS_DELETE;
+				continue;
+			}
+			flow->vf_file = i;
+			s->vs_files[i].vf_busy = true;
+		}
+		struct vm_file *f = &s->vs_files[flow->vf_file];
+		static const uint32_t procs[VS_NSTEPS] = {
+			BENCH_NFS3_REMOVE, BENCH_NFS3_CREATE, BENCH_NFS3_WRITE, BENCH_NFS3_COMMIT,
+			BENCH_NFS3_LOOKUP, BENCH_NFS3_READ, BENCH_NFS3_WRITE, BENCH_NFS3_COMMIT,
+			BENCH_NFS3_LOOKUP, BENCH_NFS3_READ,
+		};
+		static const uint16_t stats[VS_NSTEPS] = {
+			VM_REMOVE, VM_CREATE, VM_WRITE, VM_COMMIT, VM_LOOKUP, VM_READ, VM_WRITE,
+			VM_COMMIT, VM_LOOKUP, VM_READ,
+		};
+		struct xdr_enc *enc;
+		struct bench_op *op = bench_op_begin(t, procs[step], stats[step], 512, 0, &enc);
+		if (!op)
+			return t->bt_error ? t->bt_error : -EAGAIN;
+		op->op_ptr = flow;
+		op->op_done = vm_done;
+		const void *bulk = NULL;
+		size_t bulk_len = 0;
+		vm_name(name, sizeof(name), (unsigned)flow->vf_file);
+		switch (step) {
+		case VS_DELETE:
+			bench_nfs3_enc_dirop(enc, &s->vs_dir, name, strlen(name));
+			break;
+		case VS_CREATE:
+			bench_nfs3_enc_create(enc, &s->vs_dir, name, strlen(name), false, 0644);
+			break;
+		case VS_APPEND1:
+		case VS_APPEND2: {
+			uint32_t n = 1 + bench_rand_below(t, VM_MAX_APPEND);
+			bench_nfs3_enc_write(enc, &f->vf_fh, f->vf_size, n, BENCH_UNSTABLE);
+			bulk = s->vs_wbuf;
+			bulk_len = n;
+			break;
+		}
+		case VS_FSYNC1:
+		case VS_FSYNC2:
+			bench_nfs3_enc_commit(enc, &f->vf_fh, 0, 0);
+			break;
+		case VS_OPEN2:
+		case VS_OPEN3:
+			bench_nfs3_enc_dirop(enc, &s->vs_dir, name, strlen(name));
+			break;
+		default: /* reads */
+			bench_nfs3_enc_read(enc, &f->vf_fh, flow->vf_read_off, s->vs_rtmax);
+			break;
+		}
+		return bench_op_send(t, op, bulk, bulk_len);
+	}
+	return 0; /* nothing to do at all: the flow rests */
+}
+
+static int vm_next(struct bench_thread *t)
+{
+	struct vm_thread *vt = t->bt_wl;
+	struct vm_state *s = vt->vt_s;
+	struct xdr_enc *enc;
+	char name[32];
+	if (s->vs_cleanup) {
+		unsigned i = vt->vt_next_file;
+		while (i < s->vs_nfiles && !s->vs_files[i].vf_present)
+			i += s->vs_nthreads;
+		if (i >= s->vs_nfiles)
+			return 0;
+		struct bench_op *op = bench_op_begin(t, BENCH_NFS3_REMOVE, VM_REMOVE, 512, 0, &enc);
+		if (!op)
+			return t->bt_error ? t->bt_error : 0;
+		vm_name(name, sizeof(name), i);
+		bench_nfs3_enc_dirop(enc, &s->vs_dir, name, strlen(name));
+		int rc = bench_op_send(t, op, NULL, 0);
+		if (rc < 0)
+			return rc;
+		vt->vt_next_file = i + s->vs_nthreads;
+		return 1;
+	}
+	if (vt->vt_started >= vt->vt_nflows)
+		return 0;
+	struct vm_flow *flow = &vt->vt_flows[vt->vt_started];
+	flow->vf_file = -1;
+	flow->vf_step = VS_DELETE;
+	int rc = vm_issue(t, flow);
+	if (rc == -EAGAIN)
+		return 0;
+	if (rc < 0)
+		return rc;
+	vt->vt_started++;
+	return 1;
+}
+
+/* Set-up op completions: created files get their handle, then one WRITE of their size. */
+static void vm_setup_done(struct bench_thread *t, struct bench_op *op, int status,
+			  const struct bench_nfs3_res *res);
+
+static int vm_setup_next(struct bench_thread *t)
+{
+	struct vm_thread *vt = t->bt_wl;
+	struct vm_state *s = vt->vt_s;
+	unsigned i = vt->vt_next_file;
+	if (i >= s->vs_nfiles)
+		return 0;
+	/* 80% preallocated (filebench's prealloc=80): the others start absent. */
+	if (i % 5 == 4) {
+		vt->vt_next_file += s->vs_nthreads;
+		return 1;
+	}
+	struct xdr_enc *enc;
+	struct bench_op *op = bench_op_begin(t, BENCH_NFS3_CREATE, VM_CREATE, 512, 0, &enc);
+	if (!op)
+		return t->bt_error ? t->bt_error : 0;
+	char name[32];
+	vm_name(name, sizeof(name), i);
+	op->op_u32[0] = i;
+	op->op_done = vm_setup_done;
+	bench_nfs3_enc_create(enc, &s->vs_dir, name, strlen(name), true, 0644);
+	int rc = bench_op_send(t, op, NULL, 0);
+	if (rc < 0)
+		return rc;
+	vt->vt_next_file += s->vs_nthreads;
+	return 1;
+}
+
+static void vm_setup_done(struct bench_thread *t, struct bench_op *op, int status,
+			  const struct bench_nfs3_res *res)
+{
+	struct vm_thread *vt = t->bt_wl;
+	struct vm_state *s = vt->vt_s;
+	struct vm_file *f = &s->vs_files[op->op_u32[0]];
+	if (status < 0)
+		return;
+	if (op->op_proc == BENCH_NFS3_CREATE) {
+		if (!res->nr_has_fh) {
+			t->bt_stats[op->op_stat].bs_failed++;
+			return;
+		}
+		f->vf_fh = res->nr_fh;
+		f->vf_present = true;
+		uint32_t size = 1024u + bench_rand_below(t, VM_MAX_FILE - 1024u);
+		struct xdr_enc *enc;
+		struct bench_op *w = bench_op_begin(t, BENCH_NFS3_WRITE, VM_WRITE, 256, 0, &enc);
+		if (!w) {
+			if (t->bt_error == 0)
+				t->bt_error = -EAGAIN;
+			return;
+		}
+		w->op_u32[0] = op->op_u32[0];
+		w->op_done = vm_setup_done;
+		bench_nfs3_enc_write(enc, &f->vf_fh, 0, size, BENCH_UNSTABLE);
+		int rc = bench_op_send(t, w, s->vs_wbuf, size);
+		if (rc < 0 && t->bt_error == 0)
+			t->bt_error = rc;
+	} else {
+		f->vf_size = res->nr_count;
+	}
+}
+
+int bench_varmail(const struct bench_ctx *ctx, struct bench_run *run)
+{
+	const struct bench_opts *o = ctx->bc_opts;
+	unsigned P = o->bo_procs;
+	unsigned nflows = SH_MAX(o->bo_flows, P);
+	struct vm_state s = {.vs_nfiles = o->bo_files, .vs_nthreads = P,
+			     .vs_rtmax = SH_MIN(ctx->bc_rtmax, (uint32_t)1 << 20)};
+	struct vm_thread *vts = mem_zalloc(sizeof(*vts) * P);
+	struct vm_flow *flows = mem_zalloc(sizeof(*flows) * nflows);
+	void **wl = mem_zalloc(sizeof(*wl) * P);
+	s.vs_files = mem_zalloc(sizeof(*s.vs_files) * s.vs_nfiles);
+	s.vs_wbuf = mem_alloc(VM_MAX_FILE);
+	run->br_points = mem_zalloc(sizeof(*run->br_points));
+	char dname[64], text[160];
+	int rc;
+	if (!vts || !flows || !wl || !s.vs_files || !s.vs_wbuf || !run->br_points) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (unsigned i = 0; i < VM_MAX_FILE; i++)
+		s.vs_wbuf[i] = (uint8_t)(i * 13u + 5u);
+	unsigned given = 0;
+	for (unsigned i = 0; i < P; i++) {
+		vts[i].vt_s = &s;
+		vts[i].vt_next_file = i;
+		vts[i].vt_flows = flows + given;
+		vts[i].vt_nflows = nflows / P + (i < nflows % P ? 1 : 0);
+		given += vts[i].vt_nflows;
+		wl[i] = &vts[i];
+	}
+	snprintf(dname, sizeof(dname), "varmail-%016" PRIx64, ctx->bc_run_id);
+	rc = bench_sync_mkdir(ctx, &ctx->bc_work, dname, &s.vs_dir);
+	if (rc < 0) {
+		log_error("bench: varmail: cannot create %s: %s", dname, sh_strerror(rc));
+		goto out;
+	}
+	snprintf(text, sizeof(text), "%u files of 16 KiB mean (1..32 KiB), 80%% preallocated, one directory; %u flows",
+		 s.vs_nfiles, nflows);
+	run->br_fileset = bench_keep(text);
+
+	/* Set-up. */
+	struct bench_engine eng = {0};
+	rc = wl_run_engine(ctx, &eng, wl, vm_stat_names, VM_NSTATS, vm_setup_next);
+	if (rc < 0)
+		goto out;
+	uint64_t bad = eng.be_failed + eng.be_unanswered;
+	rc = eng.be_error;
+	bench_engine_fini(&eng);
+	if (rc < 0 || bad > 0) {
+		log_error("bench: varmail: file set creation failed");
+		rc = rc < 0 ? rc : -EIO;
+		goto out;
+	}
+
+	/* The flows: closed loop, each flow one op at a time; slots for all of them. */
+	unsigned per_thread = (nflows + P - 1) / P;
+	struct bench_engine feng = {
+		.be_nconns = o->bo_conns,
+		.be_depth = (per_thread + o->bo_conns - 1) / o->bo_conns + 1,
+		.be_warmup_s = o->bo_warmup_s,
+		.be_runtime_s = o->bo_runtime_s,
+	};
+	rc = wl_run_engine(ctx, &feng, wl, vm_stat_names, VM_NSTATS, vm_next);
+	if (rc < 0)
+		goto out;
+	struct bench_point *pt = &run->br_points[run->br_npoints++];
+	bench_engine_point(&feng, 0, pt);
+	double secs = feng.be_elapsed_s > 0 ? feng.be_elapsed_s : 1e-9;
+	double ops_s = (double)feng.be_ops / secs;
+	double rd = (double)feng.be_total[VM_READ].bs_hist.bh_count / secs;
+	double wr = (double)feng.be_total[VM_WRITE].bs_hist.bh_count / secs;
+	double mbs = (double)(feng.be_bytes_read + feng.be_bytes_written) / 1048576.0 / secs;
+	char summary[200];
+	snprintf(summary, sizeof(summary),
+		 "IO Summary: %" PRIu64 " ops %.3f ops/s %.0f/%.0f rd/wr %.1fmb/s %.3fms/op",
+		 feng.be_ops, ops_s, rd, wr, mbs, pt->bp_mean_ms);
+	printf("%s\n", summary);
+	fflush(stdout);
+	bench_run_add_figure(run, "ops/s", ops_s, "ops/s");
+	bench_run_add_figure(run, "read ops/s", rd, "ops/s");
+	bench_run_add_figure(run, "write ops/s", wr, "ops/s");
+	bench_run_add_figure(run, "MB/s", mbs, "MB/s");
+	bench_run_add_figure(run, "ms/op", pt->bp_mean_ms, "ms");
+	rc = feng.be_error;
+	bench_engine_fini(&feng);
+	if (rc < 0)
+		goto out;
+
+	/* Clean-up. */
+	for (unsigned i = 0; i < P; i++)
+		vts[i].vt_next_file = i;
+	s.vs_cleanup = true;
+	struct bench_engine ceng = {0};
+	rc = wl_run_engine(ctx, &ceng, wl, vm_stat_names, VM_NSTATS, vm_next);
+	if (rc == 0) {
+		bad = ceng.be_failed + ceng.be_unanswered;
+		rc = ceng.be_error;
+		bench_engine_fini(&ceng);
+		if (rc == 0 && bad == 0)
+			rc = wl_sync_simple(ctx, BENCH_NFS3_RMDIR, &ctx->bc_work, dname, BENCH_NFS3_OK);
+		if (rc == 0 && bad > 0)
+			rc = -EIO;
+		if (rc < 0)
+			log_error("bench: varmail: clean-up failed: %s", sh_strerror(rc));
+	}
+out:
+	mem_free(vts);
+	mem_free(flows);
+	mem_free(wl);
+	mem_free(s.vs_files);
+	mem_free(s.vs_wbuf);
+	return rc;
+}
