@@ -8,6 +8,9 @@
  *   the pusher that turns the list from empty to non-empty writes the eventfd, so a burst of posts
  *   costs one wake-up. The loop drains the whole list at once and runs it in FIFO order.
  *
+ * Deferred tasks (loop_defer) are a plain FIFO of the loop's own thread, run at the end of each
+ * turn, so that what a turn's callbacks produce (replies to many calls) can be handled once.
+ *
  * Invariants
  *   1. Only the loop's thread touches the epoll set's registrations and runs callbacks.
  *   2. A watch deleted during a turn receives no further events from that turn: loop_watch_del
@@ -41,6 +44,9 @@ struct loop {
 	struct epoll_event lp_batch[LOOP_BATCH];
 	int lp_batch_len;
 	int lp_batch_pos;
+	/* Tasks to run at the end of this turn (loop thread only). */
+	struct loop_task *lp_deferred_head;
+	struct loop_task *lp_deferred_tail;
 };
 
 static _Thread_local struct loop *loop_this_thread;
@@ -220,6 +226,29 @@ void loop_post(struct loop *loop, struct loop_task *task)
 		loop_wake(loop);
 }
 
+void loop_defer(struct loop *loop, struct loop_task *task)
+{
+	ASSERT(loop_this_thread == loop);
+	task->lt_next = NULL;
+	if (loop->lp_deferred_tail)
+		loop->lp_deferred_tail->lt_next = task;
+	else
+		loop->lp_deferred_head = task;
+	loop->lp_deferred_tail = task;
+}
+
+static void loop_run_deferred(struct loop *loop)
+{
+	while (loop->lp_deferred_head) {
+		struct loop_task *task = loop->lp_deferred_head;
+		loop->lp_deferred_head = task->lt_next;
+		if (!loop->lp_deferred_head)
+			loop->lp_deferred_tail = NULL;
+		task->lt_next = NULL;
+		task->lt_fn(task);
+	}
+}
+
 int loop_run(struct loop *loop)
 {
 	loop_this_thread = loop;
@@ -242,9 +271,11 @@ int loop_run(struct loop *loop)
 		}
 		loop->lp_batch_len = 0;
 		loop->lp_batch_pos = 0;
+		loop_run_deferred(loop);
 	}
 	/* Run what was posted before the stop so that no completion is silently lost. */
 	loop_drain_posted(loop);
+	loop_run_deferred(loop);
 	loop_this_thread = NULL;
 	return rc;
 }

@@ -74,6 +74,13 @@ void loop_timer_del(struct loop *loop, struct loop_timer *timer);
  * (then it runs on a later turn, never re-entrantly). Never fails: the task is embedded. */
 void loop_post(struct loop *loop, struct loop_task *task);
 
+/* Runs task on the loop's thread at the end of the current turn: after every ready event and
+ * every posted task of the turn has been handled, before the loop waits again. For work that
+ * gathers what a turn produced, such as writing all the replies completed in a turn with one
+ * system call. Loop thread only; the task must not be deferred again until it has run. Tasks
+ * deferred by a deferred task run in the same turn. */
+void loop_defer(struct loop *loop, struct loop_task *task);
+
 /* Runs the loop on the calling thread until loop_stop. Returns 0 or -errno on a fatal epoll
  * error. */
 SH_MUST_CHECK int loop_run(struct loop *loop);

@@ -189,6 +189,7 @@ static void posix_destroy(struct fs *fs)
 	posix_stop_workers(pf, pf->pf_nworkers);
 	mem_free(pf->pf_workers);
 	posix_fdcache_fini(&pf->pf_cache);
+	posix_idcache_fini(&pf->pf_idcache);
 	pthread_cond_destroy(&pf->pf_queue_cond);
 	pthread_mutex_destroy(&pf->pf_queue_lock);
 	(void)close(pf->pf_root_fd);
@@ -326,6 +327,9 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 	rc = posix_fdcache_init(&pf->pf_cache, posix_cache_limit(config->pfc_fd_cache_max));
 	if (rc != 0)
 		goto out_close;
+	rc = posix_idcache_init(&pf->pf_idcache);
+	if (rc != 0)
+		goto out_cache;
 	rc = -pthread_mutex_init(&pf->pf_queue_lock, NULL);
 	if (rc != 0)
 		goto out_cache;
@@ -358,6 +362,7 @@ out_cond:
 out_lock:
 	pthread_mutex_destroy(&pf->pf_queue_lock);
 out_cache:
+	posix_idcache_fini(&pf->pf_idcache);
 	posix_fdcache_fini(&pf->pf_cache);
 out_close:
 	(void)close(pf->pf_root_fd);

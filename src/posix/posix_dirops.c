@@ -48,9 +48,9 @@ static int posix_fsync_fd(int fd)
 static int posix_entry(struct posix_fs *pf, int dirfd, const char *name, struct stat *st,
 		       struct fs_obj_id *id)
 {
-	if (fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) != 0)
-		return -errno;
-	return posix_id_at(pf, dirfd, name, 0, posix_type_of_mode(st->st_mode), id);
+	int id_rc;
+	int rc = posix_entry_lookup(pf, dirfd, name, st, id, &id_rc);
+	return rc != 0 ? rc : id_rc;
 }
 
 int posix_do_lookup(struct posix_fs *pf, struct fs_req *req)
@@ -308,7 +308,7 @@ int posix_do_create(struct posix_fs *pf, struct fs_req *req)
 		rc = posix_create_other(pf, req, d->pfd_fd, &st, &req->u.create.cr_obj);
 	/* The new entry is durable once its directory is. */
 	if (rc == 0 && !exists_ok)
-		rc = posix_fsync_fd(d->pfd_fd);
+		rc = posix_dir_sync(d);
 	if (rc == 0) {
 		posix_attr_from_stat(pf, &st, &req->u.create.cr_attr);
 		req->u.create.cr_attr_valid = true;
@@ -345,7 +345,7 @@ int posix_do_remove(struct posix_fs *pf, struct fs_req *req)
 		rc = -errno;
 		goto out_post;
 	}
-	rc = posix_fsync_fd(d->pfd_fd);
+	rc = posix_dir_sync(d);
 	if (have_victim)
 		posix_fd_forget_if_unlinked(pf, &victim);
 out_post:
@@ -388,9 +388,9 @@ int posix_do_rename(struct posix_fs *pf, struct fs_req *req)
 		goto out_post;
 	}
 	/* Both directories changed; each is durable once fsynced. */
-	rc = posix_fsync_fd(td_dir->pfd_fd);
+	rc = posix_dir_sync(td_dir);
 	if (rc == 0 && td_dir != fd_dir)
-		rc = posix_fsync_fd(fd_dir->pfd_fd);
+		rc = posix_dir_sync(fd_dir);
 	if (have_victim)
 		posix_fd_forget_if_unlinked(pf, &victim);
 out_post:
@@ -439,7 +439,7 @@ int posix_do_link(struct posix_fs *pf, struct fs_req *req)
 	}
 	/* The entry and the file's new link count are in one transaction: the directory's fsync
 	 * commits both. */
-	rc = posix_fsync_fd(d->pfd_fd);
+	rc = posix_dir_sync(d);
 	if (posix_stat_fd(o->pfd_fd, &st) == 0) {
 		posix_attr_from_stat(pf, &st, &req->u.link.ln_attr);
 		req->u.link.ln_attr_valid = true;
@@ -491,13 +491,16 @@ static bool posix_emit_entry(struct posix_fs *pf, struct fs_req *req, struct pos
 			e.fd_has_obj = true;
 			posix_attr_from_stat(pf, dst, &e.fd_attr);
 			e.fd_has_attr = true;
-		} else if (fstatat(d->pfd_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-			/* An entry gone since getdents64, or one we may not see, goes without. */
-			posix_attr_from_stat(pf, &st, &e.fd_attr);
-			e.fd_has_attr = true;
-			e.fd_fileid = (uint64_t)st.st_ino;
-			e.fd_has_obj = posix_id_at(pf, d->pfd_fd, de->d_name, 0,
-						   posix_type_of_mode(st.st_mode), &e.fd_obj) == 0;
+		} else {
+			/* An entry gone since getdents64, or one we may not see, goes without; a
+			 * mount point goes without its handle. */
+			int id_rc;
+			if (posix_entry_lookup(pf, d->pfd_fd, de->d_name, &st, &e.fd_obj, &id_rc) == 0) {
+				posix_attr_from_stat(pf, &st, &e.fd_attr);
+				e.fd_has_attr = true;
+				e.fd_fileid = (uint64_t)st.st_ino;
+				e.fd_has_obj = id_rc == 0;
+			}
 		}
 	}
 	return req->u.readdir.rd_emit(req, &e);

@@ -54,6 +54,8 @@ static void posix_fd_free(struct posix_fd *pfd)
 	if (pfd->pfd_wfd >= 0)
 		(void)close(pfd->pfd_wfd);
 	pthread_mutex_destroy(&pfd->pfd_dir_lock);
+	pthread_cond_destroy(&pfd->pfd_sync_cond);
+	pthread_mutex_destroy(&pfd->pfd_sync_lock);
 	mem_free(pfd);
 }
 
@@ -349,6 +351,18 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 		mem_free(pfd);
 		return -rc;
 	}
+	rc = pthread_mutex_init(&pfd->pfd_sync_lock, NULL);
+	if (rc == 0) {
+		rc = pthread_cond_init(&pfd->pfd_sync_cond, NULL);
+		if (rc != 0)
+			pthread_mutex_destroy(&pfd->pfd_sync_lock);
+	}
+	if (rc != 0) {
+		pthread_mutex_destroy(&pfd->pfd_dir_lock);
+		(void)close(fd);
+		mem_free(pfd);
+		return -rc;
+	}
 	pfd->pfd_hash = hash;
 	pfd->pfd_id = *id;
 	pfd->pfd_type = type;
@@ -474,4 +488,43 @@ void posix_fd_forget_if_unlinked(struct posix_fs *pf, const struct fs_obj_id *id
 	if (posix_stat_fd(pfd->pfd_fd, &st) != 0 || st.st_nlink == 0)
 		posix_fd_forget(pf, pfd);
 	posix_fd_rele(pf, pfd);
+}
+
+/* Group commit (see posix_impl.h). Tickets order changes against fsyncs: a request takes a
+ * ticket after its change; an fsync started when the last ticket handed out was T makes every
+ * ticket <= T durable. One request at a time runs the fsync for everyone waiting; the others
+ * sleep on pfd_sync_cond. A failure is reported to every request that took its ticket before
+ * the failed fsync finished and had not yet been answered, which may include one the fsync did
+ * not cover: reporting an error for a change that is in fact durable is safe (the client
+ * retries), the reverse would not be. */
+int posix_dir_sync(struct posix_fd *d)
+{
+	pthread_mutex_lock(&d->pfd_sync_lock);
+	uint64_t mine = ++d->pfd_sync_ticket;
+	uint64_t nfail_before = d->pfd_sync_nfail;
+	int rc = 0;
+	for (;;) {
+		if (d->pfd_sync_done >= mine) {
+			rc = d->pfd_sync_nfail != nfail_before ? d->pfd_sync_err : 0;
+			break;
+		}
+		if (!d->pfd_sync_running) {
+			d->pfd_sync_running = true;
+			uint64_t covers = d->pfd_sync_ticket;
+			pthread_mutex_unlock(&d->pfd_sync_lock);
+			int frc = fsync(d->pfd_fd) == 0 ? 0 : -errno;
+			pthread_mutex_lock(&d->pfd_sync_lock);
+			d->pfd_sync_running = false;
+			d->pfd_sync_done = covers;
+			if (frc != 0) {
+				d->pfd_sync_nfail++;
+				d->pfd_sync_err = frc;
+			}
+			pthread_cond_broadcast(&d->pfd_sync_cond);
+			continue;
+		}
+		pthread_cond_wait(&d->pfd_sync_cond, &d->pfd_sync_lock);
+	}
+	pthread_mutex_unlock(&d->pfd_sync_lock);
+	return rc;
 }

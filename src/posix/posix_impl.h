@@ -56,6 +56,14 @@ struct posix_fd {
 	uint32_t pfd_refs;          /* guarded by the cache lock */
 	uint64_t pfd_verified_ns;   /* DIR: when the containment walk last succeeded */
 	pthread_mutex_t pfd_dir_lock; /* DIR: serializes lseek + getdents64 on pfd_fd */
+	/* DIR: group commit of the directory's fsync (posix_dir_sync); guarded by pfd_sync_lock. */
+	pthread_mutex_t pfd_sync_lock;
+	pthread_cond_t pfd_sync_cond;
+	bool pfd_sync_running;      /* an fsync of pfd_fd is under way */
+	uint64_t pfd_sync_ticket;   /* tickets handed out: one per change awaiting durability */
+	uint64_t pfd_sync_done;     /* every ticket up to this one is durable (or failed) */
+	uint64_t pfd_sync_nfail;    /* fsyncs that failed, and the last one's error */
+	int pfd_sync_err;
 };
 
 struct posix_fdcache {
@@ -67,6 +75,21 @@ struct posix_fdcache {
 	uint32_t pc_nentries; /* entries in the table */
 	uint32_t pc_nfds;     /* fds held by entries in the table */
 	uint32_t pc_max_fds;
+};
+
+/* The id cache (posix_idcache.c): inode number and birth time to object id. */
+#define POSIX_IDCACHE_SLOTS 4096u /* power of two; 4096 x 64 bytes = 256 KiB per export */
+#define POSIX_IDCACHE_WAYS 4u     /* entries per set */
+struct posix_idcache_slot {
+	uint64_t ics_ino;
+	int64_t ics_btime_sec;
+	uint32_t ics_btime_nsec;
+	uint8_t ics_type;
+	struct fs_obj_id ics_id; /* foi_len 0: empty slot */
+};
+struct posix_idcache {
+	pthread_mutex_t ic_lock; /* guards ic_slots */
+	struct posix_idcache_slot *ic_slots;
 };
 
 struct posix_fs {
@@ -81,6 +104,7 @@ struct posix_fs {
 	mode_t pf_umask; /* the process umask at creation; created objects get their exact mode */
 	struct fs_info pf_info;
 	struct posix_fdcache pf_cache;
+	struct posix_idcache pf_idcache;
 	bool pf_write_nowait; /* pwritev2(RWF_NOWAIT) supported; cleared on first EOPNOTSUPP */
 
 	pthread_mutex_t pf_queue_lock; /* guards the queue and pf_stopping */
@@ -129,6 +153,18 @@ void posix_read_buf_init(struct fs_buf *buf);
  * (only when may_punt) when it must be rerun on a worker. */
 int posix_op_run(struct posix_fs *pf, struct fs_req *req, bool may_punt);
 
+/* ---- id cache (posix_idcache.c) ---- */
+SH_MUST_CHECK int posix_idcache_init(struct posix_idcache *ic);
+void posix_idcache_fini(struct posix_idcache *ic);
+/* Stats (dirfd, name) without following a symlink and gives the id of what it names, from the
+ * cache when it can (see posix_idcache.c). Returns 0 with *st filled, or -errno when the name
+ * cannot be stat'ed. On 0, *id_rc says whether *id was made: 0, -EACCES for an object on another
+ * mount (a mount point inside the export is not crossed), or another -errno. */
+SH_MUST_CHECK int posix_entry_lookup(struct posix_fs *pf, int dirfd, const char *name,
+				     struct stat *st, struct fs_obj_id *id, int *id_rc);
+struct statx;
+void posix_stat_from_statx(const struct statx *stx, struct stat *st);
+
 /* ---- namespace operations (posix_dirops.c); each returns fr_status ---- */
 int posix_do_lookup(struct posix_fs *pf, struct fs_req *req);
 int posix_do_create(struct posix_fs *pf, struct fs_req *req); /* CREATE MKDIR SYMLINK MKNOD */
@@ -154,6 +190,12 @@ SH_MUST_CHECK int posix_fd_writable(struct posix_fs *pf, struct posix_fd *pfd, i
 void posix_fd_forget_if_unlinked(struct posix_fs *pf, const struct fs_obj_id *id);
 /* Drops an entry whose object was found unlinked or moved out while held. */
 void posix_fd_forget(struct posix_fs *pf, struct posix_fd *pfd);
+/* Makes the changes made so far in the held directory d durable (fsync of d), sharing one fsync
+ * among the requests that ask at about the same time: a request waits for an fsync that started
+ * after its change, and one fsync covers every change made before it started (group commit).
+ * Returns 0 or -errno (an error is reported to every request the failed fsync may have
+ * covered). */
+SH_MUST_CHECK int posix_dir_sync(struct posix_fd *d);
 
 /* ---- credentials and permissions (posix_cred.c) ---- */
 /* Makes the calling thread's fs identity (fsuid, fsgid, supplementary groups) that of cred,

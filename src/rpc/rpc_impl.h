@@ -33,6 +33,25 @@
 #define RPC_ACCEPTED_HDR_BYTES 24u
 #define RPC_REPLY_PREFIX_BYTES (RPC_RM_HDR_BYTES + RPC_ACCEPTED_HDR_BYTES)
 
+/* ---- record buffer pool (rpc_record.c) ----
+ * A few buffers of the largest record size, kept by one loop and reused for large records (big
+ * WRITEs), so that such a record is received straight into its final buffer: no realloc copies
+ * while it grows and no page faults on fresh memory. At most bp_max buffers ever exist; when all
+ * are in use a record grows on the heap as usual. Used on its loop's thread only. */
+struct rpc_buf_pool {
+	size_t bp_buf_bytes; /* size of every buffer (the record limit) */
+	unsigned bp_max;     /* buffers allocated at most */
+	unsigned bp_allocated;
+	unsigned bp_nfree;
+	uint8_t **bp_free;   /* bp_max slots */
+};
+/* Returns 0 or -ENOMEM. Free with rpc_buf_pool_fini once every buffer is back. */
+SH_MUST_CHECK int rpc_buf_pool_init(struct rpc_buf_pool *pool, size_t buf_bytes, unsigned max);
+void rpc_buf_pool_fini(struct rpc_buf_pool *pool);
+/* A buffer of bp_buf_bytes, or NULL when bp_max are in use (or memory is short). */
+uint8_t *rpc_buf_pool_get(struct rpc_buf_pool *pool);
+void rpc_buf_pool_put(struct rpc_buf_pool *pool, uint8_t *buf);
+
 /* ---- record marking (rpc_record.c) ----
  * A reassembler turns a TCP byte stream into whole records. It allocates the record buffer only
  * as fragment bytes actually arrive (never on the strength of a header's claim), and rejects a
@@ -47,8 +66,16 @@ struct rpc_rm {
 	uint8_t *rm_buf;       /* the record so far; owned by the reassembler until handed out */
 	size_t rm_len;
 	size_t rm_cap;
+	struct rpc_buf_pool *rm_pool; /* optional: where large records get their buffer */
+	bool rm_pooled;        /* rm_buf came from rm_pool */
+	bool rm_out_pooled;    /* the record last handed out came from rm_pool (return it there) */
 };
 void rpc_rm_init(struct rpc_rm *rm, size_t max_record_bytes);
+/* Lets records whose fragment runs past RPC_RM_POOL_MIN bytes take a buffer from pool (whose
+ * buffers must hold max_record_bytes). After a record is handed out, rm_out_pooled says whether
+ * its buffer goes back with rpc_buf_pool_put instead of mem_free. */
+void rpc_rm_set_pool(struct rpc_rm *rm, struct rpc_buf_pool *pool);
+#define RPC_RM_POOL_MIN (64u * 1024u)
 /* Frees any partial record. */
 void rpc_rm_fini(struct rpc_rm *rm);
 /* Consumes bytes from data until one record completes or the input runs out. *consumed_out is
@@ -58,6 +85,15 @@ void rpc_rm_fini(struct rpc_rm *rm);
  * -ENOMEM. After an error the reassembler must only be finalised. */
 SH_MUST_CHECK int rpc_rm_feed(struct rpc_rm *rm, const uint8_t *data, size_t len,
 			      size_t *consumed_out, uint8_t **record_out, size_t *record_len_out);
+/* Direct reception of a large fragment body: when the reassembler is inside a body with at least
+ * min_bytes still to come, makes room and returns where the next body bytes go, with
+ * *space_out (> 0, never past the fragment's end); the caller reads into it and reports the
+ * bytes with rpc_rm_body_commit. Returns NULL when not in such a body (feed with rpc_rm_feed
+ * instead) or, with *err_out = -ENOMEM, when room could not be made. */
+uint8_t *rpc_rm_body_space(struct rpc_rm *rm, size_t min_bytes, size_t *space_out, int *err_out);
+/* Accounts n bytes stored at rpc_rm_body_space's pointer (n <= its *space_out). Returns 1 when
+ * the record completed (*record_out, *record_len_out as rpc_rm_feed), else 0. */
+int rpc_rm_body_commit(struct rpc_rm *rm, size_t n, uint8_t **record_out, size_t *record_len_out);
 /* Heap bytes the reassembler holds right now. */
 static inline size_t rpc_rm_buffered(const struct rpc_rm *rm)
 {

@@ -15,7 +15,12 @@
  *   2. Memory is allocated only for bytes that have arrived (growing geometrically up to the end
  *      of the current fragment), so a peer that announces a large fragment and then stalls holds
  *      at most what it actually sent, rounded up by at most a factor of two.
- *   3. Zero-length fragments are legal; an empty record is handed out as (NULL, 0). */
+ *   3. Zero-length fragments are legal; an empty record is handed out as (NULL, 0).
+ *   4. A fragment that runs past RPC_RM_POOL_MIN bytes takes a buffer of the full record size
+ *      from the loop's pool when one is free (rpc_rm_set_pool). This commits no new memory on
+ *      the strength of a header (the pool's buffers exist already and are few), and lets the
+ *      body be read straight into its final place (rpc_rm_body_space) without a copy through
+ *      the read buffer or a realloc while it grows. */
 #include <errno.h>
 #include <string.h>
 
@@ -29,9 +34,24 @@ void rpc_rm_init(struct rpc_rm *rm, size_t max_record_bytes)
 	rm->rm_max_record = max_record_bytes;
 }
 
+void rpc_rm_set_pool(struct rpc_rm *rm, struct rpc_buf_pool *pool)
+{
+	VERIFY(pool->bp_buf_bytes >= rm->rm_max_record);
+	rm->rm_pool = pool;
+}
+
+static void rpc_rm_free_buf(struct rpc_rm *rm)
+{
+	if (rm->rm_pooled)
+		rpc_buf_pool_put(rm->rm_pool, rm->rm_buf);
+	else
+		mem_free(rm->rm_buf);
+	rm->rm_pooled = false;
+}
+
 void rpc_rm_fini(struct rpc_rm *rm)
 {
-	mem_free(rm->rm_buf);
+	rpc_rm_free_buf(rm);
 	rm->rm_buf = NULL;
 	rm->rm_len = 0;
 	rm->rm_cap = 0;
@@ -46,6 +66,18 @@ static int rpc_rm_reserve(struct rpc_rm *rm, size_t n)
 	if (need <= rm->rm_cap)
 		return 0;
 	size_t frag_end = rm->rm_len + rm->rm_frag_left;
+	if (rm->rm_pool && !rm->rm_pooled && frag_end > RPC_RM_POOL_MIN) {
+		uint8_t *pbuf = rpc_buf_pool_get(rm->rm_pool); /* rule 4 */
+		if (pbuf) {
+			if (rm->rm_len)
+				memcpy(pbuf, rm->rm_buf, rm->rm_len);
+			mem_free(rm->rm_buf);
+			rm->rm_buf = pbuf;
+			rm->rm_cap = rm->rm_pool->bp_buf_bytes;
+			rm->rm_pooled = true;
+			return 0;
+		}
+	}
 	size_t cap = rm->rm_cap ? rm->rm_cap * 2 : RPC_RM_MIN_ALLOC;
 	if (cap > frag_end)
 		cap = frag_end;
@@ -57,6 +89,25 @@ static int rpc_rm_reserve(struct rpc_rm *rm, size_t n)
 	rm->rm_buf = buf;
 	rm->rm_cap = cap;
 	return 0;
+}
+
+/* Hands the completed record out and starts the next one empty (rule 3: no empty buffer). */
+static void rpc_rm_hand_out(struct rpc_rm *rm, uint8_t **record_out, size_t *record_len_out)
+{
+	rm->rm_out_pooled = false;
+	if (rm->rm_len) {
+		*record_out = rm->rm_buf;
+		rm->rm_out_pooled = rm->rm_pooled;
+	} else {
+		*record_out = NULL;
+		rpc_rm_free_buf(rm);
+	}
+	*record_len_out = rm->rm_len;
+	rm->rm_buf = NULL;
+	rm->rm_pooled = false;
+	rm->rm_len = 0;
+	rm->rm_cap = 0;
+	rm->rm_last = false;
 }
 
 int rpc_rm_feed(struct rpc_rm *rm, const uint8_t *data, size_t len, size_t *consumed_out,
@@ -99,18 +150,85 @@ int rpc_rm_feed(struct rpc_rm *rm, const uint8_t *data, size_t len, size_t *cons
 			break; /* input exhausted mid-fragment */
 		rm->rm_in_body = false;
 		if (rm->rm_last) {
-			*record_out = rm->rm_len ? rm->rm_buf : NULL;
-			if (!rm->rm_len)
-				mem_free(rm->rm_buf);
-			*record_len_out = rm->rm_len;
-			rm->rm_buf = NULL;
-			rm->rm_len = 0;
-			rm->rm_cap = 0;
-			rm->rm_last = false;
+			rpc_rm_hand_out(rm, record_out, record_len_out);
 			*consumed_out = pos;
 			return 1;
 		}
 	}
 	*consumed_out = pos;
 	return 0;
+}
+
+uint8_t *rpc_rm_body_space(struct rpc_rm *rm, size_t min_bytes, size_t *space_out, int *err_out)
+{
+	*err_out = 0;
+	if (!rm->rm_in_body || rm->rm_frag_left == 0 || rm->rm_frag_left < min_bytes)
+		return NULL;
+	/* Room for the rest of the fragment, or as much as the growth rule allows now. */
+	if (rm->rm_cap == rm->rm_len) {
+		int rc = rpc_rm_reserve(rm, SH_MIN((size_t)rm->rm_frag_left, (size_t)RPC_RM_MIN_ALLOC));
+		if (rc < 0) {
+			*err_out = rc;
+			return NULL;
+		}
+	}
+	*space_out = SH_MIN(rm->rm_cap - rm->rm_len, (size_t)rm->rm_frag_left);
+	return rm->rm_buf + rm->rm_len;
+}
+
+int rpc_rm_body_commit(struct rpc_rm *rm, size_t n, uint8_t **record_out, size_t *record_len_out)
+{
+	*record_out = NULL;
+	*record_len_out = 0;
+	VERIFY(rm->rm_in_body && n <= rm->rm_frag_left && rm->rm_len + n <= rm->rm_cap);
+	rm->rm_len += n;
+	rm->rm_frag_left -= (uint32_t)n;
+	if (rm->rm_frag_left > 0)
+		return 0;
+	rm->rm_in_body = false;
+	if (!rm->rm_last)
+		return 0;
+	rpc_rm_hand_out(rm, record_out, record_len_out);
+	return 1;
+}
+
+int rpc_buf_pool_init(struct rpc_buf_pool *pool, size_t buf_bytes, unsigned max)
+{
+	memset(pool, 0, sizeof(*pool));
+	pool->bp_buf_bytes = buf_bytes;
+	pool->bp_max = max;
+	pool->bp_free = mem_zalloc((max ? max : 1) * sizeof(pool->bp_free[0]));
+	return pool->bp_free ? 0 : -ENOMEM;
+}
+
+void rpc_buf_pool_fini(struct rpc_buf_pool *pool)
+{
+	/* Buffers still out belong to calls abandoned at stop (rpc_server_stop gave up waiting);
+	 * they are left to the process's exit rather than freed under their holders. */
+	if (pool->bp_nfree != pool->bp_allocated)
+		log_warn("rpc: %u large-record buffers still in use at shutdown",
+			 pool->bp_allocated - pool->bp_nfree);
+	while (pool->bp_nfree > 0)
+		mem_free(pool->bp_free[--pool->bp_nfree]);
+	pool->bp_allocated = 0;
+	mem_free(pool->bp_free);
+	pool->bp_free = NULL;
+}
+
+uint8_t *rpc_buf_pool_get(struct rpc_buf_pool *pool)
+{
+	if (pool->bp_nfree > 0)
+		return pool->bp_free[--pool->bp_nfree];
+	if (pool->bp_allocated >= pool->bp_max)
+		return NULL;
+	uint8_t *buf = mem_alloc(pool->bp_buf_bytes);
+	if (buf)
+		pool->bp_allocated++;
+	return buf;
+}
+
+void rpc_buf_pool_put(struct rpc_buf_pool *pool, uint8_t *buf)
+{
+	VERIFY(pool->bp_nfree < pool->bp_allocated);
+	pool->bp_free[pool->bp_nfree++] = buf;
 }

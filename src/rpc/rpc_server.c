@@ -82,7 +82,15 @@
 #define RPC_READS_PER_EVENT 16       /* reads per readiness event before yielding to others */
 #define RPC_ACCEPTS_PER_EVENT 64
 #define RPC_DGRAMS_PER_EVENT 64
+/* Large-record buffers a loop keeps (rpc_record.c rule 4): enough for a few connections
+ * streaming 1 MiB WRITEs with some in flight each, small next to the receive budget. */
+#define RPC_POOL_BUFS 8u
+/* A fragment body with at least this much still to come is read straight into its record. */
+#define RPC_DIRECT_READ_MIN (16u * 1024u)
 #define RPC_WRITEV_IOVS 64           /* iovecs gathered per writev (well under IOV_MAX) */
+/* Queued reply bytes beyond which a reply is written at once rather than at the end of the turn:
+ * past this a writev is long enough that gathering more saves nothing. */
+#define RPC_FLUSH_NOW_BYTES (256u * 1024u)
 #define RPC_MAX_PROGRAMS 16
 /* Calls in flight per connection before reading pauses: more than the Linux client keeps
  * outstanding on one transport in practice, and a bound on how many replies a client that
@@ -145,6 +153,8 @@ struct rpc_conn {
 	unsigned cn_inflight;
 	struct rpc_call *cn_out_head;
 	struct rpc_call *cn_out_tail;
+	struct loop_task cn_flush_task; /* deferred flush at the end of the loop's turn */
+	bool cn_flush_queued;           /* cn_flush_task is queued (and holds a reference) */
 	uint64_t cn_last_active_ns;
 	struct rpc_conn *cn_prev; /* the loop's list of open TCP connections */
 	struct rpc_conn *cn_next;
@@ -158,6 +168,7 @@ struct rpc_loop {
 	struct loop_timer rl_idle_timer;
 	bool rl_timer_armed;
 	uint8_t *rl_scratch;
+	struct rpc_buf_pool rl_pool; /* large-record buffers of this loop's connections */
 	size_t rl_in_bytes; /* received bytes held by this loop's connections and calls */
 	size_t rl_in_budget;
 	struct rpc_conn *rl_conns;
@@ -261,6 +272,15 @@ static size_t rpc_conn_buffered(const struct rpc_conn *conn)
 	return rpc_rm_buffered(&conn->cn_rm) + conn->cn_in_held + conn->cn_out_bytes;
 }
 
+/* Frees a received record: back to the loop's pool if it came from there. */
+static void rpc_record_free(struct rpc_loop *rl, uint8_t *record, bool pooled)
+{
+	if (pooled)
+		rpc_buf_pool_put(&rl->rl_pool, record);
+	else
+		mem_free(record);
+}
+
 /* Frees a call (its reply went out or was discarded) and drops its connection reference. */
 static void rpc_call_free(struct rpc_call *call)
 {
@@ -270,7 +290,8 @@ static void rpc_call_free(struct rpc_call *call)
 		call->rc_bulk_release = NULL;
 		release(call->rc_bulk_arg);
 	}
-	mem_free(call->rc_record);
+	if (call->rc_record)
+		rpc_record_free(conn->cn_rl, call->rc_record, call->rc_record_pooled);
 	mem_free(call->rc_reply_buf);
 	mem_free(call);
 	if (conn) {
@@ -292,7 +313,10 @@ static void rpc_conn_update(struct rpc_conn *conn)
 		return;
 	}
 	conn->cn_paused = over;
-	uint32_t events = (over ? 0u : (uint32_t)LOOP_IN) | (conn->cn_out_head ? (uint32_t)LOOP_OUT : 0u);
+	/* Output waits for LOOP_OUT only when the socket refused it; replies queued during this turn
+	 * go out with the deferred flush at its end, without an epoll_ctl round trip. */
+	bool want_out = conn->cn_out_head != NULL && !conn->cn_flush_queued;
+	uint32_t events = (over ? 0u : (uint32_t)LOOP_IN) | (want_out ? (uint32_t)LOOP_OUT : 0u);
 	if (events != conn->cn_events) {
 		int rc = loop_watch_mod(conn->cn_rl->rl_loop, &conn->cn_watch, events);
 		if (rc < 0) {
@@ -394,6 +418,33 @@ static void rpc_conn_flush(struct rpc_conn *conn)
 	rpc_conn_update(conn);
 }
 
+static void rpc_conn_deferred_flush(struct loop_task *task)
+{
+	struct rpc_conn *conn = SH_CONTAINER_OF(task, struct rpc_conn, cn_flush_task);
+	conn->cn_flush_queued = false;
+	if (!conn->cn_closed)
+		rpc_conn_flush(conn);
+	rpc_conn_rele(conn);
+}
+
+/* Sends what the output queue holds: at the end of the loop's turn when called on the loop's
+ * thread, so that every reply completed in one turn goes out in one writev (the replies to the
+ * calls of one read, or a burst of back-end completions); at once from any other thread (stop)
+ * or when the queue has grown large. */
+static void rpc_conn_send_queued(struct rpc_conn *conn)
+{
+	if (conn->cn_flush_queued)
+		return;
+	if (conn->cn_out_bytes >= RPC_FLUSH_NOW_BYTES || !loop_on_thread(conn->cn_rl->rl_loop)) {
+		rpc_conn_flush(conn);
+		return;
+	}
+	conn->cn_flush_queued = true;
+	rpc_conn_hold(conn);
+	conn->cn_flush_task.lt_fn = rpc_conn_deferred_flush;
+	loop_defer(conn->cn_rl->rl_loop, &conn->cn_flush_task);
+}
+
 /* Lays out the reply in rc_out_iov: head (record mark included) of head_len bytes, then bulk. */
 static void rpc_call_set_out(struct rpc_call *call, uint8_t *head, size_t head_len, bool with_bulk)
 {
@@ -432,8 +483,9 @@ static void rpc_call_finish(struct rpc_call *call, bool send)
 	ASSERT(loop_on_thread(call->rc_loop) || conn->cn_srv->rs_stopped || !conn->cn_srv->rs_started);
 	rpc_conn_hold(conn); /* freeing the call below may otherwise free a closed conn */
 
-	mem_free(call->rc_record);
+	rpc_record_free(conn->cn_rl, call->rc_record, call->rc_record_pooled);
 	call->rc_record = NULL;
+	call->rc_record_pooled = false;
 	conn->cn_in_held -= call->rc_record_len;
 	call->rc_record_len = 0;
 	conn->cn_inflight--;
@@ -489,7 +541,7 @@ static void rpc_call_finish(struct rpc_call *call, bool send)
 		conn->cn_out_head = call;
 	conn->cn_out_tail = call;
 	conn->cn_out_bytes += call->rc_out_len;
-	rpc_conn_flush(conn);
+	rpc_conn_send_queued(conn);
 	rpc_conn_rele(conn);
 }
 
@@ -598,8 +650,9 @@ static void rpc_call_replay(struct rpc_call *call, uint8_t *reply, size_t len)
 	rpc_call_finish(call, true);
 }
 
-/* Takes ownership of record (len bytes, from peer) and runs the call it holds. */
-static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len,
+/* Takes ownership of record (len bytes, from peer; pooled: from the loop's pool) and runs the
+ * call it holds. */
+static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len, bool pooled,
 			      const struct sockaddr_storage *peer, socklen_t peer_len)
 {
 	struct rpc_call_hdr hdr;
@@ -608,13 +661,13 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 	enum rpc_parse_result pr = rpc_msg_parse_call(record, len, &hdr, &args, &auth_stat);
 	if (pr == RPC_PARSE_DROP) {
 		log_ratelimited(LOG_WARN, "rpc: dropped a %zu-byte message that is not an RPC call", len);
-		mem_free(record);
+		rpc_record_free(conn->cn_rl, record, pooled);
 		return;
 	}
 	struct rpc_call *call = mem_zalloc(sizeof(*call));
 	if (!call) {
 		log_ratelimited(LOG_WARN, "rpc: no memory for a call; dropped");
-		mem_free(record);
+		rpc_record_free(conn->cn_rl, record, pooled);
 		return;
 	}
 	call->rc_xid = hdr.rch_xid;
@@ -630,6 +683,7 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 	call->rc_conn = conn;
 	call->rc_record = record;
 	call->rc_record_len = len;
+	call->rc_record_pooled = pooled;
 	call->rc_start_ns = clock_monotonic_ns();
 	rpc_conn_hold(conn);
 	atomic_fetch_add_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_relaxed);
@@ -689,10 +743,78 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 /* ------------------------------------------------------------------------------------------ */
 /* Readiness callbacks */
 
+/* Takes a completed record from the reassembler: checks the loop's budget and dispatches it.
+ * Returns false when the connection was closed. */
+static bool rpc_conn_take_record(struct rpc_conn *conn, uint8_t *record, size_t record_len)
+{
+	struct rpc_loop *rl = conn->cn_rl;
+	bool pooled = conn->cn_rm.rm_out_pooled;
+	if (rl->rl_in_bytes > rl->rl_in_budget) {
+		if (record)
+			rpc_record_free(rl, record, pooled);
+		log_ratelimited(LOG_WARN, "rpc: loop %u over its receive budget; closing a connection",
+				loop_index(rl->rl_loop));
+		rpc_conn_close(conn, NULL);
+		return false;
+	}
+	conn->cn_last_active_ns = clock_monotonic_ns();
+	if (record)
+		rpc_conn_dispatch(conn, record, record_len, pooled, &conn->cn_peer, conn->cn_peer_len);
+	else
+		log_ratelimited(LOG_WARN, "rpc: dropped an empty record");
+	return true;
+}
+
+/* Reads the rest of a large fragment body straight into its record buffer. Returns 1 when bytes
+ * were read, 0 when the socket had none (EAGAIN), -1 when the connection was closed. */
+static int rpc_conn_read_direct(struct rpc_conn *conn, uint8_t *dst, size_t space)
+{
+	ssize_t n;
+	do {
+		n = read(conn->cn_fd, dst, space);
+	} while (n < 0 && errno == EINTR);
+	if (n == 0) {
+		rpc_conn_close(conn, NULL); /* orderly shutdown by the client */
+		return -1;
+	}
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			rpc_conn_close(conn, "read failed");
+			return -1;
+		}
+		return 0;
+	}
+	uint8_t *record;
+	size_t record_len;
+	int rc = rpc_rm_body_commit(&conn->cn_rm, (size_t)n, &record, &record_len);
+	rpc_conn_account(conn);
+	if (rc == 1 && !rpc_conn_take_record(conn, record, record_len))
+		return -1;
+	if (rc == 0 && conn->cn_rl->rl_in_bytes > conn->cn_rl->rl_in_budget &&
+	    !rpc_conn_take_record(conn, NULL, 0))
+		return -1;
+	return 1;
+}
+
 static void rpc_conn_read(struct rpc_conn *conn)
 {
 	struct rpc_loop *rl = conn->cn_rl;
 	for (int i = 0; i < RPC_READS_PER_EVENT && !conn->cn_closed && !conn->cn_paused; i++) {
+		size_t space;
+		int err;
+		uint8_t *dst = rpc_rm_body_space(&conn->cn_rm, RPC_DIRECT_READ_MIN, &space, &err);
+		if (err < 0) {
+			log_ratelimited(LOG_WARN, "rpc: no memory for a record; closing its connection");
+			rpc_conn_close(conn, NULL);
+			return;
+		}
+		if (dst) {
+			int rc = rpc_conn_read_direct(conn, dst, space);
+			if (rc <= 0)
+				return;
+			rpc_conn_update(conn);
+			continue;
+		}
 		ssize_t n = read(conn->cn_fd, rl->rl_scratch, RPC_SCRATCH_BYTES);
 		if (n == 0) {
 			rpc_conn_close(conn, NULL); /* orderly shutdown by the client */
@@ -720,20 +842,9 @@ static void rpc_conn_read(struct rpc_conn *conn)
 				rpc_conn_close(conn, NULL);
 				return;
 			}
-			if (rl->rl_in_bytes > rl->rl_in_budget) {
-				mem_free(record);
-				log_ratelimited(LOG_WARN, "rpc: loop %u over its receive budget; closing a connection",
-						loop_index(rl->rl_loop));
-				rpc_conn_close(conn, NULL);
-				return;
-			}
-			if (rc == 1) {
-				conn->cn_last_active_ns = clock_monotonic_ns();
-				if (record)
-					rpc_conn_dispatch(conn, record, record_len, &conn->cn_peer,
-							  conn->cn_peer_len);
-				else
-					log_ratelimited(LOG_WARN, "rpc: dropped an empty record");
+			if (rc == 1 || rl->rl_in_bytes > rl->rl_in_budget) {
+				if (!rpc_conn_take_record(conn, record, record_len))
+					return;
 			}
 		}
 		rpc_conn_update(conn);
@@ -779,7 +890,7 @@ static void rpc_udp_on_event(struct loop_watch *watch, uint32_t events)
 		if (!record)
 			continue;
 		memcpy(record, rl->rl_scratch, (size_t)n);
-		rpc_conn_dispatch(conn, record, (size_t)n, &peer, peer_len);
+		rpc_conn_dispatch(conn, record, (size_t)n, false, &peer, peer_len);
 	}
 }
 
@@ -862,6 +973,7 @@ static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
 			close(fd);
 			continue;
 		}
+		rpc_rm_set_pool(&conn->cn_rm, &rl->rl_pool);
 		memcpy(&conn->cn_peer, &peer, peer_len);
 		conn->cn_peer_len = peer_len;
 		if (loop_watch_add(rl->rl_loop, &conn->cn_watch, fd, LOOP_IN, rpc_conn_on_event, conn) < 0) {
@@ -926,8 +1038,14 @@ int rpc_server_create(const struct rpc_server_config *config, struct rpc_server 
 			rc = -ENOMEM;
 			goto out_free_loops;
 		}
+		rc = rpc_buf_pool_init(&rl->rl_pool, srv->rs_cfg.rsc_max_record_bytes, RPC_POOL_BUFS);
+		if (rc < 0) {
+			mem_free(rl->rl_scratch);
+			goto out_free_loops;
+		}
 		rc = loop_create(&rl->rl_loop);
 		if (rc < 0) {
+			rpc_buf_pool_fini(&rl->rl_pool);
 			mem_free(rl->rl_scratch);
 			goto out_free_loops;
 		}
@@ -937,6 +1055,7 @@ int rpc_server_create(const struct rpc_server_config *config, struct rpc_server 
 out_free_loops:
 	while (srv->rs_nloops-- > 0) {
 		loop_destroy(srv->rs_loops[srv->rs_nloops].rl_loop);
+		rpc_buf_pool_fini(&srv->rs_loops[srv->rs_nloops].rl_pool);
 		mem_free(srv->rs_loops[srv->rs_nloops].rl_scratch);
 	}
 	mem_free(srv->rs_loops);
@@ -1387,6 +1506,7 @@ void rpc_server_destroy(struct rpc_server *srv)
 	mem_free(srv->rs_eps);
 	for (unsigned l = 0; l < srv->rs_nloops; l++) {
 		loop_destroy(srv->rs_loops[l].rl_loop);
+		rpc_buf_pool_fini(&srv->rs_loops[l].rl_pool);
 		mem_free(srv->rs_loops[l].rl_scratch);
 		mem_free(srv->rs_loops[l].rl_udp);
 	}
