@@ -39,6 +39,9 @@
  * file only read is never open for writing, which would make exec of it fail with ETXTBSY), and
  * anything else as O_PATH. Requests hold entries by reference while they use the fds.
  *
+ * The id cache (posix_idcache.c) maps (inode number, birth time) to the id made for it, so LOOKUP
+ * and each READDIRPLUS entry cost one statx rather than a statx and a name_to_handle_at.
+ *
  * Threading and completion. fo_submit runs the operations the page cache can answer on the
  * calling (event loop) thread and completes them at once: GETATTR, LOOKUP, ACCESS, READLINK,
  * READDIR, FSSTAT, READ through preadv2(RWF_NOWAIT), and UNSTABLE WRITE, which only copies into
@@ -65,7 +68,8 @@
  * A new object is created in the same journal transaction as its directory entry, so the
  * directory's fsync commits it; attributes set on it afterwards are made durable by fsyncing the
  * object (or, for objects that cannot be opened for I/O, such as symlinks and device nodes, by
- * syncfs). WRITE with DATA_SYNC or FILE_SYNC uses pwritev2 with RWF_DSYNC or RWF_SYNC (one system
+ * syncfs). Directory fsyncs are group-committed (posix_dir_sync): requests changing the same
+ * directory at about the same time share one fsync that started after all their changes. WRITE with DATA_SYNC or FILE_SYNC uses pwritev2 with RWF_DSYNC or RWF_SYNC (one system
  * call for the write and its flush); COMMIT is an fdatasync of the file.
  */
 #include <errno.h>

@@ -169,7 +169,6 @@ static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, st
 		posix_verf_times(req->u.create.cr_verf, ts);
 		if (futimens(fd, ts) != 0)
 			rc = -errno;
-		changed = true;
 	} else {
 		/* The mode was given to openat; set it again only where the process umask
 		 * cleared bits the client asked for. */
@@ -181,12 +180,14 @@ static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, st
 				rc = -EFBIG;
 			else if (ftruncate(fd, (off_t)sa->fs_size) != 0)
 				rc = -errno;
-			changed = true;
 		}
 	}
-	/* The inode was created in the same journal transaction as its directory entry, which the
-	 * caller's directory fsync commits; anything changed after needs the file's own fsync. */
-	if (rc == 0 && changed)
+	/* The new inode is fsynced itself, then (by the caller) its directory. On a journalling
+	 * file system the first fsync commits the transaction holding both the inode and its entry
+	 * and the directory's is then nearly free; on one without a journal (ext2, or ext4 made
+	 * without one) the inode would otherwise reach the disk only at the next writeback, and an
+	 * acknowledged CREATE could come back after a crash as an entry without a valid inode. */
+	if (rc == 0)
 		rc = posix_fsync_fd(fd);
 	if (rc == 0)
 		rc = posix_stat_fd(fd, st);
@@ -255,10 +256,10 @@ static int posix_create_other(struct posix_fs *pf, struct fs_req *req, int dfd, 
 	rest.fs_mode = (uint32_t)mode;
 	bool changed = false;
 	rc = posix_apply_sattr(ofd, type, true, &rest, &changed);
-	if (rc == 0 && changed) {
-		/* Changed after creation, in a later transaction than the directory entry: the new
-		 * directory can be fsynced through a real fd; other new objects cannot be opened
-		 * for I/O, so the file system is synced. */
+	if (rc == 0) {
+		/* The new object is made durable itself, whatever the file system's journalling (see
+		 * posix_create_reg): a new directory through a real fd; symlinks and device nodes
+		 * cannot be opened for I/O, so the file system is synced (both are rare). */
 		if (type == FS_DIR) {
 			char path[64];
 			snprintf(path, sizeof(path), "/proc/self/fd/%d", ofd);
@@ -437,9 +438,15 @@ int posix_do_link(struct posix_fs *pf, struct fs_req *req)
 		rc = -errno;
 		goto out_post;
 	}
-	/* The entry and the file's new link count are in one transaction: the directory's fsync
-	 * commits both. */
-	rc = posix_dir_sync(d);
+	/* The file's new link count is made durable with the file (syncfs for objects that cannot
+	 * be fsynced through their O_PATH fd), the entry with its directory; on a journalling file
+	 * system the first commit covers both. */
+	if (o->pfd_type == FS_REG)
+		rc = posix_fsync_fd(o->pfd_fd);
+	else
+		rc = syncfs(pf->pf_root_fd) == 0 ? 0 : -errno;
+	if (rc == 0)
+		rc = posix_dir_sync(d);
 	if (posix_stat_fd(o->pfd_fd, &st) == 0) {
 		posix_attr_from_stat(pf, &st, &req->u.link.ln_attr);
 		req->u.link.ln_attr_valid = true;

@@ -18,7 +18,10 @@
  *   OPEN/PAUSED --EOF, error, oversize record, budget breach, idle timeout, stop--> CLOSED
  *   CLOSED --last reference dropped--> freed
  *
- *   While replies wait in the output queue the connection also watches LOOP_OUT. Calls are read
+ *   Replies completed during a loop turn are queued and written at the end of the turn by one
+ *   deferred flush (loop_defer), so the answers to all the calls of one read, or a burst of
+ *   back-end completions, cost one writev. When the socket refuses bytes the connection watches
+ *   LOOP_OUT until the queue drains. Calls are read
  *   and dispatched as long as the connection is under its buffer limit (pipelining); replies are
  *   queued in completion order, each a whole record, so calls may complete out of order.
  *
@@ -31,7 +34,10 @@
  *
  * Buffers and owners
  *   - rl_scratch (per loop): the bytes of one read(2)/recvfrom(2); copied out before the next.
- *   - cn_rm (per connection): the partial record being reassembled (rpc_record.c).
+ *   - cn_rm (per connection): the partial record being reassembled (rpc_record.c). The body of
+ *     a large fragment (a big WRITE) is read straight into its record buffer, which comes from
+ *     the loop's pool of RPC_POOL_BUFS record-sized buffers when one is free (rl_pool), and goes
+ *     back there when its call is freed.
  *   - rc_record: a complete record, owned by its call until the call finishes; the handler's
  *     decoded opaques point into it.
  *   - rc_reply_buf / rc_small: 4 bytes of record mark, the reply header, then the result body;
