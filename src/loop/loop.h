@@ -84,7 +84,9 @@ void loop_defer(struct loop *loop, struct loop_task *task);
 /* Runs the loop on the calling thread until loop_stop. Returns 0 or -errno on a fatal epoll
  * error. */
 SH_MUST_CHECK int loop_run(struct loop *loop);
-/* Asks the loop to return from loop_run after the current turn. Callable from any thread. */
+/* Asks the loop to return from loop_run after the current turn. Callable from any thread. A
+ * stopped loop stays stopped: a later loop_run returns at once (so a stop that races ahead of
+ * loop_run is never lost); make a new loop to run again. */
 void loop_stop(struct loop *loop);
 
 /* The loop running on the calling thread, or NULL. */
