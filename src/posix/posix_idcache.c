@@ -8,9 +8,20 @@
  * Key. An inode number alone is not enough: the kernel reuses inode numbers, and the handle of
  * the new inode differs from the old one's (it carries the generation). The key is therefore
  * (inode number, birth time, object type): a reused inode number comes with a new birth time
- * (statx STATX_BTIME, nanoseconds on ext4, xfs and btrfs), so an entry of a deleted inode can
- * never be taken for its successor. Where the file system reports no birth time the cache is
- * not used. An id is only cached after name_to_handle_at made it for a name on the export's own
+ * (statx STATX_BTIME), so an entry of a deleted inode is not taken for its successor. Where the
+ * file system reports no birth time the cache is not used.
+ *
+ * Birth times are stored in nanoseconds but come from the kernel's coarse clock, which advances
+ * once per tick (1 to 10 ms; kernels since 6.13 give a finer time only to a change that follows a
+ * read of the file's times), so on ext4 a file deleted and a file created in the same tick often
+ * get the same inode number and the same birth time. The cache therefore takes an inode only
+ * once it was born at least POSIX_IDCACHE_MIN_AGE_NS before its entry is made: an inode that
+ * later reuses the number is born after that moment, ticks later, so its key differs. (A
+ * real-time clock set back by more than that margin could defeat this; the id mistaken then
+ * names the deleted inode, whose handle the kernel refuses as stale, never another live file.)
+ * Younger inodes take the slow way.
+ *
+ * An id is only cached after name_to_handle_at made it for a name on the export's own
  * mount, and used only for a statx that reports that same mount (STATX_MNT_ID), so a mount point
  * inside the export is still refused by posix_id_at.
  *
@@ -24,9 +35,24 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "posix/posix_impl.h"
+
+/* Age an inode must have before its id is cached: far beyond the coarse clock's tick. */
+#define POSIX_IDCACHE_MIN_AGE_NS 1000000000ll
+
+/* True when the inode born at btime is old enough to be cached (see the top of this file). */
+static bool posix_idcache_old_enough(const struct statx_timestamp *btime)
+{
+	struct timespec now;
+	if (clock_gettime(CLOCK_REALTIME, &now) != 0)
+		return false;
+	int64_t born_ns = (int64_t)btime->tv_sec * 1000000000ll + (int64_t)btime->tv_nsec;
+	int64_t now_ns = (int64_t)now.tv_sec * 1000000000ll + (int64_t)now.tv_nsec;
+	return now_ns - born_ns >= POSIX_IDCACHE_MIN_AGE_NS;
+}
 
 static uint64_t posix_idcache_hash(uint64_t ino, int64_t btime_sec, uint32_t btime_nsec)
 {
@@ -155,7 +181,8 @@ int posix_entry_lookup(struct posix_fs *pf, int dirfd, const char *name, struct 
 	type = posix_type_of_mode(st->st_mode);
 	*id_rc = posix_id_at(pf, ofd, "", AT_EMPTY_PATH, type, id);
 	(void)close(ofd);
-	if (*id_rc != 0 || !(stx.stx_mask & STATX_BTIME) || type == 0)
+	if (*id_rc != 0 || !(stx.stx_mask & STATX_BTIME) || type == 0 ||
+	    !posix_idcache_old_enough(&stx.stx_btime))
 		return 0;
 	hash = posix_idcache_hash(stx.stx_ino, stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec);
 	pthread_mutex_lock(&ic->ic_lock);

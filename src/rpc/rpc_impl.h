@@ -94,10 +94,12 @@ uint8_t *rpc_rm_body_space(struct rpc_rm *rm, size_t min_bytes, size_t *space_ou
 /* Accounts n bytes stored at rpc_rm_body_space's pointer (n <= its *space_out). Returns 1 when
  * the record completed (*record_out, *record_len_out as rpc_rm_feed), else 0. */
 int rpc_rm_body_commit(struct rpc_rm *rm, size_t n, uint8_t **record_out, size_t *record_len_out);
-/* Heap bytes the reassembler holds right now. */
+/* Bytes the reassembler holds right now, as counted against the connection and loop limits: its
+ * heap buffer, or for a pool buffer (which the loop owns and keeps, as large as the record limit
+ * whatever the record's size) the bytes received into it. */
 static inline size_t rpc_rm_buffered(const struct rpc_rm *rm)
 {
-	return rm->rm_cap;
+	return rm->rm_pooled ? rm->rm_len : rm->rm_cap;
 }
 /* True when no partial record (not even a partial header) is pending. */
 static inline bool rpc_rm_idle(const struct rpc_rm *rm)

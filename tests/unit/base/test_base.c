@@ -1,5 +1,6 @@
 /* test_base.c: unit tests for src/base (allocation failure injection, rate limiting, helpers) and
- * src/loop (cross-thread posting, ordering, timers, watch deletion during a batch). */
+ * src/loop (cross-thread posting, ordering, timers, watch deletion during a batch, deferred tasks
+ * at the end of a turn and their interplay with posting and stopping). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -183,6 +184,343 @@ static void test_loop_watch_del_in_batch(void)
 	close(b[1]);
 }
 
+/* ---- loop_defer ---- */
+
+/* A log of what ran, in order, on the loop's thread. */
+#define DLOG_MAX 64
+struct defer_state {
+	struct loop *loop;
+	char log[DLOG_MAX];
+	int nlog;
+	bool on_thread; /* every callback ran on the loop's thread */
+	struct loop_watch watches[2];
+	struct loop_task post;
+	struct loop_task post2;
+	struct loop_task deferred[4];
+	char deferred_order[4]; /* the letters of the deferred tasks in the order deferred */
+	int ndeferred;
+	int self_runs;
+	int fds[2][2];
+};
+static struct defer_state dst;
+
+static void dlog(char c)
+{
+	if (!loop_on_thread(dst.loop) || loop_current() != dst.loop)
+		dst.on_thread = false;
+	if (dst.nlog < DLOG_MAX)
+		dst.log[dst.nlog++] = c;
+}
+
+static void defer_letter(struct loop_task *task)
+{
+	int i = (int)(task - dst.deferred);
+	dlog((char)('a' + i));
+	if (dst.nlog == 6)
+		loop_stop(dst.loop);
+}
+
+static void defer_next(char letter)
+{
+	int i = letter - 'a';
+	dst.deferred[i].lt_fn = defer_letter;
+	dst.deferred_order[dst.ndeferred++] = letter;
+	loop_defer(dst.loop, &dst.deferred[i]);
+}
+
+static void defer_watch_cb(struct loop_watch *watch, uint32_t events)
+{
+	(void)events;
+	int me = watch == &dst.watches[0] ? 0 : 1;
+	dlog((char)('W' + me)); /* 'W' or 'X' */
+	loop_watch_del(dst.loop, watch);
+	defer_next((char)('a' + me));
+}
+
+static void defer_post_cb(struct loop_task *task)
+{
+	(void)task;
+	dlog('P');
+	defer_next('c');
+}
+
+static void defer_state_init(void)
+{
+	memset(&dst, 0, sizeof(dst));
+	dst.on_thread = true;
+	CHECK(loop_create(&dst.loop) == 0);
+	for (int i = 0; i < 2; i++)
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, dst.fds[i]) == 0);
+}
+
+static void defer_state_fini(void)
+{
+	loop_destroy(dst.loop);
+	for (int i = 0; i < 2; i++) {
+		close(dst.fds[i][0]);
+		close(dst.fds[i][1]);
+	}
+}
+
+/* Two readable sockets and a posted task are handled in one turn; each defers a task. The
+ * deferred tasks run after all three, in the order they were deferred. */
+static void test_loop_defer_order(void)
+{
+	defer_state_init();
+	for (int i = 0; i < 2; i++) {
+		CHECK(write(dst.fds[i][1], "x", 1) == 1);
+		CHECK(loop_watch_add(dst.loop, &dst.watches[i], dst.fds[i][0], LOOP_IN,
+		                     defer_watch_cb, NULL) == 0);
+	}
+	dst.post.lt_fn = defer_post_cb;
+	loop_post(dst.loop, &dst.post);
+	CHECK(loop_run(dst.loop) == 0);
+	CHECKF(dst.nlog == 6, "log %.*s", dst.nlog, dst.log);
+	/* The first three entries are the turn's events (in whatever order epoll gave them). */
+	int events = 0;
+	for (int i = 0; i < 3 && i < dst.nlog; i++)
+		events += (dst.log[i] == 'W' || dst.log[i] == 'X' || dst.log[i] == 'P') ? 1 : 0;
+	CHECKF(events == 3, "log %.*s", dst.nlog, dst.log);
+	CHECK(dst.ndeferred == 3);
+	CHECKF(dst.nlog == 6 && memcmp(dst.log + 3, dst.deferred_order, 3) == 0,
+	       "log %.*s, deferred in order %.3s", dst.nlog, dst.log, dst.deferred_order);
+	CHECK(dst.on_thread);
+	CHECK(loop_current() == NULL);
+	defer_state_fini();
+}
+
+/* A deferred task defers more work (itself, repeatedly, and another task): all of it runs in the
+ * same turn, before events that became ready meanwhile and before tasks posted meanwhile. */
+static void defer_self(struct loop_task *task)
+{
+	dlog('s');
+	if (++dst.self_runs < 5)
+		loop_defer(dst.loop,
+		           task); /* it has started running, so it may be deferred again */
+}
+
+static void defer_late_cb(struct loop_watch *watch, uint32_t events)
+{
+	(void)events;
+	dlog('W');
+	loop_watch_del(dst.loop, watch);
+	if (strchr(dst.log, 'Q'))
+		loop_stop(dst.loop);
+}
+
+static void defer_late_post(struct loop_task *task)
+{
+	(void)task;
+	dlog('Q');
+	if (strchr(dst.log, 'W'))
+		loop_stop(dst.loop);
+}
+
+static void defer_first(struct loop_task *task)
+{
+	(void)task;
+	dlog('d');
+	/* Make an event ready and post a task: both belong to a later turn. */
+	VERIFY(write(dst.fds[0][1], "x", 1) == 1);
+	dst.post2.lt_fn = defer_late_post;
+	loop_post(dst.loop, &dst.post2);
+	dst.deferred[1].lt_fn = defer_self;
+	loop_defer(dst.loop, &dst.deferred[1]);
+}
+
+static void defer_from_post(struct loop_task *task)
+{
+	(void)task;
+	dlog('P');
+	dst.deferred[0].lt_fn = defer_first;
+	loop_defer(dst.loop, &dst.deferred[0]);
+}
+
+static void test_loop_defer_from_deferred(void)
+{
+	defer_state_init();
+	CHECK(loop_watch_add(dst.loop, &dst.watches[0], dst.fds[0][0], LOOP_IN, defer_late_cb,
+	                     NULL) == 0);
+	dst.post.lt_fn = defer_from_post;
+	loop_post(dst.loop, &dst.post);
+	CHECK(loop_run(dst.loop) == 0);
+	dst.log[SH_MIN(dst.nlog, DLOG_MAX - 1)] = '\0';
+	/* P, then d and five runs of s in the same turn, then the later turn's W and Q. */
+	CHECKF(dst.nlog == 9 && strncmp(dst.log, "Pdsssss", 7) == 0, "log %s", dst.log);
+	CHECKF(strchr(dst.log + 7, 'W') && strchr(dst.log + 7, 'Q'), "log %s", dst.log);
+	CHECK(dst.self_runs == 5);
+	CHECK(dst.on_thread);
+	defer_state_fini();
+}
+
+/* loop_stop called during a turn: the tasks deferred in that turn (and those they defer) still
+ * run before loop_run returns; a task posted from the loop's thread in that turn still runs (no
+ * completion is lost), and what it defers too. A stopped loop stays stopped. */
+static void defer_stop_d2(struct loop_task *task)
+{
+	(void)task;
+	dlog('2');
+}
+
+static void defer_stop_d1(struct loop_task *task)
+{
+	(void)task;
+	dlog('1');
+	dst.deferred[1].lt_fn = defer_stop_d2;
+	loop_defer(dst.loop, &dst.deferred[1]);
+}
+
+static void defer_stop_d3(struct loop_task *task)
+{
+	(void)task;
+	dlog('3');
+}
+
+static void defer_stop_post2(struct loop_task *task)
+{
+	(void)task;
+	dlog('Q');
+	dst.deferred[2].lt_fn = defer_stop_d3;
+	loop_defer(dst.loop, &dst.deferred[2]);
+}
+
+static void defer_stop_post(struct loop_task *task)
+{
+	(void)task;
+	dlog('P');
+	loop_stop(dst.loop);
+	dst.deferred[0].lt_fn = defer_stop_d1;
+	loop_defer(dst.loop, &dst.deferred[0]);
+	dst.post2.lt_fn = defer_stop_post2;
+	loop_post(dst.loop, &dst.post2);
+}
+
+static void defer_never(struct loop_task *task)
+{
+	(void)task;
+	dlog('!');
+}
+
+static void test_loop_defer_and_stop(void)
+{
+	defer_state_init();
+	dst.post.lt_fn = defer_stop_post;
+	loop_post(dst.loop, &dst.post);
+	CHECK(loop_run(dst.loop) == 0);
+	dst.log[SH_MIN(dst.nlog, DLOG_MAX - 1)] = '\0';
+	CHECKF(strcmp(dst.log, "P12Q3") == 0, "log %s", dst.log);
+	CHECK(loop_current() == NULL);
+	/* Stopped for good: a second run returns at once. What it does with a task posted now is
+	 * not specified, but it must not block. */
+	dst.post.lt_fn = defer_never;
+	loop_post(dst.loop, &dst.post);
+	uint64_t t0 = clock_monotonic_ns();
+	CHECK(loop_run(dst.loop) == 0);
+	CHECK(clock_monotonic_ns() - t0 < 1000000000ull);
+	CHECK(dst.on_thread);
+	defer_state_fini();
+}
+
+/* Another thread posts tasks, each of which defers one, then stops the loop while it is busy:
+ * every post made before the stop runs, and every task deferred by them runs, before loop_run
+ * returns. A repeating timer defers a task on every tick as well. */
+#define DEFER_POSTS 20000
+struct defer_post_item {
+	struct loop_task dp_post;
+	struct loop_task dp_defer;
+	bool dp_posted_ran;
+	bool dp_deferred_ran;
+};
+struct defer_race {
+	struct loop *loop;
+	struct defer_post_item *items;
+	atomic_int posted_ran;
+	int deferred_ran;
+	int ticks;
+	int tick_deferred_ran;
+	bool tick_pending; /* the timer's deferred task is queued */
+	bool early;        /* a deferred task ran before its posting task */
+	struct loop_timer timer;
+	struct loop_task tick_task;
+};
+static struct defer_race drace;
+
+static void drace_deferred(struct loop_task *task)
+{
+	struct defer_post_item *it = SH_CONTAINER_OF(task, struct defer_post_item, dp_defer);
+	if (!it->dp_posted_ran)
+		drace.early = true;
+	it->dp_deferred_ran = true;
+	drace.deferred_ran++;
+}
+
+static void drace_posted(struct loop_task *task)
+{
+	struct defer_post_item *it = SH_CONTAINER_OF(task, struct defer_post_item, dp_post);
+	it->dp_posted_ran = true;
+	atomic_fetch_add(&drace.posted_ran, 1);
+	it->dp_defer.lt_fn = drace_deferred;
+	loop_defer(drace.loop, &it->dp_defer);
+}
+
+static void drace_tick_deferred(struct loop_task *task)
+{
+	(void)task;
+	drace.tick_pending = false;
+	drace.tick_deferred_ran++;
+}
+
+static void drace_tick(struct loop_timer *timer)
+{
+	(void)timer;
+	drace.ticks++;
+	if (drace.tick_pending)
+		drace.early = true; /* the previous turn's deferred task had not run */
+	drace.tick_pending = true;
+	drace.tick_task.lt_fn = drace_tick_deferred;
+	loop_defer(drace.loop, &drace.tick_task);
+}
+
+static void *drace_poster(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < DEFER_POSTS; i++) {
+		drace.items[i].dp_post.lt_fn = drace_posted;
+		loop_post(drace.loop, &drace.items[i].dp_post);
+		if (i % 1000 == 0)
+			usleep(1000); /* let the timer tick in between */
+	}
+	loop_stop(drace.loop);
+	return NULL;
+}
+
+static void test_loop_defer_post_stop_race(void)
+{
+	memset(&drace, 0, sizeof(drace));
+	CHECK(loop_create(&drace.loop) == 0);
+	drace.items = mem_zalloc(sizeof(*drace.items) * DEFER_POSTS);
+	VERIFY(drace.items);
+	CHECK(loop_timer_add(drace.loop, &drace.timer, 500000, 500000, drace_tick, NULL) == 0);
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, drace_poster, NULL) == 0);
+	CHECK(loop_run(drace.loop) == 0);
+	pthread_join(th, NULL);
+	loop_timer_del(drace.loop, &drace.timer);
+	CHECKF(atomic_load(&drace.posted_ran) == DEFER_POSTS, "posted ran %d",
+	       atomic_load(&drace.posted_ran));
+	CHECKF(drace.deferred_ran == DEFER_POSTS, "deferred ran %d", drace.deferred_ran);
+	int missing = 0;
+	for (int i = 0; i < DEFER_POSTS; i++)
+		missing += drace.items[i].dp_deferred_ran ? 0 : 1;
+	CHECK(missing == 0);
+	CHECK(!drace.early);
+	CHECK(drace.ticks > 0);
+	CHECKF(drace.tick_deferred_ran == drace.ticks && !drace.tick_pending,
+	       "ticks %d deferred %d", drace.ticks, drace.tick_deferred_ran);
+	mem_free(drace.items);
+	loop_destroy(drace.loop);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERROR);
@@ -192,5 +530,9 @@ int main(void)
 	TAP_RUN(test_loop_post_from_threads);
 	TAP_RUN(test_loop_timer);
 	TAP_RUN(test_loop_watch_del_in_batch);
+	TAP_RUN(test_loop_defer_order);
+	TAP_RUN(test_loop_defer_from_deferred);
+	TAP_RUN(test_loop_defer_and_stop);
+	TAP_RUN(test_loop_defer_post_stop_race);
 	return tap_finish();
 }
