@@ -1,6 +1,8 @@
-# Shale's two commands (see README.md):
+# Shale's commands (see README.md):
 #   make run    installs what is missing, builds, and serves ./var/export on 127.0.0.1
 #   make test   installs what is missing, builds (sanitizer and release builds), runs every suite
+#   make bench  installs what is missing, builds the release build, and measures Shale against
+#               NFS-Ganesha (bench/run-bench.sh; BENCH_QUICK=1 for a short run; docs/performance.md)
 # Meson does the building; this file only names the entry points.
 
 BUILD_DEBUG   := build/debug
@@ -10,7 +12,7 @@ SUITES        ?= unit proto malformed kclient
 WERROR        ?= true
 CURDIR_ABS    := $(abspath .)
 
-.PHONY: all deps deps-test build build-debug build-release build-clang run test clean
+.PHONY: all deps deps-test deps-bench bench build build-debug build-release build-clang run test clean
 
 all: build
 
@@ -19,6 +21,9 @@ deps:
 
 deps-test:
 	@scripts/install-deps.sh test
+
+deps-bench:
+	@scripts/install-deps.sh bench
 
 $(BUILD_RELEASE)/build.ninja:
 	meson setup $(BUILD_RELEASE) --buildtype=release -Dwerror=$(WERROR)
@@ -54,6 +59,11 @@ run: deps build-release
 test: deps-test build-debug build-release build-clang
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
 		tests/run.py $(BUILD_DEBUG) $(SUITES)
+
+# Not part of `make test`: it takes about half an hour (BENCH_QUICK=1: a few minutes) and needs
+# the machine to itself. Reports go to bench/results/, the summary table to stdout.
+bench: deps-bench build-release
+	bench/run-bench.sh --shale $(BUILD_RELEASE)/tools/shale
 
 clean:
 	rm -rf build
