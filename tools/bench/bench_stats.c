@@ -600,7 +600,7 @@ int bench_report_json_vs(const char *path, const struct bench_run *runs, size_t 
 			 const char *a_label, const char *b_label, const struct bench_ratio *ratios,
 			 size_t nratios)
 {
-	FILE *out;
+	FILE *out = NULL;
 	int rc = out_open(path, &out);
 	if (rc != 0)
 		return rc;
@@ -759,7 +759,7 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 	const double pw = SVG_W - SVG_LEFT - SVG_RIGHT, ph = SVG_H - SVG_TOP - SVG_BOTTOM;
 	const double x0 = SVG_LEFT, y0 = SVG_TOP + ph; /* pixel position of (0,0) */
 
-	FILE *out;
+	FILE *out = NULL;
 	int rc = out_open(path, &out);
 	if (rc != 0)
 		return rc;
@@ -1035,7 +1035,7 @@ size_t bench_compare(const struct bench_run *a_rounds, const struct bench_run *b
 		}
 		size_t n = 0, na = 0, nb = 0;
 		for (size_t r = 0; r < nrounds; r++) {
-			double a, b;
+			double a = 0.0, b = 0.0;
 			bool ka = cmp_value(&a_rounds[r], kind, name, &a);
 			bool kb = cmp_value(&b_rounds[r], kind, name, &b);
 			if (ka)
