@@ -6,8 +6,12 @@ workload: sfs2008.json, varmail.json, seq.json, meta.json; format "shale-bench/1
 order they ran, A B A B ...) and the loopback TCP limit measured in the same run (iperf3), in MB/s with MB = 2^20 bytes
 as shale bench counts them.
 
-The ratios A/B are computed here from the runs, round by round, as median, min and max over the
-rounds (the same rule as shale bench's own comparison table). Each goal compares one ratio's
+The ratios A/B are the ones shale bench wrote into the report's "comparison" section (median,
+min and max over the rounds of the per-round ratio); a report without that section (written by
+an older shale bench) has them computed here from its runs by the same rule. Peak throughput and
+ORT are those of each run's valid points (points that achieved at least the run's
+"valid_fraction", 95% by default, of their requested rate); a run with no valid point has them
+null, and that round is left out of those two ratios. Each goal compares one ratio's
 median with its target; the range (min..max over rounds) is shown
 so a reader can see how much the rounds agreed. A goal whose figure is missing is MISSING, which
 counts as not reached. Every other ratio is listed below the goals for
@@ -86,6 +90,14 @@ def labels_of(doc):
 
 
 def ratios_of(doc):
+    """The A/B ratios of a --vs report: its comparison section when it has one, else computed."""
+    comp = doc.get("comparison") or {}
+    if isinstance(comp.get("ratios"), list):
+        return [r for r in comp["ratios"] if isinstance(r, dict) and r.get("name")]
+    return derive_ratios(doc)
+
+
+def derive_ratios(doc):
     """The A/B ratios of a --vs report, computed from its runs (round i = the i-th run of A and
     the i-th run of B): peak throughput, ORT, server CPU per op, server peak RSS, then each figure
     of A's first run. A round where either value is unknown (null, not above zero for the fixed

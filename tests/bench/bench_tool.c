@@ -193,6 +193,54 @@ int main(void)
 		if (rc != 0)
 			dump(out, 40);
 	}
+	/* --vs: the JSON carries the comparison that the text table shows. */
+	{
+		char out[400], json[400], pyout[400];
+		snprintf(out, sizeof(out), "%s/vs.out", srv.ts_root);
+		snprintf(json, sizeof(json), "%s/vs.json", srv.ts_root);
+		snprintf(pyout, sizeof(pyout), "%s/vs.py.out", srv.ts_root);
+		char *argv[] = {getenv("SHALE_BIN"), "bench", "meta", "--server", port_arg,
+				"--export", srv.ts_export_path[0], "--label", "first", "--vs", port_arg,
+				"--vs-export", srv.ts_export_path[0], "--vs-label", "second",
+				"--rounds", "2", "--files", "100", "--json", json, NULL};
+		int rc = run_cmd(argv, out);
+		tap_check(rc == 0 && file_has(out, "A = first, B = second"), "--vs: exits 0 with a "
+			  "comparison table");
+		static const char vs_script[] =
+			"import json, sys\n"
+			"d = json.load(open(sys.argv[1]))\n"
+			"assert [r['label'] for r in d['runs']] == ['first', 'second'] * 2\n"
+			"c = d['comparison']\n"
+			"assert c['a'] == 'first' and c['b'] == 'second'\n"
+			"x = [q for q in c['ratios'] if q['name'] == 'peak throughput'][0]\n"
+			"assert x['rounds'] == 2 and x['median'] > 0, x\n";
+		tap_check(py_check(vs_script, json, pyout), "--vs: the JSON holds runs and ratios");
+	}
+	/* Asked for far more than the server can do: every point saturated, no peak, no ORT, and
+	 * the report says so instead of printing a number. */
+	{
+		char out[400], json[400], pyout[400];
+		snprintf(out, sizeof(out), "%s/sat.out", srv.ts_root);
+		snprintf(json, sizeof(json), "%s/sat.json", srv.ts_root);
+		snprintf(pyout, sizeof(pyout), "%s/sat.py.out", srv.ts_root);
+		char *argv[] = {getenv("SHALE_BIN"), "bench", "sfs2008", "--server", port_arg,
+				"--export", srv.ts_export_path[0], "--points", "1", "--rate", "5000000",
+				"--warmup", "0", "--runtime", "1", "--fileset-mb", "4", "--json", json,
+				NULL};
+		int rc = run_cmd(argv, out);
+		tap_check(rc == 0 && file_has(out, "= not available (no load point achieved") &&
+				  file_has(out, "saturated ("),
+			  "sfs2008: a saturated point is marked, peak and ORT not available");
+		if (rc != 0)
+			dump(out, 40);
+		static const char sat_script[] =
+			"import json, sys\n"
+			"r = json.load(open(sys.argv[1]))['runs'][0]\n"
+			"assert r['peak_ops'] is None and r['ort_ms'] is None, r\n"
+			"assert r['valid_points'] == 0 and r['points'][0]['valid'] is False\n"
+			"assert r['points'][0]['achieved_ops'] > 0\n";
+		tap_check(py_check(sat_script, json, pyout), "sfs2008: saturated JSON has null peak");
+	}
 	/* A run that cannot succeed says so. */
 	{
 		char out[400];

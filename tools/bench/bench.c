@@ -63,6 +63,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,8 @@ static void bench_usage(FILE *out)
 		"load:\n"
 		"  --rate OPS             sfs2008 requested ops/s at 100%% (default 2000)\n"
 		"  --points N             load points 1/N .. N/N of --rate (default 10)\n"
+		"  --valid-pct P          a point counts for peak and ORT only if it achieved P%%\n"
+		"                         of its requested rate (default 95; others: saturated)\n"
 		"  --procs P              load threads (default 1)\n"
 		"  --conns C              connections per thread (default: sfs2008 4, meta 2, else 1)\n"
 		"  --depth B              calls in flight per connection (default: 16; seq 4)\n"
@@ -369,7 +372,7 @@ enum {
 	OPT_DEPTH, OPT_WARMUP, OPT_RUNTIME, OPT_FILESET_MB, OPT_FILESET_SPEC, OPT_SERVER_PID,
 	OPT_JSON, OPT_SVG, OPT_LABEL, OPT_VS, OPT_VS_EXPORT, OPT_VS_MOUNT_PORT, OPT_VS_PID,
 	OPT_VS_LABEL, OPT_ROUNDS, OPT_FILES, OPT_FLOWS, OPT_SIZE_MB, OPT_XFER, OPT_TIMEOUT,
-	OPT_STABLE, OPT_QUIET, OPT_HELP,
+	OPT_STABLE, OPT_QUIET, OPT_HELP, OPT_VALID_PCT,
 };
 
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
@@ -404,6 +407,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		{"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
 		{"stable-writes", no_argument, NULL, OPT_STABLE},
 		{"quiet", no_argument, NULL, OPT_QUIET},
+		{"valid-pct", required_argument, NULL, OPT_VALID_PCT},
 		{"help", no_argument, NULL, OPT_HELP},
 		{NULL, 0, NULL, 0},
 	};
@@ -452,6 +456,12 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		case OPT_RATE:
 			if (bench_parse_double(arg, 1, 1e8, &o->bo_rate) < 0)
 				bad = arg;
+			break;
+		case OPT_VALID_PCT:
+			if (bench_parse_double(arg, 1, 100, &d) < 0)
+				bad = arg;
+			else
+				o->bo_valid_fraction = d / 100.0;
 			break;
 		case OPT_WARMUP:
 		case OPT_RUNTIME:
@@ -570,6 +580,7 @@ static int bench_run_once(const struct bench_opts *o, const struct bench_target 
 	run->br_processes = o->bo_procs;
 	run->br_connections = o->bo_conns;
 	run->br_depth = o->bo_depth;
+	run->br_valid_fraction = o->bo_valid_fraction;
 	/* seq and meta run each phase to completion: no warm-up, no fixed run time. */
 	bool timed = strcmp(o->bo_workload, "sfs2008") == 0 || strcmp(o->bo_workload, "varmail") == 0;
 	run->br_warmup_s = timed ? o->bo_warmup_s : 0;
@@ -593,6 +604,12 @@ static int bench_run_once(const struct bench_opts *o, const struct bench_target 
 	return rc;
 }
 
+/* A run's peak for ordering rounds: a run without a valid point (peak NAN) sorts lowest. */
+static double bench_peak_key(const struct bench_run *run)
+{
+	return isfinite(run->br_peak_ops) ? run->br_peak_ops : -1.0;
+}
+
 /* Index of the round whose peak throughput is the median (for plots). */
 static size_t bench_median_round(const struct bench_run *runs, size_t n)
 {
@@ -600,9 +617,9 @@ static size_t bench_median_round(const struct bench_run *runs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		size_t below = 0, equal_before = 0;
 		for (size_t j = 0; j < n; j++) {
-			if (runs[j].br_peak_ops < runs[i].br_peak_ops)
+			if (bench_peak_key(&runs[j]) < bench_peak_key(&runs[i]))
 				below++;
-			else if (runs[j].br_peak_ops == runs[i].br_peak_ops && j < i)
+			else if (bench_peak_key(&runs[j]) == bench_peak_key(&runs[i]) && j < i)
 				equal_before++;
 		}
 		if (below + equal_before == n / 2)
@@ -622,6 +639,7 @@ int bench_main(int argc, char **argv)
 		.bo_workload = argv[1],
 		.bo_rounds = 3,
 		.bo_rate = 2000,
+		.bo_valid_fraction = BENCH_VALID_FRACTION_DEFAULT,
 		.bo_points = 10,
 		.bo_procs = 1,
 		.bo_warmup_s = 2,
@@ -675,18 +693,26 @@ int bench_main(int argc, char **argv)
 			(side == 0 ? a_runs : b_runs)[r] = *run;
 		}
 	}
-report:
-	if (all_ok && o.bo_vs) {
-		struct bench_ratio ratios[64];
-		size_t n = bench_compare(a_runs, b_runs, rounds, ratios, SH_ARRAY_SIZE(ratios));
-		bench_report_compare(stdout, o.bo_a.bt_label, o.bo_b.bt_label, ratios, n);
+report:;
+	struct bench_ratio ratios[64];
+	size_t nratios = 0;
+	bool compared = all_ok && o.bo_vs;
+	if (compared) {
+		nratios = bench_compare(a_runs, b_runs, rounds, ratios, SH_ARRAY_SIZE(ratios));
+		bench_report_compare(stdout, o.bo_a.bt_label, o.bo_b.bt_label, ratios, nratios);
 	}
 	size_t done = 0;
 	for (size_t i = 0; i < nruns; i++)
 		if (runs[i].br_workload)
 			done = i + 1;
 	if (o.bo_json && done > 0) {
-		rc = bench_report_json(o.bo_json, runs, done);
+		/* A --vs run's JSON carries its comparison, so that readers of the file take the
+		 * same ratios as the table above instead of deriving their own. */
+		if (compared)
+			rc = bench_report_json_vs(o.bo_json, runs, done, o.bo_a.bt_label,
+						  o.bo_b.bt_label, ratios, nratios);
+		else
+			rc = bench_report_json(o.bo_json, runs, done);
 		if (rc < 0) {
 			fprintf(stderr, "shale bench: cannot write %s: %s\n", o.bo_json, sh_strerror(rc));
 			all_ok = false;

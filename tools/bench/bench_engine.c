@@ -138,7 +138,10 @@ struct bench_op *bench_op_begin(struct bench_thread *t, uint32_t proc, uint16_t 
 			if (cand->bc_nfree > 0 && rpc_aclnt_free_slots(cand->bc_clnt) > 0 &&
 			    rpc_aclnt_error(cand->bc_clnt) == 0) {
 				c = cand;
-				t->bt_rr = (t->bt_rr + i + 1) % t->bt_nconns;
+				/* Stay on this connection until it is full: the calls started in
+				 * one turn of the loop then leave in one writev, and their replies
+				 * tend to come back in one read. */
+				t->bt_rr = (t->bt_rr + i) % t->bt_nconns;
 				break;
 			}
 		}
@@ -162,6 +165,7 @@ struct bench_op *bench_op_begin(struct bench_thread *t, uint32_t proc, uint16_t 
 }
 
 static void bench_engine_done(void *arg, int status, struct xdr_dec *dec);
+static void bench_generate(struct bench_thread *t, uint64_t now);
 
 int bench_op_send(struct bench_thread *t, struct bench_op *op, const void *bulk, size_t bulk_len)
 {
@@ -279,26 +283,22 @@ static void bench_engine_done(void *arg, int status, struct xdr_dec *dec)
 	if (status != 0 && status != -EPROTO && status != -EBADMSG && status != -ETIMEDOUT &&
 	    t->bt_error == 0)
 		t->bt_error = status; /* the connection failed */
+	if (eng->be_open)
+		bench_generate(t, now);
 	bench_pump(t);
 	bench_conn_flush_dirty(t);
 	t->bt_cur = prev;
 	bench_maybe_stop(t);
 }
 
-static void bench_tick(struct loop_timer *timer)
+/* Open loop: appends the operations that became due by now to the backlog, stamped now. Called
+ * at every tick and after every completion, so that under load (replies arriving all the time)
+ * due operations are noticed, and sent together with the calls a reply batch starts, without
+ * waiting for the next tick: the tick then only wakes an idle thread. */
+static void bench_generate(struct bench_thread *t, uint64_t now)
 {
-	struct bench_thread *t = timer->lt_arg;
 	struct bench_engine *eng = t->bt_eng;
-	uint64_t now = clock_monotonic_ns();
-	if (now >= eng->be_measure_end_ns || t->bt_error) {
-		if (!t->bt_stopping) {
-			t->bt_stopping = true;
-			t->bt_backlog = 0;
-		}
-		bench_maybe_stop(t);
-		return;
-	}
-	if (now < eng->be_start_ns)
+	if (t->bt_stopping || now < eng->be_start_ns || now >= eng->be_measure_end_ns)
 		return;
 	uint64_t due = (uint64_t)((double)(now - eng->be_start_ns) * t->bt_rate / 1e9);
 	if (due > t->bt_generated) {
@@ -315,6 +315,22 @@ static void bench_tick(struct loop_timer *timer)
 			t->bt_ring_len++;
 		}
 	}
+}
+
+static void bench_tick(struct loop_timer *timer)
+{
+	struct bench_thread *t = timer->lt_arg;
+	struct bench_engine *eng = t->bt_eng;
+	uint64_t now = clock_monotonic_ns();
+	if (now >= eng->be_measure_end_ns || t->bt_error) {
+		if (!t->bt_stopping) {
+			t->bt_stopping = true;
+			t->bt_backlog = 0;
+		}
+		bench_maybe_stop(t);
+		return;
+	}
+	bench_generate(t, now);
 	bench_pump(t);
 	bench_conn_flush_dirty(t);
 	bench_maybe_stop(t);

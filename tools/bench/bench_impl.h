@@ -33,6 +33,7 @@ struct bench_opts {
 	struct bench_target bo_b;
 	unsigned bo_rounds;
 	double bo_rate;         /* sfs2008: ops/s at 100% */
+	double bo_valid_fraction; /* a point is valid at achieved >= this x requested (--valid-pct) */
 	unsigned bo_points;
 	unsigned bo_procs;
 	unsigned bo_conns;

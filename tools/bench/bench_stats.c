@@ -10,14 +10,26 @@
  *    reported) whatever the range, 1 ns to 584 years, so no bounds have to be guessed up front.
  *    Counts are 32-bit per bucket: 4 billion operations of one latency in one point is more than a
  *    load point can issue.
- * 2. Overall response time (SPECsfs2008 run rules): the response-time curve starts at (0,0) and
- *    joins each point (achieved ops/s, mean response ms) in load order; its area by the trapezoid
- *    rule, divided by the peak achieved throughput, is the ORT in ms. It weights the response
- *    time at every load level, not only at the peak.
- * 3. Reports are written in one pass over the records; strings are escaped for JSON or XML and
+ * 2. Valid points. An open-loop load point is VALID when it achieved at least 95% of its requested
+ *    rate (BENCH_VALID_FRACTION_DEFAULT; `shale bench --valid-pct P` changes it). Past the
+ *    server's capacity the generator keeps asking for the requested rate, the backlog grows for
+ *    the whole point, and the mean response time measures how long the run lasted rather than
+ *    the server (seconds, not milliseconds); throughput may also fall from one such point to the
+ *    next. SPECsfs2008 published only points at which the server delivered the requested load,
+ *    and this is the same rule made explicit. Closed-loop points (no requested rate) are always
+ *    valid. Invalid points are still reported: marked "saturated" in the text table, "valid":
+ *    false in JSON, and not drawn in the SVG (whose legend counts them).
+ * 3. Peak and overall response time (SPECsfs2008 run rules), over the valid points only: the peak
+ *    is the valid point with the highest achieved throughput; the response-time curve starts at
+ *    (0,0) and joins each valid point (achieved ops/s, mean response ms) in load order up to and
+ *    including the peak; its area by the trapezoid rule, divided by the peak throughput, is the
+ *    ORT in ms. It weights the response time at every load level, not only at the peak. With no
+ *    valid point there is no peak and no ORT: both are NAN, "not available" in text and null in
+ *    JSON, and the ratios of a comparison leave that round out.
+ * 4. Reports are written in one pass over the records; strings are escaped for JSON or XML and
  *    bytes that are not UTF-8 become U+FFFD (see text_put). Numbers that are unknown (0 by the
  *    records' convention where noted) or not finite are null in JSON and "-" in text.
- * 4. --vs: each figure's A/B ratio is taken per round (A and B measured back to back), and the
+ * 5. --vs: each figure's A/B ratio is taken per round (A and B measured back to back), and the
  *    median and range of those ratios are reported, so a drift of the machine between rounds
  *    widens the range instead of biasing the median.
  */
@@ -124,30 +136,57 @@ static bool usable(double v)
 	return isfinite(v) && v >= 0.0;
 }
 
-double bench_ort_ms(const struct bench_point *points, size_t npoints)
+static double valid_fraction(double min_fraction)
 {
-	double area = 0.0, prev_x = 0.0, prev_y = 0.0, peak = 0.0;
-	for (size_t i = 0; i < npoints; i++) {
+	return isfinite(min_fraction) && min_fraction > 0.0 ? min_fraction
+							    : BENCH_VALID_FRACTION_DEFAULT;
+}
+
+bool bench_point_valid(const struct bench_point *p, double min_fraction)
+{
+	if (!usable(p->bp_achieved_ops))
+		return false;
+	if (!(p->bp_requested_ops > 0.0))
+		return true; /* closed loop: nothing was asked for */
+	return p->bp_achieved_ops >= valid_fraction(min_fraction) * p->bp_requested_ops;
+}
+
+size_t bench_peak_index(const struct bench_point *points, size_t npoints, double min_fraction)
+{
+	size_t best = SIZE_MAX;
+	for (size_t i = 0; i < npoints; i++)
+		if (bench_point_valid(&points[i], min_fraction) &&
+		    (best == SIZE_MAX || points[i].bp_achieved_ops > points[best].bp_achieved_ops))
+			best = i;
+	return best;
+}
+
+double bench_ort_ms(const struct bench_point *points, size_t npoints, double min_fraction)
+{
+	size_t pk = bench_peak_index(points, npoints, min_fraction);
+	if (pk == SIZE_MAX || !(points[pk].bp_achieved_ops > 0.0))
+		return NAN;
+	double area = 0.0, prev_x = 0.0, prev_y = 0.0;
+	for (size_t i = 0; i <= pk; i++) {
 		double x = points[i].bp_achieved_ops, y = points[i].bp_mean_ms;
-		if (!usable(x) || !usable(y))
+		if (!bench_point_valid(&points[i], min_fraction) || !usable(y))
 			continue;
 		area += (x - prev_x) * (y + prev_y) / 2.0;
 		prev_x = x;
 		prev_y = y;
-		if (x > peak)
-			peak = x;
 	}
-	return peak > 0.0 ? area / peak : 0.0;
+	return area / points[pk].bp_achieved_ops;
 }
 
 void bench_run_finish(struct bench_run *run)
 {
-	double peak = 0.0, server_cpu = 0.0, client_cpu = 0.0, ops = 0.0;
+	double server_cpu = 0.0, client_cpu = 0.0, ops = 0.0;
 	uint64_t failed = 0, unanswered = 0;
+	size_t nvalid = 0;
 	for (size_t i = 0; i < run->br_npoints; i++) {
 		const struct bench_point *p = &run->br_points[i];
-		if (usable(p->bp_achieved_ops) && p->bp_achieved_ops > peak)
-			peak = p->bp_achieved_ops;
+		if (bench_point_valid(p, run->br_valid_fraction))
+			nvalid++;
 		if (usable(p->bp_server_cpu_s))
 			server_cpu += p->bp_server_cpu_s;
 		if (usable(p->bp_client_cpu_s))
@@ -156,8 +195,12 @@ void bench_run_finish(struct bench_run *run)
 		failed += p->bp_failed;
 		unanswered += p->bp_unanswered;
 	}
-	run->br_peak_ops = peak;
-	run->br_ort_ms = bench_ort_ms(run->br_points, run->br_npoints);
+	run->br_nvalid = nvalid;
+	run->br_peak_index = bench_peak_index(run->br_points, run->br_npoints, run->br_valid_fraction);
+	run->br_peak_ops = run->br_peak_index != SIZE_MAX
+				   ? run->br_points[run->br_peak_index].bp_achieved_ops
+				   : NAN;
+	run->br_ort_ms = bench_ort_ms(run->br_points, run->br_npoints, run->br_valid_fraction);
 	run->br_server_cpu_us_per_op = ops > 0.0 ? server_cpu * 1e6 / ops : 0.0;
 	run->br_client_cpu_us_per_op = ops > 0.0 ? client_cpu * 1e6 / ops : 0.0;
 	run->br_failed = failed;
@@ -307,7 +350,8 @@ static void text_num(FILE *out, int width, int decimals, double v)
 		fprintf(out, "%*s", width, "-");
 }
 
-static size_t peak_point_index(const struct bench_run *run)
+/* The point with the highest throughput, valid or not (0 when there are no points). */
+static size_t highest_point_index(const struct bench_run *run)
 {
 	size_t best = 0;
 	for (size_t i = 1; i < run->br_npoints; i++)
@@ -342,9 +386,18 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 	fputc(' ', out);
 	text_put(out, or_dash(run->br_export), TEXT_PLAIN);
 	fputc('\n', out);
-	fprintf(out, "%s = %.0f Ops/Sec (Overall Response Time = %.2f msec)\n",
-		sfs ? "SPECsfs2008_nfs.v3-style" : "Peak throughput", run->br_peak_ops,
-		run->br_ort_ms);
+	double frac = valid_fraction(run->br_valid_fraction);
+	size_t pk = bench_peak_index(run->br_points, run->br_npoints, run->br_valid_fraction);
+	bool have_peak = pk != SIZE_MAX && isfinite(run->br_peak_ops);
+	if (have_peak && isfinite(run->br_ort_ms))
+		fprintf(out, "%s = %.0f Ops/Sec (Overall Response Time = %.2f msec)\n",
+			sfs ? "SPECsfs2008_nfs.v3-style" : "Peak throughput", run->br_peak_ops,
+			run->br_ort_ms);
+	else
+		fprintf(out, "%s = not available (%s)\n",
+			sfs ? "SPECsfs2008_nfs.v3-style" : "Peak throughput",
+			run->br_npoints == 0 ? "no load points"
+					     : "no load point achieved its requested rate");
 	fputs(RULE, out);
 
 	fputs("\nPerformance\n===========\n\n", out);
@@ -365,25 +418,52 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 		else
 			fprintf(out, "%12s", "open");
 		text_num(out, 13, 2, p->bp_p99_ms);
-		fprintf(out, " %11llu %11llu\n", (unsigned long long)p->bp_failed,
+		fprintf(out, " %11llu %11llu", (unsigned long long)p->bp_failed,
 			(unsigned long long)p->bp_unanswered);
-		if (usable(p->bp_achieved_ops)) {
+		if (!bench_point_valid(p, run->br_valid_fraction)) {
+			if (usable(p->bp_achieved_ops) && p->bp_requested_ops > 0.0)
+				fprintf(out, "  saturated (%.0f%% of requested)",
+					100.0 * p->bp_achieved_ops / p->bp_requested_ops);
+			else
+				fputs("  not valid", out);
+		} else if (i <= pk && usable(p->bp_mean_ms)) {
+			/* Only the points in the ORT's area matter for the note below. */
 			if (p->bp_achieved_ops < prev)
 				falls = true;
 			prev = p->bp_achieved_ops;
 		}
+		fputc('\n', out);
 	}
 	if (run->br_npoints == 0)
 		fputs("(no load points)\n", out);
 	fputc('\n', out);
-	fprintf(out, "Peak throughput        %12.0f ops/sec\n", run->br_peak_ops);
-	fprintf(out, "Overall response time  %12.2f msec\n", run->br_ort_ms);
-	fputs("  (area under the response-time curve from (0,0) through each point, by the\n"
-	      "   trapezoid rule, divided by the peak throughput, as SPECsfs2008 defines it)\n",
-	      out);
+	if (have_peak)
+		fprintf(out, "Peak throughput        %12.0f ops/sec\n", run->br_peak_ops);
+	else
+		fputs("Peak throughput         not available\n", out);
+	if (have_peak && isfinite(run->br_ort_ms))
+		fprintf(out, "Overall response time  %12.2f msec\n", run->br_ort_ms);
+	else
+		fputs("Overall response time   not available\n", out);
+	size_t nvalid = 0;
+	for (size_t i = 0; i < run->br_npoints; i++)
+		if (bench_point_valid(&run->br_points[i], run->br_valid_fraction))
+			nvalid++;
+	fprintf(out, "Valid load points      %12zu of %zu", nvalid, run->br_npoints);
+	fprintf(out, " (valid: achieved at least %.0f%% of the requested rate)\n", 100.0 * frac);
+	if (!have_peak && run->br_npoints > 0)
+		fprintf(out, "  No load point achieved %.0f%% of its requested rate: the server was\n"
+			     "  saturated at every point, so there is no peak and no ORT to report.\n"
+			     "  Run again with a lower --rate.\n",
+			100.0 * frac);
+	else
+		fputs("  (area under the response-time curve from (0,0) through each valid point up\n"
+		      "   to the peak, by the trapezoid rule, divided by the peak throughput, as\n"
+		      "   SPECsfs2008 defines it; saturated points are shown but not counted)\n",
+		      out);
 	if (falls)
-		fputs("  Note: throughput fell from one point to the next; the area is taken in load\n"
-		      "  order, as SPECsfs2008 did.\n",
+		fputs("  Note: throughput fell from one valid point to the next; the area is taken in\n"
+		      "  load order, as SPECsfs2008 did.\n",
 		      out);
 
 	fputs("\nConfiguration\n=============\n", out);
@@ -404,13 +484,14 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 	fprintf(out, "Run time per point        %.1f s\n", run->br_runtime_s);
 
 	if (run->br_npoints > 0) {
-		size_t pk = peak_point_index(run);
-		const struct bench_point *p = &run->br_points[pk];
+		size_t shown = have_peak ? pk : highest_point_index(run);
+		const struct bench_point *p = &run->br_points[shown];
 		uint64_t total = 0;
 		for (unsigned i = 0; i < p->bp_nprocs && i < BENCH_MAX_PROCS; i++)
 			total += p->bp_procs[i].bpr_count;
-		fprintf(out, "\nOperations at the peak point (point %zu of %zu, %.0f ops/sec)\n",
-			pk + 1, run->br_npoints, p->bp_achieved_ops);
+		fprintf(out, "\nOperations at the %s point (point %zu of %zu, %.0f ops/sec)\n",
+			have_peak ? "peak" : "busiest (not valid)", shown + 1, run->br_npoints,
+			p->bp_achieved_ops);
 		fputs("=============================================================\n", out);
 		/* Column widths: 12, 1+11, 8, 13, 13, 12. */
 		fprintf(out, "%-12s %11s%8s%13s%13s%12s\n", "Procedure", "Count", "%",
@@ -500,10 +581,11 @@ static void json_u64(FILE *out, uint64_t v)
 	fprintf(out, "%llu", (unsigned long long)v);
 }
 
-static void json_point(FILE *out, const struct bench_point *p)
+static void json_point(FILE *out, const struct bench_point *p, double min_fraction)
 {
 	fputs("{\"requested_ops\":", out);
 	json_num(out, p->bp_requested_ops);
+	fprintf(out, ",\"valid\":%s", bench_point_valid(p, min_fraction) ? "true" : "false");
 	fputs(",\"achieved_ops\":", out);
 	json_num(out, p->bp_achieved_ops);
 	fputs(",\"mean_ms\":", out);
@@ -562,6 +644,18 @@ static void json_run(FILE *out, const struct bench_run *run)
 	json_num(out, run->br_peak_ops);
 	fputs(",\"ort_ms\":", out);
 	json_num(out, run->br_ort_ms);
+	size_t pk = bench_peak_index(run->br_points, run->br_npoints, run->br_valid_fraction);
+	size_t nvalid = 0;
+	for (size_t i = 0; i < run->br_npoints; i++)
+		if (bench_point_valid(&run->br_points[i], run->br_valid_fraction))
+			nvalid++;
+	fputs(",\n   \"valid_fraction\":", out);
+	json_num(out, valid_fraction(run->br_valid_fraction));
+	fprintf(out, ",\"valid_points\":%zu,\"peak_point\":", nvalid);
+	if (pk != SIZE_MAX)
+		fprintf(out, "%zu", pk + 1);
+	else
+		fputs("null", out);
 	fputs(",\n   \"server_cpu_us_per_op\":", out);
 	json_known(out, run->br_server_cpu_us_per_op);
 	fputs(",\"client_cpu_us_per_op\":", out);
@@ -580,7 +674,7 @@ static void json_run(FILE *out, const struct bench_run *run)
 	fputs(",\n   \"points\":[", out);
 	for (size_t i = 0; i < run->br_npoints; i++) {
 		fputs(i == 0 ? "\n    " : ",\n    ", out);
-		json_point(out, &run->br_points[i]);
+		json_point(out, &run->br_points[i], run->br_valid_fraction);
 	}
 	fputs("],\n   \"figures\":[", out);
 	for (size_t i = 0; i < run->br_nfigures && i < BENCH_MAX_FIGURES; i++) {
@@ -744,13 +838,20 @@ static void svg_marker(FILE *out, unsigned shape, double x, double y, const char
 	}
 }
 
+/* Whether point p of run is drawn: valid points only (saturated ones would stretch the response
+ * axis to seconds and flatten the curve that matters), with a usable response time. */
+static bool svg_drawn(const struct bench_run *run, const struct bench_point *p)
+{
+	return bench_point_valid(p, run->br_valid_fraction) && usable(p->bp_mean_ms);
+}
+
 int bench_report_svg(const char *path, const struct bench_run *runs, size_t nruns)
 {
 	double xmax = 0.0, ymax = 0.0;
 	for (size_t r = 0; r < nruns; r++)
 		for (size_t i = 0; i < runs[r].br_npoints; i++) {
 			const struct bench_point *p = &runs[r].br_points[i];
-			if (usable(p->bp_achieved_ops) && usable(p->bp_mean_ms)) {
+			if (svg_drawn(&runs[r], p)) {
 				xmax = SH_MAX(xmax, p->bp_achieved_ops);
 				ymax = SH_MAX(ymax, p->bp_mean_ms);
 			}
@@ -841,8 +942,7 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 		bool dashed = r >= SH_ARRAY_SIZE(svg_colours);
 		size_t n = 0;
 		for (size_t i = 0; i < runs[r].br_npoints; i++)
-			if (usable(runs[r].br_points[i].bp_achieved_ops) &&
-			    usable(runs[r].br_points[i].bp_mean_ms))
+			if (svg_drawn(&runs[r], &runs[r].br_points[i]))
 				n++;
 		if (n == 0)
 			continue;
@@ -852,7 +952,7 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 		bool first = true;
 		for (size_t i = 0; i < runs[r].br_npoints; i++) {
 			const struct bench_point *p = &runs[r].br_points[i];
-			if (!usable(p->bp_achieved_ops) || !usable(p->bp_mean_ms))
+			if (!svg_drawn(&runs[r], p))
 				continue;
 			fprintf(out, "%s%.1f,%.1f", first ? "" : " ",
 				x0 + p->bp_achieved_ops / ax.max * pw,
@@ -862,7 +962,7 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 		fputs("\"/>\n", out);
 		for (size_t i = 0; i < runs[r].br_npoints; i++) {
 			const struct bench_point *p = &runs[r].br_points[i];
-			if (!usable(p->bp_achieved_ops) || !usable(p->bp_mean_ms))
+			if (!svg_drawn(&runs[r], p))
 				continue;
 			svg_marker(out, (unsigned)r, x0 + p->bp_achieved_ops / ax.max * pw,
 				   y0 - p->bp_mean_ms / ay.max * ph, colour);
@@ -878,7 +978,7 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 		for (size_t r = 0; r < nruns; r++) {
 			const char *label = runs[r].br_label;
 			size_t c = label != NULL && label[0] != '\0' ? text_width_chars(label) : 8;
-			c += runs[r].br_npoints == 0 ? 10 : 42;
+			c += runs[r].br_npoints == 0 ? 10 : 72;
 			chars = SH_MAX(chars, c);
 		}
 		double box_w = SH_MIN(46.0 + 7.6 * (double)chars, pw - 16.0);
@@ -902,12 +1002,21 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 			else
 				fprintf(out, "run %zu", r + 1);
 			char peak[48];
+			size_t hidden = 0;
+			for (size_t i = 0; i < runs[r].br_npoints; i++)
+				if (!bench_point_valid(&runs[r].br_points[i], runs[r].br_valid_fraction))
+					hidden++;
 			if (runs[r].br_npoints == 0)
 				fputs(" (no data)", out);
+			else if (!isfinite(runs[r].br_peak_ops) || !isfinite(runs[r].br_ort_ms))
+				fputs(": no valid point, peak and ORT not available", out);
 			else
 				fprintf(out, ": peak %s ops/sec, ORT %.2f msec",
 					fmt_grouped(peak, sizeof(peak), runs[r].br_peak_ops),
 					runs[r].br_ort_ms);
+			if (hidden > 0)
+				fprintf(out, " (%zu saturated point%s not drawn)", hidden,
+					hidden == 1 ? "" : "s");
 			fputs("</text>\n", out);
 		}
 	}

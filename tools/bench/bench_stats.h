@@ -52,6 +52,10 @@ struct bench_proc_result {
 	double bpr_p99_ms;
 };
 
+/* A load point of an open-loop run is valid when it achieved at least this fraction of its
+ * requested rate (the default of struct bench_run's br_valid_fraction; rule in bench_stats.c). */
+#define BENCH_VALID_FRACTION_DEFAULT 0.95
+
 /* One load point: requested rate, what was achieved, and what it cost. */
 struct bench_point {
 	double bp_requested_ops;  /* ops/s asked for (0 for closed-loop workloads) */
@@ -83,9 +87,13 @@ struct bench_run {
 	double br_runtime_s;
 	size_t br_npoints;
 	struct bench_point *br_points;
+	double br_valid_fraction;       /* a point is valid at achieved >= this x requested; 0 means
+					 * BENCH_VALID_FRACTION_DEFAULT (see bench_point_valid) */
 	/* Derived by bench_run_finish: */
-	double br_peak_ops;             /* highest achieved ops/s */
-	double br_ort_ms;               /* overall response time (bench_ort_ms) */
+	double br_peak_ops;             /* highest achieved ops/s of a valid point; NAN if none */
+	double br_ort_ms;               /* overall response time (bench_ort_ms); NAN if no peak */
+	size_t br_nvalid;               /* valid points */
+	size_t br_peak_index;           /* the peak's point, or SIZE_MAX when no point is valid */
 	double br_server_cpu_us_per_op; /* server CPU per op over all points, 0 if unknown */
 	double br_client_cpu_us_per_op;
 	uint64_t br_server_peak_rss_kib; /* set by the caller, 0 if unknown */
@@ -101,15 +109,28 @@ struct bench_run {
 	} br_figures[BENCH_MAX_FIGURES];
 };
 
-/* SPECsfs2008's overall response time: the area under the response-time curve drawn from (0,0)
- * through each point (achieved ops/s, mean ms), in order, by the trapezoid rule, divided by the
- * peak achieved throughput. Points are taken in the order given (increasing load), as SPECsfs2008
- * did: a point whose throughput fell below the previous one's takes area away. Points with a
- * negative or non-finite throughput or response are left out. Returns 0 for no usable points. */
-double bench_ort_ms(const struct bench_point *points, size_t npoints);
+/* Whether point p counts for the peak and the ORT: its throughput is a finite number >= 0 and,
+ * when it had a requested rate (open loop), it achieved at least min_fraction of that rate. A
+ * closed-loop point (requested 0) is valid whenever its throughput is usable. min_fraction <= 0
+ * or not finite means BENCH_VALID_FRACTION_DEFAULT. */
+bool bench_point_valid(const struct bench_point *p, double min_fraction);
 
-/* Fills the derived fields of run from its points: peak, ORT, failed and unanswered sums, server
- * and client CPU per op (server: 0 unless some point has bp_server_cpu_s > 0). Leaves
+/* Index of the peak: the valid point with the highest achieved throughput (the first of equals),
+ * or SIZE_MAX when no point is valid. */
+size_t bench_peak_index(const struct bench_point *points, size_t npoints, double min_fraction);
+
+/* SPECsfs2008's overall response time over the valid points (bench_point_valid): the area under
+ * the response-time curve drawn from (0,0) through each valid point (achieved ops/s, mean ms) in
+ * load order up to and including the peak, by the trapezoid rule, divided by the peak's
+ * throughput. Invalid points, and valid ones after the peak, are left out; a valid point before
+ * the peak whose throughput fell below the previous one's takes area away, as in SPECsfs2008.
+ * A valid point with a non-finite or negative response is skipped. Returns NAN when there is no
+ * valid point with throughput above zero. */
+double bench_ort_ms(const struct bench_point *points, size_t npoints, double min_fraction);
+
+/* Fills the derived fields of run from its points: valid points, peak (over the valid points
+ * only), ORT, failed and unanswered sums, server and client CPU per op (server: 0 unless some
+ * point has bp_server_cpu_s > 0; both over all points, valid or not). Leaves br_valid_fraction,
  * br_server_peak_rss_kib and the figures alone. */
 void bench_run_finish(struct bench_run *run);
 
@@ -118,14 +139,18 @@ void bench_run_finish(struct bench_run *run);
  * "Throughput (ops/sec) / Response (msec)" table, peak and overall response time, configuration,
  * per-procedure counts with mean and p99 (at the peak point), server CPU per op and peak RSS when
  * known, client CPU per op, the workload's figures, and whether the run is valid (no failed and no
- * unanswered operations). */
+ * unanswered operations). Invalid load points stay in the table, marked "saturated"; with no valid
+ * point the peak and ORT read "not available" with the reason. */
 void bench_report_text(FILE *out, const struct bench_run *run);
-/* JSON: {"format":"shale-bench/1", "runs":[one object per run, with its points, per-procedure
- * results and figures]}; bench_report_json_vs adds "comparison":{"a":..., "b":..., "ratios":[...]}.
+/* JSON: {"format":"shale-bench/1", "runs":[one object per run, with its points (each with
+ * "valid"), per-procedure results and figures]}; bench_report_json_vs adds
+ * "comparison":{"a":..., "b":..., "ratios":[...]}. A run's peak_ops and ort_ms are null when no
+ * point is valid.
  * Unknown or non-finite numbers are written as null. path "-" means stdout. Returns 0 or -errno. */
 SH_MUST_CHECK int bench_report_json(const char *path, const struct bench_run *runs, size_t nruns);
 /* SVG: the throughput/response-time curves of one or more runs on shared axes, labelled, with
- * the ORT of each in the legend. Returns 0 or -errno. */
+ * the ORT of each in the legend. Only valid points are drawn (and scale the axes); the legend
+ * says how many saturated points of each run were left out. Returns 0 or -errno. */
 SH_MUST_CHECK int bench_report_svg(const char *path, const struct bench_run *runs, size_t nruns);
 
 /* Ratio summary for --vs: per figure, the A/B ratio over rounds as median, min and max. */

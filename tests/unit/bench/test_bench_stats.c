@@ -265,7 +265,9 @@ static void test_ort_published_results(void)
 			pts[i].bp_achieved_ops = published[c].ops[i];
 			pts[i].bp_mean_ms = published[c].ms[i];
 		}
-		double ort = bench_ort_ms(pts, 10);
+		/* Published curves carry no requested rate (every point valid) and peak at their
+		 * last point, so the valid-point rule leaves SPECsfs2008's own ORT unchanged. */
+		double ort = bench_ort_ms(pts, 10, BENCH_VALID_FRACTION_DEFAULT);
 		/* The published points are rounded to 0.1 ms and the ORT to 0.01 ms. */
 		tap_check(fabs(ort - published[c].ort_ms) <= 0.01, "ort %s: computed %.4f ms",
 			  published[c].what, ort);
@@ -274,13 +276,15 @@ static void test_ort_published_results(void)
 
 static void test_ort_by_hand(void)
 {
-	struct bench_point p[3];
+	struct bench_point p[4];
 	memset(p, 0, sizeof(p));
-	CHECK(bench_ort_ms(p, 0) == 0.0);
+	/* No points, or only a point without throughput: no ORT (not 0). */
+	CHECK(isnan(bench_ort_ms(p, 0, 0.95)));
+	CHECK(isnan(bench_ort_ms(p, 1, 0.95)));
 	/* One point: a triangle from (0,0), half the response time. */
 	p[0].bp_achieved_ops = 1000;
 	p[0].bp_mean_ms = 2.0;
-	CHECK(close_rel(bench_ort_ms(p, 1), 1.0, 1e-12));
+	CHECK(close_rel(bench_ort_ms(p, 1, 0.95), 1.0, 1e-12));
 	/* (100,1) (200,1) (400,3): areas 50 + 100 + 400 = 550, / 400. */
 	p[0].bp_achieved_ops = 100;
 	p[0].bp_mean_ms = 1.0;
@@ -288,16 +292,27 @@ static void test_ort_by_hand(void)
 	p[1].bp_mean_ms = 1.0;
 	p[2].bp_achieved_ops = 400;
 	p[2].bp_mean_ms = 3.0;
-	CHECK(close_rel(bench_ort_ms(p, 3), 550.0 / 400.0, 1e-12));
+	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 550.0 / 400.0, 1e-12));
 	/* A point that is not a number is left out: (100,1) (400,3) = 50 + 600 = 650, / 400. */
 	p[1].bp_mean_ms = NAN;
-	CHECK(close_rel(bench_ort_ms(p, 3), 650.0 / 400.0, 1e-12));
-	/* Throughput that falls takes area away, in load order: (100,1) (400,3) (300,5). */
+	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 650.0 / 400.0, 1e-12));
+	/* Throughput that falls before the peak takes area away, in load order:
+	 * (100,1) (300,2) (250,2) (400,3): 50 + 300 - 100 + 375 = 625, / 400. */
+	p[1].bp_achieved_ops = 300;
+	p[1].bp_mean_ms = 2.0;
+	p[2].bp_achieved_ops = 250;
+	p[2].bp_mean_ms = 2.0;
+	p[3].bp_achieved_ops = 400;
+	p[3].bp_mean_ms = 3.0;
+	CHECK(close_rel(bench_ort_ms(p, 4, 0.95), 625.0 / 400.0, 1e-12));
+	/* A valid point after the peak is left out: (100,1) (400,3) (300,5) ends at the peak:
+	 * 50 + 600 = 650, / 400 (SPECsfs2008's load-order area would be (650 - 400) / 400). */
 	p[1].bp_achieved_ops = 400;
 	p[1].bp_mean_ms = 3.0;
 	p[2].bp_achieved_ops = 300;
 	p[2].bp_mean_ms = 5.0;
-	CHECK(close_rel(bench_ort_ms(p, 3), (50.0 + 600.0 - 400.0) / 400.0, 1e-12));
+	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 650.0 / 400.0, 1e-12));
+	CHECK(bench_peak_index(p, 3, 0.95) == 1);
 }
 
 /* ---- a run to report on ---- */
@@ -354,7 +369,8 @@ static void test_run_finish(void)
 	sample_points[9].bp_unanswered = 1;
 	bench_run_finish(&run);
 	CHECK(run.br_peak_ops == 9980.0);
-	CHECK(close_rel(run.br_ort_ms, bench_ort_ms(run.br_points, run.br_npoints), 1e-15));
+	CHECK(run.br_nvalid == 10 && run.br_peak_index == 9);
+	CHECK(close_rel(run.br_ort_ms, bench_ort_ms(run.br_points, run.br_npoints, 0.95), 1e-15));
 	CHECK(run.br_failed == 2);
 	CHECK(run.br_unanswered == 1);
 	double ops = 0, scpu = 0, ccpu = 0;
@@ -559,6 +575,221 @@ static void test_report_svg(void)
 	CHECK(python_rejects("import sys, xml.etree.ElementTree as ET\nET.parse(sys.argv[1])\n", args, 1));
 }
 
+/* ---- valid points: the saturation rule ---- */
+
+static void test_point_valid(void)
+{
+	struct bench_point p;
+	memset(&p, 0, sizeof(p));
+	/* Closed loop (nothing requested): valid whenever the throughput is a number >= 0. */
+	p.bp_achieved_ops = 123;
+	CHECK(bench_point_valid(&p, 0.95));
+	p.bp_achieved_ops = NAN;
+	CHECK(!bench_point_valid(&p, 0.95));
+	p.bp_achieved_ops = -1;
+	CHECK(!bench_point_valid(&p, 0.95));
+	/* Open loop: at least the fraction of the requested rate. */
+	p.bp_requested_ops = 10000;
+	p.bp_achieved_ops = 9500;
+	CHECK(bench_point_valid(&p, 0.95));
+	p.bp_achieved_ops = 9499;
+	CHECK(!bench_point_valid(&p, 0.95));
+	CHECK(bench_point_valid(&p, 0.9));
+	/* More than requested (a tick's rounding) is valid. */
+	p.bp_achieved_ops = 10090;
+	CHECK(bench_point_valid(&p, 0.95));
+	/* 0 or a non-number means the default, 95%. */
+	p.bp_achieved_ops = 9499;
+	CHECK(!bench_point_valid(&p, 0.0) && !bench_point_valid(&p, NAN));
+	p.bp_achieved_ops = 9500;
+	CHECK(bench_point_valid(&p, 0.0) && bench_point_valid(&p, NAN));
+}
+
+/* Two curves measured with shale bench (make bench, shale and ganesha, one round): past the
+ * server's capacity the backlog grows, the mean response time reaches seconds and throughput
+ * falls from point to point, which made SPECsfs2008's load-order ORT negative (-38.17 ms and
+ * -1924.19 ms). */
+static const double sat_req[10] = { 6000, 12000, 18000, 24000, 30000,
+				     36000, 42000, 48000, 54000, 60000 };
+static const double sat_shale_ops[10] = { 6000, 12000, 17996, 23997, 29991,
+					   36002, 39315, 44920, 42919, 42163 };
+static const double sat_shale_ms[10] = { 0.19, 0.28, 0.48, 0.45, 1.30,
+					 1.81, 285.67, 1052.51, 2678.13, 3219.30 };
+static const double sat_ganesha_ops[10] = { 6000, 12000, 18000, 24215, 21776,
+					    26769, 24927, 27346, 22097, 17966 };
+static const double sat_ganesha_ms[10] = { 1.59, 0.50, 2.93, 177.10, 2091.08,
+					   4039.24, 4618.64, 5708.51, 7626.77, 9443.71 };
+
+static void fill_points(struct bench_point *pts, const double *req, const double *ops,
+			const double *ms, size_t n)
+{
+	memset(pts, 0, sizeof(*pts) * n);
+	for (size_t i = 0; i < n; i++) {
+		pts[i].bp_requested_ops = req[i];
+		pts[i].bp_achieved_ops = ops[i];
+		pts[i].bp_mean_ms = ms[i];
+		pts[i].bp_p99_ms = 2 * ms[i];
+		pts[i].bp_seconds = 15;
+		pts[i].bp_ops = (uint64_t)(ops[i] * 15);
+	}
+}
+
+static void test_saturated_points(void)
+{
+	struct bench_point pts[10];
+	fill_points(pts, sat_req, sat_shale_ops, sat_shale_ms, 10);
+	/* 39,315 of 42,000 (93.6%) is the first saturated point: the peak is 36,002 ops/s, and the
+	 * ORT is the area through the six valid points: 21,640.8 / 36,002. */
+	CHECK(bench_peak_index(pts, 10, 0.95) == 5);
+	double ort = bench_ort_ms(pts, 10, 0.95);
+	CHECKF(close_rel(ort, 21640.8 / 36002.0, 1e-9), "shale ORT %.6f", ort);
+	CHECK(ort > 0.0);
+	/* A looser threshold lets 93.6% in: peak 44,920 at point 8, ORT through point 8. */
+	CHECK(bench_peak_index(pts, 10, 0.9) == 7);
+	double area = 21640.8 + (39315.0 - 36002.0) * (285.67 + 1.81) / 2.0 +
+		      (44920.0 - 39315.0) * (1052.51 + 285.67) / 2.0;
+	CHECK(close_rel(bench_ort_ms(pts, 10, 0.9), area / 44920.0, 1e-9));
+
+	fill_points(pts, sat_req, sat_ganesha_ops, sat_ganesha_ms, 10);
+	/* 24,215 of 24,000 is valid and the peak; everything after is saturated. */
+	CHECK(bench_peak_index(pts, 10, 0.95) == 3);
+	CHECK(close_rel(bench_ort_ms(pts, 10, 0.95), 580773.225 / 24215.0, 1e-9));
+
+	struct bench_run run;
+	memset(&run, 0, sizeof(run));
+	run.br_workload = "sfs2008";
+	run.br_label = "ganesha";
+	run.br_points = pts;
+	run.br_npoints = 10;
+	bench_run_finish(&run); /* br_valid_fraction 0: the default */
+	CHECK(run.br_nvalid == 4 && run.br_peak_index == 3 && run.br_peak_ops == 24215.0);
+	CHECK(close_rel(run.br_ort_ms, 580773.225 / 24215.0, 1e-9));
+	run.br_valid_fraction = 0.5; /* 26,769 of 36,000, 24,927 of 42,000, 27,346 of 48,000 in */
+	bench_run_finish(&run);
+	CHECK(run.br_nvalid == 8 && run.br_peak_index == 7 && run.br_peak_ops == 27346.0);
+	run.br_valid_fraction = 0.95;
+	bench_run_finish(&run);
+
+	/* The text report keeps every point, marks the saturated ones, and names the peak. */
+	char *text = report_to_string(&run);
+	CHECK(text != NULL);
+	if (text != NULL) {
+		CHECK(strstr(text, "SPECsfs2008_nfs.v3-style = 24215 Ops/Sec (Overall Response "
+				   "Time = 23.98 msec)") != NULL);
+		char line[160];
+		snprintf(line, sizeof(line), "%16.0f%16.2f%12.0f", 26769.0, 4039.24, 36000.0);
+		CHECKF(strstr(text, line) != NULL, "saturated point missing: %s", line);
+		size_t marks = 0;
+		for (const char *q = text; (q = strstr(q, "  saturated (")) != NULL; q++)
+			marks++;
+		CHECKF(marks == 6, "%zu points marked saturated", marks);
+		CHECK(strstr(text, "saturated (74% of requested)") != NULL);
+		CHECK(strstr(text, "Valid load points                 4 of 10") != NULL);
+		CHECK(strstr(text, "peak point (point 4 of 10, 24215 ops/sec)") != NULL);
+		mem_free(text);
+	}
+
+	/* JSON: each point says whether it is valid; peak and ORT are the valid ones'. */
+	char path[256];
+	tmp_path(path, sizeof(path), "run.json");
+	CHECK(bench_report_json(path, &run, 1) == 0);
+	static const char script[] =
+		"import json,sys\n"
+		"r=json.load(open(sys.argv[1]))['runs'][0]\n"
+		"assert [p['valid'] for p in r['points']]==[True]*4+[False]*6, r['points']\n"
+		"assert r['peak_ops']==24215 and r['peak_point']==4 and r['valid_points']==4\n"
+		"assert abs(r['ort_ms']-580773.225/24215)<1e-6 and r['valid_fraction']==0.95\n";
+	const char *args[] = { path };
+	CHECK(run_python(script, args, 1));
+
+	/* SVG: saturated points are not drawn, and the legend says so. */
+	tmp_path(path, sizeof(path), "curve.svg");
+	CHECK(bench_report_svg(path, &run, 1) == 0);
+	static const char svg_script[] =
+		"import sys, xml.etree.ElementTree as ET\n"
+		"ns='{http://www.w3.org/2000/svg}'\n"
+		"root=ET.parse(sys.argv[1]).getroot()\n"
+		"lines=root.findall('.//'+ns+'polyline')\n"
+		"assert len(lines)==1 and len(lines[0].get('points').split())==4\n"
+		"texts=[''.join(t.itertext()) for t in root.iter(ns+'text')]\n"
+		"assert any('6 saturated points not drawn' in t for t in texts), texts\n"
+		"assert '200' in texts and '5000' not in texts, 'axis scaled to the valid points'\n";
+	CHECK(run_python(svg_script, args, 1));
+}
+
+static void test_no_valid_point(void)
+{
+	struct bench_point pts[3];
+	static const double req[3] = { 20000, 40000, 60000 };
+	static const double ops[3] = { 18000, 18500, 17000 }; /* 90%, 46%, 28% */
+	static const double ms[3] = { 400, 2000, 4000 };
+	fill_points(pts, req, ops, ms, 3);
+	CHECK(bench_peak_index(pts, 3, 0.95) == SIZE_MAX);
+	CHECK(isnan(bench_ort_ms(pts, 3, 0.95)));
+	struct bench_run run;
+	memset(&run, 0, sizeof(run));
+	run.br_workload = "sfs2008";
+	run.br_label = "slow";
+	run.br_points = pts;
+	run.br_npoints = 3;
+	bench_run_finish(&run);
+	CHECK(run.br_nvalid == 0 && run.br_peak_index == SIZE_MAX);
+	CHECK(isnan(run.br_peak_ops) && isnan(run.br_ort_ms));
+	CHECK(run.br_client_cpu_us_per_op == 0.0 && run.br_failed == 0);
+
+	char *text = report_to_string(&run);
+	CHECK(text != NULL);
+	if (text != NULL) {
+		CHECK(strstr(text, "SPECsfs2008_nfs.v3-style = not available (no load point achieved "
+				   "its requested rate)") != NULL);
+		CHECK(strstr(text, "Peak throughput         not available") != NULL);
+		CHECK(strstr(text, "Overall response time   not available") != NULL);
+		CHECK(strstr(text, "No load point achieved 95% of its requested rate") != NULL);
+		CHECK(strstr(text, "busiest (not valid) point (point 2 of 3, 18500 ops/sec)") != NULL);
+		/* printf's spelling of a non-number, after its padding ("Unanswered" has "nan"). */
+		const char *bad = strstr(text, " nan") != NULL	 ? strstr(text, " nan")
+				  : strstr(text, "-nan") != NULL ? strstr(text, "-nan")
+								 : strstr(text, " inf");
+		CHECKF(bad == NULL, "a non-number printed: %.40s", bad);
+		mem_free(text);
+	}
+	char path[256];
+	tmp_path(path, sizeof(path), "run.json");
+	CHECK(bench_report_json(path, &run, 1) == 0);
+	const char *args[] = { path };
+	CHECK(run_python("import json,sys\n"
+			 "r=json.load(open(sys.argv[1]))['runs'][0]\n"
+			 "assert r['peak_ops'] is None and r['ort_ms'] is None\n"
+			 "assert r['peak_point'] is None and r['valid_points']==0\n"
+			 "assert not any(p['valid'] for p in r['points'])\n",
+			 args, 1));
+	tmp_path(path, sizeof(path), "curve.svg");
+	CHECK(bench_report_svg(path, &run, 1) == 0);
+	CHECK(run_python("import sys, xml.etree.ElementTree as ET\n"
+			 "ns='{http://www.w3.org/2000/svg}'\n"
+			 "root=ET.parse(sys.argv[1]).getroot()\n"
+			 "assert not root.findall('.//'+ns+'polyline')\n"
+			 "texts=[''.join(t.itertext()) for t in root.iter(ns+'text')]\n"
+			 "assert any('no valid point' in t and '3 saturated' in t for t in texts)\n",
+			 args, 1));
+
+	/* A comparison leaves the round without a peak out of the peak and ORT ratios. */
+	struct bench_run a[2], b[2];
+	memset(a, 0, sizeof(a));
+	memset(b, 0, sizeof(b));
+	for (int r = 0; r < 2; r++) {
+		a[r].br_peak_ops = 300;
+		a[r].br_ort_ms = 1.0;
+		b[r].br_peak_ops = r == 0 ? NAN : 100;
+		b[r].br_ort_ms = r == 0 ? NAN : 2.0;
+	}
+	struct bench_ratio out[8];
+	size_t n = bench_compare(a, b, 2, out, SH_ARRAY_SIZE(out));
+	CHECK(n == 2);
+	CHECK(n == 2 && out[0].brt_rounds == 1 && out[0].brt_median == 3.0);
+	CHECK(n == 2 && out[1].brt_rounds == 1 && out[1].brt_median == 0.5);
+}
+
 /* ---- --vs ---- */
 
 static void test_compare(void)
@@ -667,6 +898,9 @@ int main(void)
 	TAP_RUN(test_report_json);
 	TAP_RUN(test_report_svg);
 	TAP_RUN(test_compare);
+	TAP_RUN(test_point_valid);
+	TAP_RUN(test_saturated_points);
+	TAP_RUN(test_no_valid_point);
 
 	static const char *const files[] = { "report.txt", "run.json", "curve.svg", "compare.txt" };
 	for (size_t i = 0; i < SH_ARRAY_SIZE(files); i++) {
