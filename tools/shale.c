@@ -39,7 +39,7 @@ static void shale_serve_usage(FILE *out)
 		"  --no-portmap          neither register with rpcbind nor answer port 111\n"
 		"  --portmap-port N      port of the built-in portmapper; default 111\n"
 		"  --threads N           event-loop threads; default one per core\n"
-		"  --fd-cache N          open files kept by the posix back end; default 1024\n"
+		"  --fd-cache N          open files kept by the posix back end; default 16384\n"
 		"  --ready-file FILE     write port=N and portmap=MODE here once serving\n"
 		"  --log-level LEVEL     debug, info, warn or error; default info\n");
 }

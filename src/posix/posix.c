@@ -21,7 +21,9 @@
  *     reaching its top, or passing POSIX_VERIFY_MAX_DEPTH levels refuses it with -ESTALE. The
  *     cache remembers the verdict for POSIX_VERIFY_TTL_NS, then walks again, so a directory that
  *     is moved out of the export on the host stops being served within that time. The kernel
- *     always reconnects a directory opened by handle to its real parent, so ".." is true.
+ *     always reconnects a directory opened by handle to its real parent, so ".." is true. A walk
+ *     may stop early at a directory another walk proved inside the export less than that time
+ *     before, and then counts as done when that proof was made (posix_fdcache.c, rule 6).
  *  2. Non-directories have no parent to walk to. Their ids are issued only for entries of
  *     directories that passed rule 1 (LOOKUP, READDIRPLUS, CREATE and friends), and the NFS
  *     layer seals every id in a MAC'd file handle, so a client can present no other. A file that
@@ -111,8 +113,10 @@ static void posix_enqueue(struct posix_fs *pf, struct fs_req *req)
 	else
 		pf->pf_queue_head = req;
 	pf->pf_queue_tail = req;
-	pthread_cond_signal(&pf->pf_queue_cond);
 	pthread_mutex_unlock(&pf->pf_queue_lock);
+	/* Signalled after the unlock, so the woken worker does not at once block on the lock still
+	 * held here (on a busy core it would also preempt this thread only to wait for it). */
+	pthread_cond_signal(&pf->pf_queue_cond);
 }
 
 static void posix_submit(struct fs *fs, struct fs_req *req)
@@ -269,20 +273,46 @@ static void posix_fill_info(struct posix_fs *pf)
 	fi->fi_case_preserving = true;
 }
 
-/* The fd cache limit, kept to half the process's fd limit so sockets always have room. */
+/* Descriptors the fd cache leaves to the rest of the process (sockets: the RPC server accepts
+ * up to 4096 connections; log, state and eventfds) when the fd limit is large enough. */
+#define POSIX_FD_RESERVE 4352u
+
+/* The fd cache limit. The fd limit is raised first when the cache wants more (a soft limit of
+ * 1024 is common and would leave the cache far smaller than a file set in daily use); the hard
+ * limit too where the process may. The cache then takes what the limit leaves after the larger
+ * of POSIX_FD_RESERVE and a quarter of the limit, or half of a limit smaller than that. */
 static uint32_t posix_cache_limit(unsigned wanted)
 {
-	uint64_t max = wanted != 0 ? wanted : POSIX_FD_CACHE_DEFAULT;
+	uint64_t max = SH_MIN(wanted != 0 ? (uint64_t)wanted : POSIX_FD_CACHE_DEFAULT,
+			      (uint64_t)1 << 24);
+	uint64_t need = max + SH_MAX(max / 3, (uint64_t)POSIX_FD_RESERVE);
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    max > rl.rlim_cur / 2) {
-		log_warn("posix: fd cache limited to %llu by RLIMIT_NOFILE %llu",
-			 (unsigned long long)(rl.rlim_cur / 2), (unsigned long long)rl.rlim_cur);
-		max = rl.rlim_cur / 2;
+	    rl.rlim_cur < need) {
+		struct rlimit raised = { .rlim_cur = need, .rlim_max = rl.rlim_max };
+		if (raised.rlim_max != RLIM_INFINITY && raised.rlim_max < need)
+			raised.rlim_max = need;
+		if (setrlimit(RLIMIT_NOFILE, &raised) != 0 && rl.rlim_max > rl.rlim_cur) {
+			/* Not allowed to raise the hard limit: take what it allows. */
+			raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : rl.rlim_max;
+			raised.rlim_max = rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &raised);
+		}
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		uint64_t lim = rl.rlim_cur;
+		uint64_t reserve = SH_MAX(lim / 4, (uint64_t)POSIX_FD_RESERVE);
+		uint64_t allowed = lim >= 2 * reserve ? lim - reserve : lim / 2;
+		if (max > allowed) {
+			log_msg(wanted != 0 ? LOG_WARN : LOG_INFO,
+				"posix: fd cache limited to %llu by RLIMIT_NOFILE %llu",
+				(unsigned long long)allowed, (unsigned long long)lim);
+			max = allowed;
+		}
 	}
 	if (max < 8)
 		max = 8; /* a request holds at most three entries (RENAME, LINK) at once */
-	return (uint32_t)SH_MIN(max, (uint64_t)1 << 24);
+	return (uint32_t)max;
 }
 
 int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
@@ -331,7 +361,7 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 	rc = posix_fdcache_init(&pf->pf_cache, posix_cache_limit(config->pfc_fd_cache_max));
 	if (rc != 0)
 		goto out_close;
-	rc = posix_idcache_init(&pf->pf_idcache);
+	rc = posix_idcache_init(&pf->pf_idcache, config->pfc_idcache_slots);
 	if (rc != 0)
 		goto out_cache;
 	rc = -pthread_mutex_init(&pf->pf_queue_lock, NULL);

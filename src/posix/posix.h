@@ -25,10 +25,12 @@
 struct posix_fs_config {
 	const char *pfc_root_path;   /* directory to export; must exist */
 	uint64_t pfc_fsid;           /* reported as fattr3.fsid */
-	unsigned pfc_fd_cache_max;   /* open fds kept cached (0 = default 1024); a regular file
+	unsigned pfc_fd_cache_max;   /* open fds kept cached (0 = default 16384); a regular file
 	                              * being written holds two; requests in flight may briefly
 	                              * hold more */
-	unsigned pfc_nworkers;       /* worker threads (0 = default 8) */
+	unsigned pfc_nworkers;       /* worker threads (0 = default 16) */
+	unsigned pfc_idcache_slots;  /* name -> id cache entries, rounded up to a power of two
+	                              * (0 = default 65536, 64 bytes each, touched as it fills) */
 };
 
 /* Opens the directory and creates a file system on it. Destroy with fs_destroy(). Returns 0,

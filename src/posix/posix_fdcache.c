@@ -11,11 +11,21 @@
  *  4. Eviction takes the least recently used entries with no holders while pc_nfds exceeds
  *     pc_max_fds; when every entry is held the cache stays over its limit until releases.
  *  5. A directory entry is in the table only after the containment walk succeeded, and is walked
- *     again when POSIX_VERIFY_TTL_NS passed since. */
+ *     again when POSIX_VERIFY_TTL_NS passed since.
+ *  6. Every directory a successful walk passed lies inside the export too, so the walk remembers
+ *     them (pc_dirmemo, keyed by inode number and birth time so a reused inode number is not
+ *     taken for the directory that had it), and a later walk that climbs to one of them within
+ *     POSIX_VERIFY_TTL_NS of that proof stops there. The proof a walk gives is dated by the
+ *     oldest proof it relied on, never later, so a directory moved out of the export is still
+ *     refused within POSIX_VERIFY_TTL_NS; sibling directories re-verified every TTL then cost
+ *     one step up each rather than a walk to the root. Without birth times (a host file system
+ *     that reports none) every walk goes to the root. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdalign.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "posix/posix_impl.h"
@@ -193,17 +203,55 @@ static int posix_id_parse(const struct posix_fs *pf, const struct fs_obj_id *id,
 	return 0;
 }
 
-/* Rule 5: walks ".." from the directory fd up to the export root. Returns 0 when the root is
- * reached, -ESTALE when the walk leaves the host file system, reaches its top, or goes deeper
- * than POSIX_VERIFY_MAX_DEPTH. Runs with fsuid 0 so no search permission stops it. */
-static int posix_dir_contained(const struct posix_fs *pf, int fd, const struct stat *st)
+static uint32_t posix_dirmemo_index(uint64_t ino)
 {
+	return (uint32_t)(sh_hash64(&ino, sizeof(ino), 0x6469726du) & (POSIX_DIRMEMO_SLOTS - 1));
+}
+
+/* Rule 6: when (ino, btime) was proved inside the export, or 0. Called with pc_lock held. */
+static uint64_t posix_dirmemo_find(const struct posix_fdcache *cache, const struct statx *stx)
+{
+	const struct posix_dirmemo *m = &cache->pc_dirmemo[posix_dirmemo_index(stx->stx_ino)];
+	if (m->pd_verified_ns != 0 && m->pd_ino == stx->stx_ino &&
+	    m->pd_btime_sec == stx->stx_btime.tv_sec && m->pd_btime_nsec == stx->stx_btime.tv_nsec)
+		return m->pd_verified_ns;
+	return 0;
+}
+
+/* Called with pc_lock held. */
+static void posix_dirmemo_put(struct posix_fdcache *cache, const struct statx *stx,
+			      uint64_t verified_ns)
+{
+	struct posix_dirmemo *m = &cache->pc_dirmemo[posix_dirmemo_index(stx->stx_ino)];
+	m->pd_ino = stx->stx_ino;
+	m->pd_btime_sec = stx->stx_btime.tv_sec;
+	m->pd_btime_nsec = stx->stx_btime.tv_nsec;
+	m->pd_verified_ns = verified_ns;
+}
+
+/* Directories one walk may remember for rule 6; deeper walks remember the nearest ones. */
+#define POSIX_WALK_MEMO 16
+
+/* Rule 5: walks ".." from the directory fd up to the export root, or (rule 6) to a directory
+ * recently proved inside it. Returns 0 with *proved_ns = the date of the proof (now, or the
+ * older proof the walk stopped at), or -ESTALE when the walk leaves the host file system, reaches
+ * its top, or goes deeper than POSIX_VERIFY_MAX_DEPTH. Runs with fsuid 0 so no search permission
+ * stops it. */
+static int posix_dir_contained(struct posix_fs *pf, int fd, const struct stat *st,
+			       uint64_t *proved_ns)
+{
+	struct posix_fdcache *cache = &pf->pf_cache;
+	struct statx passed[POSIX_WALK_MEMO];
+	unsigned npassed = 0;
 	dev_t prev_dev = st->st_dev;
 	ino_t prev_ino = st->st_ino;
 	int cur = fd;
 	int owned = -1;
 	int rc = -ESTALE;
+	uint64_t now = clock_monotonic_ns();
+	uint64_t proof = now;
 
+	*proved_ns = now;
 	if (st->st_dev == pf->pf_root_dev && st->st_ino == pf->pf_root_ino)
 		return 0;
 	for (unsigned depth = 0; depth < POSIX_VERIFY_MAX_DEPTH; depth++) {
@@ -215,28 +263,50 @@ static int posix_dir_contained(const struct posix_fs *pf, int fd, const struct s
 		if (owned >= 0)
 			(void)close(owned);
 		owned = cur = up;
-		struct stat ust;
-		rc = posix_stat_fd(up, &ust);
-		if (rc != 0)
+		struct statx stx;
+		if (statx(up, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW,
+			  STATX_TYPE | STATX_INO | STATX_BTIME, &stx) != 0) {
+			rc = -errno;
 			break;
-		if (ust.st_dev != pf->pf_root_dev) {
+		}
+		dev_t udev = makedev(stx.stx_dev_major, stx.stx_dev_minor);
+		if (udev != pf->pf_root_dev) {
 			rc = -ESTALE; /* climbed off the exported file system */
 			break;
 		}
-		if (ust.st_ino == pf->pf_root_ino) {
+		if ((ino_t)stx.stx_ino == pf->pf_root_ino) {
 			rc = 0;
 			break;
 		}
-		if (ust.st_dev == prev_dev && ust.st_ino == prev_ino) {
+		if (udev == prev_dev && (ino_t)stx.stx_ino == prev_ino) {
 			rc = -ESTALE; /* ".." of the top is itself: the root was never passed */
 			break;
 		}
-		prev_dev = ust.st_dev;
-		prev_ino = ust.st_ino;
+		if (stx.stx_mask & STATX_BTIME) {
+			pthread_mutex_lock(&cache->pc_lock);
+			uint64_t memo = posix_dirmemo_find(cache, &stx);
+			pthread_mutex_unlock(&cache->pc_lock);
+			if (memo != 0 && now - memo <= POSIX_VERIFY_TTL_NS) {
+				proof = memo;
+				rc = 0;
+				break;
+			}
+			if (npassed < POSIX_WALK_MEMO)
+				passed[npassed++] = stx;
+		}
+		prev_dev = udev;
+		prev_ino = (ino_t)stx.stx_ino;
 		rc = -ESTALE;
 	}
 	if (owned >= 0)
 		(void)close(owned);
+	if (rc == 0) {
+		pthread_mutex_lock(&cache->pc_lock);
+		for (unsigned i = 0; i < npassed; i++)
+			posix_dirmemo_put(cache, &passed[i], proof);
+		pthread_mutex_unlock(&cache->pc_lock);
+		*proved_ns = proof;
+	}
 	return rc;
 }
 
@@ -298,18 +368,21 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 		pthread_mutex_unlock(&cache->pc_lock);
 		if (type == FS_DIR && clock_monotonic_ns() - verified_ns > POSIX_VERIFY_TTL_NS) {
 			struct stat st;
+			uint64_t proved_ns = 0;
 			rc = posix_cred_root();
 			if (rc == 0)
 				rc = posix_stat_fd(pfd->pfd_fd, &st);
 			if (rc == 0)
-				rc = st.st_nlink == 0 ? -ESTALE : posix_dir_contained(pf, pfd->pfd_fd, &st);
+				rc = st.st_nlink == 0 ? -ESTALE
+						      : posix_dir_contained(pf, pfd->pfd_fd, &st,
+									    &proved_ns);
 			if (rc != 0) {
 				posix_fd_forget(pf, pfd);
 				posix_fd_rele(pf, pfd);
 				return rc;
 			}
 			pthread_mutex_lock(&cache->pc_lock);
-			pfd->pfd_verified_ns = clock_monotonic_ns();
+			pfd->pfd_verified_ns = proved_ns;
 			pthread_mutex_unlock(&cache->pc_lock);
 		}
 		*out = pfd;
@@ -333,8 +406,9 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 		rc = -SH_EBADHANDLE;
 	if (rc == 0 && st.st_nlink == 0)
 		rc = -ESTALE;
+	uint64_t proved_ns = clock_monotonic_ns();
 	if (rc == 0 && type == FS_DIR)
-		rc = posix_dir_contained(pf, fd, &st);
+		rc = posix_dir_contained(pf, fd, &st, &proved_ns);
 	if (rc != 0) {
 		(void)close(fd);
 		return rc;
@@ -369,7 +443,7 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 	pfd->pfd_fd = fd;
 	pfd->pfd_wfd = -1;
 	pfd->pfd_refs = 1;
-	pfd->pfd_verified_ns = clock_monotonic_ns();
+	pfd->pfd_verified_ns = proved_ns;
 
 	pthread_mutex_lock(&cache->pc_lock);
 	struct posix_fd *raced = posix_cache_find(cache, id, hash);

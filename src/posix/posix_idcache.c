@@ -25,7 +25,8 @@
  * mount, and used only for a statx that reports that same mount (STATX_MNT_ID), so a mount point
  * inside the export is still refused by posix_id_at.
  *
- * Structure. A set-associative table: POSIX_IDCACHE_SLOTS entries in sets of POSIX_IDCACHE_WAYS,
+ * Structure. A set-associative table: ic_nslots entries (POSIX_IDCACHE_SLOTS_DEFAULT unless
+ * configured) in sets of POSIX_IDCACHE_WAYS,
  * the set chosen by a hash of the key (a directory's entries read in one READDIRPLUS must not
  * evict one another, as pairs colliding in a direct-mapped table would on every pass); an insert
  * into a full set replaces an entry picked by other bits of the hash. One mutex guards the table; it is held only for a
@@ -62,7 +63,7 @@ static uint64_t posix_idcache_hash(uint64_t ino, int64_t btime_sec, uint32_t bti
 
 static struct posix_idcache_slot *posix_idcache_set(struct posix_idcache *ic, uint64_t hash)
 {
-	return &ic->ic_slots[(hash & (POSIX_IDCACHE_SLOTS / POSIX_IDCACHE_WAYS - 1)) *
+	return &ic->ic_slots[(hash & (ic->ic_nslots / POSIX_IDCACHE_WAYS - 1)) *
 			     POSIX_IDCACHE_WAYS];
 }
 
@@ -92,10 +93,16 @@ static struct posix_idcache_slot *posix_idcache_victim(struct posix_idcache *ic,
 	return &set[(hash >> 48) % POSIX_IDCACHE_WAYS];
 }
 
-int posix_idcache_init(struct posix_idcache *ic)
+int posix_idcache_init(struct posix_idcache *ic, uint32_t nslots)
 {
 	memset(ic, 0, sizeof(*ic));
-	ic->ic_slots = mem_zalloc(POSIX_IDCACHE_SLOTS * sizeof(ic->ic_slots[0]));
+	if (nslots == 0)
+		nslots = POSIX_IDCACHE_SLOTS_DEFAULT;
+	uint32_t n = POSIX_IDCACHE_WAYS * 16;
+	while (n < nslots && n < (1u << 24))
+		n <<= 1;
+	ic->ic_nslots = n;
+	ic->ic_slots = mem_zalloc((size_t)n * sizeof(ic->ic_slots[0]));
 	if (ic->ic_slots == NULL)
 		return -ENOMEM;
 	int rc = pthread_mutex_init(&ic->ic_lock, NULL);

@@ -771,8 +771,9 @@ static bool rpc_conn_take_record(struct rpc_conn *conn, uint8_t *record, size_t 
 	return true;
 }
 
-/* Reads the rest of a large fragment body straight into its record buffer. Returns 1 when bytes
- * were read, 0 when the socket had none (EAGAIN), -1 when the connection was closed. */
+/* Reads the rest of a large fragment body straight into its record buffer. Returns 2 when bytes
+ * were read and the socket had no more (a short read), 1 when bytes were read and more may wait,
+ * 0 when the socket had none (EAGAIN), -1 when the connection was closed. */
 static int rpc_conn_read_direct(struct rpc_conn *conn, uint8_t *dst, size_t space)
 {
 	ssize_t n;
@@ -799,9 +800,12 @@ static int rpc_conn_read_direct(struct rpc_conn *conn, uint8_t *dst, size_t spac
 	if (rc == 0 && conn->cn_rl->rl_in_bytes > conn->cn_rl->rl_in_budget &&
 	    !rpc_conn_take_record(conn, NULL, 0))
 		return -1;
-	return 1;
+	return (size_t)n < space ? 2 : 1;
 }
 
+/* Reads until the socket is drained, the connection pauses, or RPC_READS_PER_EVENT reads. The
+ * watch is level-triggered, so a read shorter than asked for ends the turn without a further read
+ * that would only return EAGAIN: bytes that arrive later make the socket readable again. */
 static void rpc_conn_read(struct rpc_conn *conn)
 {
 	struct rpc_loop *rl = conn->cn_rl;
@@ -819,6 +823,8 @@ static void rpc_conn_read(struct rpc_conn *conn)
 			if (rc <= 0)
 				return;
 			rpc_conn_update(conn);
+			if (rc == 2)
+				return;
 			continue;
 		}
 		ssize_t n = read(conn->cn_fd, rl->rl_scratch, RPC_SCRATCH_BYTES);
@@ -854,6 +860,8 @@ static void rpc_conn_read(struct rpc_conn *conn)
 			}
 		}
 		rpc_conn_update(conn);
+		if ((size_t)n < RPC_SCRATCH_BYTES)
+			return; /* drained (see above) */
 	}
 }
 

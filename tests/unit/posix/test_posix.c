@@ -792,6 +792,51 @@ static void test_outside_refused(void)
 	CHECK(do_lookup(&id, "x", &g_rootc, NULL, NULL) == -ESTALE);
 }
 
+/* The containment walk stops at a directory a recent walk proved inside the export, and the
+ * proof keeps its first date: a directory first reached after its ancestors were moved out of
+ * the export is refused once POSIX_VERIFY_TTL_NS has passed since the ancestors were proved,
+ * not since it was itself first reached. */
+static void test_outside_memo(void)
+{
+	struct fs_obj_id a, b, c1, c2;
+	char p[512], to[512];
+	CHECK(do_mkdir(&g_root, "memo_a", 0755, &g_rootc, &a) == 0);
+	CHECK(do_mkdir(&a, "b", 0755, &g_rootc, &b) == 0);
+	CHECK(do_mkdir(&b, "c1", 0755, &g_rootc, &c1) == 0);
+	CHECK(do_mkdir(&b, "c2", 0755, &g_rootc, &c2) == 0);
+	struct fs *fs2; /* a cold cache: c1 and c2 are reached by walks */
+	struct posix_fs_config cfg = { .pfc_root_path = g_export, .pfc_fsid = 77 };
+	CHECK(posix_fs_create(&cfg, &fs2) == 0);
+	struct fs_req r;
+	req_init(&r, FS_OP_GETATTR, &c1, &g_rootc);
+	CHECK(run_on(fs2, &r, NULL) == 0); /* proves b and memo_a */
+	uint64_t proved = clock_monotonic_ns();
+	struct timespec half = { .tv_sec = (time_t)(POSIX_VERIFY_TTL_NS / 2 / 1000000000ull),
+				 .tv_nsec = (long)(POSIX_VERIFY_TTL_NS / 2 % 1000000000ull) };
+	nanosleep(&half, NULL);
+	host_path(p, sizeof(p), "memo_a");
+	snprintf(to, sizeof(to), "%s/memo_a", g_outside);
+	CHECK(rename(p, to) == 0);
+	/* Within the proof's lifetime a walk from c2 may stop at b. */
+	req_init(&r, FS_OP_GETATTR, &c2, &g_rootc);
+	int rc_within = run_on(fs2, &r, NULL);
+	CHECKF(rc_within == 0 || rc_within == -ESTALE, "c2 within the TTL: %d", rc_within);
+	/* Past the TTL counted from the proof of b, both are refused. */
+	uint64_t now = clock_monotonic_ns();
+	uint64_t until = proved + POSIX_VERIFY_TTL_NS + 300ull * 1000 * 1000;
+	if (until > now) {
+		struct timespec ts = { .tv_sec = (time_t)((until - now) / 1000000000ull),
+				       .tv_nsec = (long)((until - now) % 1000000000ull) };
+		nanosleep(&ts, NULL);
+	}
+	req_init(&r, FS_OP_GETATTR, &c2, &g_rootc);
+	CHECK(run_on(fs2, &r, NULL) == -ESTALE);
+	req_init(&r, FS_OP_GETATTR, &c1, &g_rootc);
+	CHECK(run_on(fs2, &r, NULL) == -ESTALE);
+	fs_destroy(fs2);
+	CHECK(rename(to, p) == 0); /* back, for the cases after this one */
+}
+
 static void test_symlink_not_followed(void)
 {
 	struct fs_obj_id l, id;
@@ -1166,7 +1211,7 @@ static bool idcache_has(const char *rel)
 	struct posix_idcache *ic = &posix_fs_of(g_fs)->pf_idcache;
 	bool found = false;
 	pthread_mutex_lock(&ic->ic_lock);
-	for (unsigned i = 0; i < POSIX_IDCACHE_SLOTS && !found; i++) {
+	for (unsigned i = 0; i < ic->ic_nslots && !found; i++) {
 		const struct posix_idcache_slot *slot = &ic->ic_slots[i];
 		found = slot->ics_id.foi_len != 0 && slot->ics_ino == stx.stx_ino &&
 		        slot->ics_btime_sec == stx.stx_btime.tv_sec &&
@@ -1412,7 +1457,7 @@ static void test_idcache_many_names(void)
 	struct posix_idcache *ic = &pf->pf_idcache;
 	int used = 0, mismatched = 0, stale = 0;
 	pthread_mutex_lock(&ic->ic_lock);
-	for (unsigned i = 0; i < POSIX_IDCACHE_SLOTS; i++) {
+	for (unsigned i = 0; i < ic->ic_nslots; i++) {
 		const struct posix_idcache_slot *slot = &ic->ic_slots[i];
 		if (slot->ics_id.foi_len == 0)
 			continue;
@@ -1435,11 +1480,11 @@ static void test_idcache_many_names(void)
 		close(fd);
 	}
 	pthread_mutex_unlock(&ic->ic_lock);
-	printf("# id cache: %d of %u slots used, %d stale\n", used, POSIX_IDCACHE_SLOTS, stale);
+	printf("# id cache: %d of %u slots used, %d stale\n", used, ic->ic_nslots, stale);
 	CHECKF(mismatched == 0, "%d entries map to another inode", mismatched);
 	/* IDC_MANY keys hashed into sets of POSIX_IDCACHE_WAYS fill about 84% of the slots (some
 	 * sets overflow while others stay short); far fewer means entries were not kept. */
-	CHECKF(used >= (int)(POSIX_IDCACHE_SLOTS * 3 / 4), "only %d slots used", used);
+	CHECKF(used >= (int)(ic->ic_nslots * 3 / 4), "only %d slots used", used);
 }
 
 /* Concurrent CREATEs in one directory, submitted from several loop threads at once and
@@ -1718,7 +1763,9 @@ int main(void)
 	VERIFY(fd >= 0 && write(fd, "secret", 6) == 6);
 	close(fd);
 
-	struct posix_fs_config cfg = { .pfc_root_path = g_export, .pfc_fsid = 77 };
+	/* A small id cache, so the IDC_MANY names overflow it (test_idcache_many_names). */
+	struct posix_fs_config cfg = { .pfc_root_path = g_export, .pfc_fsid = 77,
+				       .pfc_idcache_slots = 4096 };
 	int rc = posix_fs_create(&cfg, &g_fs);
 	if (!tap_check(rc == 0, "posix_fs_create (%d)", rc)) {
 		cleanup();
@@ -1738,6 +1785,7 @@ int main(void)
 	TAP_RUN(test_readdir);
 	TAP_RUN(test_forged_ids);
 	TAP_RUN(test_outside_refused);
+	TAP_RUN(test_outside_memo);
 	TAP_RUN(test_symlink_not_followed);
 	TAP_RUN(test_permissions);
 	TAP_RUN(test_fsstat);
