@@ -218,20 +218,8 @@ int rpc_aclnt_create(struct loop *loop, const char *addr, uint16_t port,
 {
 	struct sockaddr_storage ss;
 	socklen_t sslen;
-	memset(&ss, 0, sizeof(ss));
-	struct sockaddr_in *sin = (struct sockaddr_in *)(void *)&ss;
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)(void *)&ss;
-	if (inet_pton(AF_INET, addr, &sin->sin_addr) == 1) {
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons(port);
-		sslen = sizeof(*sin);
-	} else if (inet_pton(AF_INET6, addr, &sin6->sin6_addr) == 1) {
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_port = htons(port);
-		sslen = sizeof(*sin6);
-	} else {
+	if (rpc_parse_addr(addr, port, &ss, &sslen) != 0)
 		return -EINVAL;
-	}
 	unsigned nslots = config && config->rac_max_calls ? config->rac_max_calls
 							  : RPC_ACLNT_DEFAULT_CALLS;
 	if (nslots > RPC_ACLNT_MAX_CALLS)

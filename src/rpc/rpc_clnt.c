@@ -31,20 +31,8 @@ int rpc_clnt_create(const char *addr, uint16_t port, enum rpc_transport transpor
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
-	memset(&ss, 0, sizeof(ss));
-	struct sockaddr_in *sin = (struct sockaddr_in *)(void *)&ss;
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)(void *)&ss;
-	if (inet_pton(AF_INET, addr, &sin->sin_addr) == 1) {
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons(port);
-		len = sizeof(*sin);
-	} else if (inet_pton(AF_INET6, addr, &sin6->sin6_addr) == 1) {
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_port = htons(port);
-		len = sizeof(*sin6);
-	} else {
+	if (rpc_parse_addr(addr, port, &ss, &len) != 0)
 		return -EINVAL;
-	}
 	if (transport != RPC_TCP && transport != RPC_UDP)
 		return -EINVAL;
 	struct rpc_clnt *clnt = mem_zalloc(sizeof(*clnt));

@@ -198,4 +198,10 @@ struct rpc_portmap **rpc_server_portmap_slot(struct rpc_server *srv);
 uint16_t rpc_server_portmap_cfg_port(const struct rpc_server *srv);
 void rpc_portmap_free(struct rpc_portmap *pm);
 
+
+/* Fills *ss and *len from a numeric IPv4 or IPv6 address and a port (host order). Returns 0 or
+ * -EINVAL for anything that is not a numeric address. Shared by the server and both clients. */
+SH_MUST_CHECK int rpc_parse_addr(const char *addr, uint16_t port, struct sockaddr_storage *ss,
+				 socklen_t *len);
+
 #endif

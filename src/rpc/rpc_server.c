@@ -1106,7 +1106,7 @@ int rpc_server_add_program(struct rpc_server *srv, const struct rpc_program_desc
 	return 0;
 }
 
-static int rpc_parse_addr(const char *addr, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
+int rpc_parse_addr(const char *addr, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
 {
 	memset(ss, 0, sizeof(*ss));
 	struct sockaddr_in *sin = (struct sockaddr_in *)(void *)ss;
