@@ -90,16 +90,16 @@ IPERF_PORT=5201
 SERVER_CPU=0
 LOAD_CPU=1
 
-# Defaults of a full run and of a quick one. The sfs2008 rate at 100%, 55,000 ops/s, is about 1.3
-# times what Shale completes within 95% of the requested rate on its one core, so the top points
+# Defaults of a full run and of a quick one. The sfs2008 rate at 100%, 100,000 ops/s, is about 1.3
+# times what Shale completes within 95% of the requested rate on its one core (about 80,000), so the top points
 # cross saturation for both servers while several points stay valid for each (peak and ORT come
 # from valid points only). One load thread with 4 connections of depth 16 drives it from one core:
 # several load threads on one core preempt one another and batch less (docs/performance.md).
 if [ "$quick" = 1 ]; then
-	d_rounds=3 d_points=4 d_rate=55000 d_warmup=1 d_runtime=3 d_fileset=64
+	d_rounds=3 d_points=4 d_rate=100000 d_warmup=1 d_runtime=3 d_fileset=64
 	d_phase=3 d_phase_warmup=1 d_seq_mb=256 d_meta_files=2000 d_iperf_s=2
 else
-	d_rounds=3 d_points=10 d_rate=55000 d_warmup=5 d_runtime=15 d_fileset=512
+	d_rounds=3 d_points=10 d_rate=100000 d_warmup=5 d_runtime=15 d_fileset=512
 	d_phase=20 d_phase_warmup=5 d_seq_mb=1024 d_meta_files=10000 d_iperf_s=5
 fi
 rounds=${BENCH_ROUNDS:-$d_rounds}
