@@ -39,6 +39,12 @@
  *   the backlog because the server had every slot busy is counted against the server. Only the
  *   tick granularity (the interval between the due time and its tick) is not counted, because it
  *   is the generator's own artefact, not the server's.
+ *   Each operation also records its response time from the moment its call was handed to the
+ *   connection until its reply, as SPECsfs2008's generator measured it. That one excludes the
+ *   client's backlog: it is bounded by Little's law (calls in flight / throughput), so near
+ *   saturation it stays comparable between servers whose curves end at different loads. The
+ *   sfs2008 curve and its overall response time use it; the intended-start mean and p99 are
+ *   reported beside it as the queued response time.
  *
  * Measured window
  *   A load point runs --warmup seconds unmeasured, then --runtime seconds measured: an operation

@@ -170,8 +170,9 @@ static void bench_generate(struct bench_thread *t, uint64_t now);
 int bench_op_send(struct bench_thread *t, struct bench_op *op, const void *bulk, size_t bulk_len)
 {
 	struct bench_conn *c = op->op_conn;
-	if (op->op_start_ns == 0)
-		op->op_start_ns = clock_monotonic_ns();
+	op->op_sent_ns = clock_monotonic_ns();
+	if (op->op_start_ns == 0 || op->op_start_ns > op->op_sent_ns)
+		op->op_start_ns = op->op_sent_ns;
 	int rc = rpc_aclnt_call_end(c->bc_clnt, bulk, bulk_len, bench_engine_done, op);
 	if (rc < 0) {
 		c->bc_free[c->bc_nfree++] = op;
@@ -263,6 +264,8 @@ static void bench_engine_done(void *arg, int status, struct xdr_dec *dec)
 	if (measured) {
 		struct bench_stat *st = &t->bt_stats[op->op_stat];
 		bench_hist_record(&st->bs_hist, now > op->op_start_ns ? now - op->op_start_ns : 0);
+		st->bs_sent_sum_ns += now > op->op_sent_ns ? now - op->op_sent_ns : 0;
+		st->bs_sent_count++;
 		if (unanswered)
 			st->bs_unanswered++;
 		else if (rc < 0)
@@ -560,6 +563,8 @@ int bench_engine_run(struct bench_engine *eng)
 			eng->be_error = t->bt_error;
 		for (unsigned s = 0; s < eng->be_nstats; s++) {
 			bench_hist_merge(&eng->be_total[s].bs_hist, &t->bt_stats[s].bs_hist);
+			eng->be_total[s].bs_sent_sum_ns += t->bt_stats[s].bs_sent_sum_ns;
+			eng->be_total[s].bs_sent_count += t->bt_stats[s].bs_sent_count;
 			eng->be_total[s].bs_failed += t->bt_stats[s].bs_failed;
 			eng->be_total[s].bs_unanswered += t->bt_stats[s].bs_unanswered;
 			eng->be_failed += t->bt_stats[s].bs_failed;
@@ -596,6 +601,12 @@ void bench_engine_point(const struct bench_engine *eng, double requested_ops, st
 	pt->bp_server_cpu_s = eng->be_server_cpu_s;
 	pt->bp_client_cpu_s = eng->be_client_cpu_s;
 	unsigned n = 0;
+	uint64_t sent_sum = 0, sent_count = 0;
+	for (unsigned s = 0; s < eng->be_nstats; s++) {
+		sent_sum += eng->be_total[s].bs_sent_sum_ns;
+		sent_count += eng->be_total[s].bs_sent_count;
+	}
+	pt->bp_mean_sent_ms = sent_count > 0 ? (double)sent_sum / (double)sent_count / 1e6 : 0.0;
 	for (unsigned s = 0; s < eng->be_nstats && n < BENCH_MAX_PROCS; s++) {
 		const struct bench_stat *st = &eng->be_total[s];
 		if (st->bs_hist.bh_count == 0 && st->bs_failed == 0 && st->bs_unanswered == 0)

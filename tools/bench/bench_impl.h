@@ -95,6 +95,7 @@ struct bench_op {
 	uint16_t op_stat;        /* index into the workload's statistics */
 	uint8_t op_noent;        /* BENCH_NOENT_*: what a NOENT status means */
 	uint64_t op_start_ns;    /* intended start (latency is measured from here) */
+	uint64_t op_sent_ns;     /* when the call was handed to the connection (response time) */
 	bench_op_done_fn op_done;
 	void *op_ptr;            /* the workload's own */
 	uint64_t op_u64[2];
@@ -111,7 +112,9 @@ struct bench_conn {
 };
 
 struct bench_stat {
-	struct bench_hist bs_hist;
+	struct bench_hist bs_hist;     /* latency from the intended start */
+	uint64_t bs_sent_sum_ns;       /* response time from the send, summed over bs_sent_count */
+	uint64_t bs_sent_count;
 	uint64_t bs_failed;
 	uint64_t bs_unanswered;
 };

@@ -656,8 +656,10 @@ int bench_sfs2008(const struct bench_ctx *ctx, struct bench_run *run)
 		if (!o->bo_quiet)
 			fprintf(stderr,
 				"sfs2008: point %u/%u: requested %.0f ops/s, achieved %.0f ops/s, "
-				"%.3f ms mean, %" PRIu64 " failed, %" PRIu64 " unanswered\n",
-				p + 1, o->bo_points, rate, pt->bp_achieved_ops, pt->bp_mean_ms,
+				"response %.3f ms (queued %.3f ms), %" PRIu64 " failed, %" PRIu64
+				" unanswered\n",
+				p + 1, o->bo_points, rate, pt->bp_achieved_ops, pt->bp_mean_sent_ms,
+				pt->bp_mean_ms,
 				pt->bp_failed, pt->bp_unanswered);
 		rc = eng.be_error;
 		bench_engine_fini(&eng);

@@ -13,8 +13,8 @@
  * 2. Valid points. An open-loop load point is VALID when it achieved at least 95% of its requested
  *    rate (BENCH_VALID_FRACTION_DEFAULT; `shale bench --valid-pct P` changes it). Past the
  *    server's capacity the generator keeps asking for the requested rate, the backlog grows for
- *    the whole point, and the mean response time measures how long the run lasted rather than
- *    the server (seconds, not milliseconds); throughput may also fall from one such point to the
+ *    the whole point, and the mean latency from the intended start measures how long the run
+ *    lasted rather than the server (seconds, not milliseconds); throughput may also fall from one such point to the
  *    next. SPECsfs2008 published only points at which the server delivered the requested load,
  *    and this is the same rule made explicit. Closed-loop points (no requested rate) are always
  *    valid. Invalid points are still reported: marked "saturated" in the text table, "valid":
@@ -23,7 +23,13 @@
  *    is the valid point with the highest achieved throughput; the response-time curve starts at
  *    (0,0) and joins each valid point (achieved ops/s, mean response ms) in load order up to and
  *    including the peak; its area by the trapezoid rule, divided by the peak throughput, is the
- *    ORT in ms. It weights the response time at every load level, not only at the peak. With no
+ *    ORT in ms. It weights the response time at every load level, not only at the peak. The
+ *    response time is SPECsfs2008's: from the moment a call was sent to its reply
+ *    (bp_mean_sent_ms), which Little's law bounds by calls in flight / throughput. The latency
+ *    from the intended start (bp_mean_ms, bp_p99_ms) also counts the client's backlog; near
+ *    saturation that adds hundreds of ms, which would make the ORT of servers whose curves end
+ *    at different loads incomparable, so it is reported beside the curve ("queued") but does
+ *    not enter it. With no
  *    valid point there is no peak and no ORT: both are NAN, "not available" in text and null in
  *    JSON, and the ratios of a comparison leave that round out.
  * 4. Reports are written in one pass over the records; strings are escaped for JSON or XML and
@@ -168,7 +174,7 @@ double bench_ort_ms(const struct bench_point *points, size_t npoints, double min
 		return NAN;
 	double area = 0.0, prev_x = 0.0, prev_y = 0.0;
 	for (size_t i = 0; i <= pk; i++) {
-		double x = points[i].bp_achieved_ops, y = points[i].bp_mean_ms;
+		double x = points[i].bp_achieved_ops, y = points[i].bp_mean_sent_ms;
 		if (!bench_point_valid(&points[i], min_fraction) || !usable(y))
 			continue;
 		area += (x - prev_x) * (y + prev_y) / 2.0;
@@ -401,22 +407,25 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 	fputs(RULE, out);
 
 	fputs("\nPerformance\n===========\n\n", out);
-	/* Column widths: 16 16 12 13 12 12, SPECsfs2008's two columns first. */
-	fprintf(out, "%16s%16s%12s%13s%12s%12s\n", "Throughput", "Response", "Requested",
-		"p99 resp", "Failed", "Unanswered");
-	fprintf(out, "%16s%16s%12s%13s\n", "(ops/sec)", "(msec)", "(ops/sec)", "(msec)");
-	fprintf(out, "%16s%16s%12s%13s%12s%12s\n", "--------------", "--------------",
-		"----------", "-----------", "----------", "----------");
+	/* Column widths: 16 16 12 13 13 12 12, SPECsfs2008's two columns first. Response is from
+	 * each call's send; the queued columns are from each op's intended start, backlog included. */
+	fprintf(out, "%16s%16s%12s%13s%13s%12s%12s\n", "Throughput", "Response", "Requested",
+		"Queued mean", "Queued p99", "Failed", "Unanswered");
+	fprintf(out, "%16s%16s%12s%13s%13s\n", "(ops/sec)", "(msec)", "(ops/sec)", "(msec)",
+		"(msec)");
+	fprintf(out, "%16s%16s%12s%13s%13s%12s%12s\n", "--------------", "--------------",
+		"----------", "-----------", "-----------", "----------", "----------");
 	bool falls = false;
 	double prev = 0.0;
 	for (size_t i = 0; i < run->br_npoints; i++) {
 		const struct bench_point *p = &run->br_points[i];
 		text_num(out, 16, 0, p->bp_achieved_ops);
-		text_num(out, 16, 2, p->bp_mean_ms);
+		text_num(out, 16, 2, p->bp_mean_sent_ms);
 		if (p->bp_requested_ops > 0.0)
 			text_num(out, 12, 0, p->bp_requested_ops);
 		else
 			fprintf(out, "%12s", "open");
+		text_num(out, 13, 2, p->bp_mean_ms);
 		text_num(out, 13, 2, p->bp_p99_ms);
 		fprintf(out, " %11llu %11llu", (unsigned long long)p->bp_failed,
 			(unsigned long long)p->bp_unanswered);
@@ -426,7 +435,7 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 					100.0 * p->bp_achieved_ops / p->bp_requested_ops);
 			else
 				fputs("  not valid", out);
-		} else if (i <= pk && usable(p->bp_mean_ms)) {
+		} else if (i <= pk && usable(p->bp_mean_sent_ms)) {
 			/* Only the points in the ORT's area matter for the note below. */
 			if (p->bp_achieved_ops < prev)
 				falls = true;
@@ -459,7 +468,9 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 	else
 		fputs("  (area under the response-time curve from (0,0) through each valid point up\n"
 		      "   to the peak, by the trapezoid rule, divided by the peak throughput, as\n"
-		      "   SPECsfs2008 defines it; saturated points are shown but not counted)\n",
+		      "   SPECsfs2008 defines it; saturated points are shown but not counted)\n"
+		      "  Response: from each call's send to its reply, as SPECsfs2008 measured it.\n"
+		      "  Queued: from each operation's intended start, client backlog included.\n",
 		      out);
 	if (falls)
 		fputs("  Note: throughput fell from one valid point to the next; the area is taken in\n"
@@ -495,7 +506,7 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 		fputs("=============================================================\n", out);
 		/* Column widths: 12, 1+11, 8, 13, 13, 12. */
 		fprintf(out, "%-12s %11s%8s%13s%13s%12s\n", "Procedure", "Count", "%",
-			"Mean (ms)", "p99 (ms)", "Failed");
+			"Queued mean", "Queued p99", "Failed");
 		fprintf(out, "%-12s %11s%8s%13s%13s%12s\n", "------------", "-----------",
 			"-------", "------------", "------------", "-----------");
 		for (unsigned i = 0; i < p->bp_nprocs && i < BENCH_MAX_PROCS; i++) {
@@ -588,6 +599,8 @@ static void json_point(FILE *out, const struct bench_point *p, double min_fracti
 	fprintf(out, ",\"valid\":%s", bench_point_valid(p, min_fraction) ? "true" : "false");
 	fputs(",\"achieved_ops\":", out);
 	json_num(out, p->bp_achieved_ops);
+	fputs(",\"mean_sent_ms\":", out);
+	json_num(out, p->bp_mean_sent_ms);
 	fputs(",\"mean_ms\":", out);
 	json_num(out, p->bp_mean_ms);
 	fputs(",\"p99_ms\":", out);
@@ -842,7 +855,7 @@ static void svg_marker(FILE *out, unsigned shape, double x, double y, const char
  * axis to seconds and flatten the curve that matters), with a usable response time. */
 static bool svg_drawn(const struct bench_run *run, const struct bench_point *p)
 {
-	return bench_point_valid(p, run->br_valid_fraction) && usable(p->bp_mean_ms);
+	return bench_point_valid(p, run->br_valid_fraction) && usable(p->bp_mean_sent_ms);
 }
 
 int bench_report_svg(const char *path, const struct bench_run *runs, size_t nruns)
@@ -853,7 +866,7 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 			const struct bench_point *p = &runs[r].br_points[i];
 			if (svg_drawn(&runs[r], p)) {
 				xmax = SH_MAX(xmax, p->bp_achieved_ops);
-				ymax = SH_MAX(ymax, p->bp_mean_ms);
+				ymax = SH_MAX(ymax, p->bp_mean_sent_ms);
 			}
 		}
 	struct svg_axis ax = svg_axis_for(xmax), ay = svg_axis_for(ymax);
@@ -956,7 +969,7 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 				continue;
 			fprintf(out, "%s%.1f,%.1f", first ? "" : " ",
 				x0 + p->bp_achieved_ops / ax.max * pw,
-				y0 - p->bp_mean_ms / ay.max * ph);
+				y0 - p->bp_mean_sent_ms / ay.max * ph);
 			first = false;
 		}
 		fputs("\"/>\n", out);
@@ -965,7 +978,7 @@ int bench_report_svg(const char *path, const struct bench_run *runs, size_t nrun
 			if (!svg_drawn(&runs[r], p))
 				continue;
 			svg_marker(out, (unsigned)r, x0 + p->bp_achieved_ops / ax.max * pw,
-				   y0 - p->bp_mean_ms / ay.max * ph, colour);
+				   y0 - p->bp_mean_sent_ms / ay.max * ph, colour);
 		}
 		fputs("\n</g>\n", out);
 	}

@@ -60,8 +60,11 @@ struct bench_proc_result {
 struct bench_point {
 	double bp_requested_ops;  /* ops/s asked for (0 for closed-loop workloads) */
 	double bp_achieved_ops;   /* completed ops/s over the measured interval */
-	double bp_mean_ms;        /* mean response time over all ops of the point */
-	double bp_p99_ms;
+	double bp_mean_sent_ms;   /* mean response time from each call's send to its reply
+				   * (SPECsfs2008's response time: the curve and the ORT) */
+	double bp_mean_ms;        /* mean latency from each op's intended start, client backlog
+				   * included (open loop, coordinated-omission-correct): "queued" */
+	double bp_p99_ms;         /* p99 of the same intended-start latency */
 	uint64_t bp_ops;          /* operations completed in the measured interval */
 	uint64_t bp_failed;       /* unexpected error replies */
 	uint64_t bp_unanswered;   /* requests without a reply at the end of the interval */
@@ -120,7 +123,8 @@ bool bench_point_valid(const struct bench_point *p, double min_fraction);
 size_t bench_peak_index(const struct bench_point *points, size_t npoints, double min_fraction);
 
 /* SPECsfs2008's overall response time over the valid points (bench_point_valid): the area under
- * the response-time curve drawn from (0,0) through each valid point (achieved ops/s, mean ms) in
+ * the response-time curve drawn from (0,0) through each valid point (achieved ops/s,
+ * bp_mean_sent_ms: response time from the send, as SPECsfs2008 measured it) in
  * load order up to and including the peak, by the trapezoid rule, divided by the peak's
  * throughput. Invalid points, and valid ones after the peak, are left out; a valid point before
  * the peak whose throughput fell below the previous one's takes area away, as in SPECsfs2008.
@@ -136,19 +140,22 @@ void bench_run_finish(struct bench_run *run);
 
 /* Text report in the SPECsfs2008 layout: the headline ("SPECsfs2008_nfs.v3-style = N Ops/Sec
  * (Overall Response Time = X msec)" for sfs2008, marked as not a SPEC-audited result), the
- * "Throughput (ops/sec) / Response (msec)" table, peak and overall response time, configuration,
+ * "Throughput (ops/sec) / Response (msec)" table (Response: bp_mean_sent_ms; then the requested
+ * rate and the intended-start "queued" mean and p99), peak and overall response time, configuration,
  * per-procedure counts with mean and p99 (at the peak point), server CPU per op and peak RSS when
  * known, client CPU per op, the workload's figures, and whether the run is valid (no failed and no
  * unanswered operations). Invalid load points stay in the table, marked "saturated"; with no valid
  * point the peak and ORT read "not available" with the reason. */
 void bench_report_text(FILE *out, const struct bench_run *run);
 /* JSON: {"format":"shale-bench/1", "runs":[one object per run, with its points (each with
- * "valid"), per-procedure results and figures]}; bench_report_json_vs adds
+ * "valid", "mean_sent_ms" from the send, and "mean_ms" and "p99_ms" from the intended start),
+ * per-procedure results and figures]}; bench_report_json_vs adds
  * "comparison":{"a":..., "b":..., "ratios":[...]}. A run's peak_ops and ort_ms are null when no
  * point is valid.
  * Unknown or non-finite numbers are written as null. path "-" means stdout. Returns 0 or -errno. */
 SH_MUST_CHECK int bench_report_json(const char *path, const struct bench_run *runs, size_t nruns);
-/* SVG: the throughput/response-time curves of one or more runs on shared axes, labelled, with
+/* SVG: the throughput/response-time curves (bp_mean_sent_ms, the curve whose area is the ORT)
+ * of one or more runs on shared axes, labelled, with
  * the ORT of each in the legend. Only valid points are drawn (and scale the axes); the legend
  * says how many saturated points of each run were left out. Returns 0 or -errno. */
 SH_MUST_CHECK int bench_report_svg(const char *path, const struct bench_run *runs, size_t nruns);

@@ -263,7 +263,9 @@ static void test_ort_published_results(void)
 		memset(pts, 0, sizeof(pts));
 		for (int i = 0; i < 10; i++) {
 			pts[i].bp_achieved_ops = published[c].ops[i];
-			pts[i].bp_mean_ms = published[c].ms[i];
+			pts[i].bp_mean_sent_ms = published[c].ms[i];
+			/* The intended-start latency is not the curve's: far off, it changes nothing. */
+			pts[i].bp_mean_ms = 1000.0 * published[c].ms[i] + 50.0;
 		}
 		/* Published curves carry no requested rate (every point valid) and peak at their
 		 * last point, so the valid-point rule leaves SPECsfs2008's own ORT unchanged. */
@@ -283,36 +285,46 @@ static void test_ort_by_hand(void)
 	CHECK(isnan(bench_ort_ms(p, 1, 0.95)));
 	/* One point: a triangle from (0,0), half the response time. */
 	p[0].bp_achieved_ops = 1000;
-	p[0].bp_mean_ms = 2.0;
+	p[0].bp_mean_sent_ms = 2.0;
 	CHECK(close_rel(bench_ort_ms(p, 1, 0.95), 1.0, 1e-12));
 	/* (100,1) (200,1) (400,3): areas 50 + 100 + 400 = 550, / 400. */
 	p[0].bp_achieved_ops = 100;
-	p[0].bp_mean_ms = 1.0;
+	p[0].bp_mean_sent_ms = 1.0;
 	p[1].bp_achieved_ops = 200;
-	p[1].bp_mean_ms = 1.0;
+	p[1].bp_mean_sent_ms = 1.0;
 	p[2].bp_achieved_ops = 400;
-	p[2].bp_mean_ms = 3.0;
+	p[2].bp_mean_sent_ms = 3.0;
 	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 550.0 / 400.0, 1e-12));
 	/* A point that is not a number is left out: (100,1) (400,3) = 50 + 600 = 650, / 400. */
-	p[1].bp_mean_ms = NAN;
+	p[1].bp_mean_sent_ms = NAN;
 	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 650.0 / 400.0, 1e-12));
 	/* Throughput that falls before the peak takes area away, in load order:
 	 * (100,1) (300,2) (250,2) (400,3): 50 + 300 - 100 + 375 = 625, / 400. */
 	p[1].bp_achieved_ops = 300;
-	p[1].bp_mean_ms = 2.0;
+	p[1].bp_mean_sent_ms = 2.0;
 	p[2].bp_achieved_ops = 250;
-	p[2].bp_mean_ms = 2.0;
+	p[2].bp_mean_sent_ms = 2.0;
 	p[3].bp_achieved_ops = 400;
-	p[3].bp_mean_ms = 3.0;
+	p[3].bp_mean_sent_ms = 3.0;
 	CHECK(close_rel(bench_ort_ms(p, 4, 0.95), 625.0 / 400.0, 1e-12));
 	/* A valid point after the peak is left out: (100,1) (400,3) (300,5) ends at the peak:
 	 * 50 + 600 = 650, / 400 (SPECsfs2008's load-order area would be (650 - 400) / 400). */
 	p[1].bp_achieved_ops = 400;
-	p[1].bp_mean_ms = 3.0;
+	p[1].bp_mean_sent_ms = 3.0;
 	p[2].bp_achieved_ops = 300;
-	p[2].bp_mean_ms = 5.0;
+	p[2].bp_mean_sent_ms = 5.0;
 	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 650.0 / 400.0, 1e-12));
 	CHECK(bench_peak_index(p, 3, 0.95) == 1);
+	/* The curve is the response time from the send; the intended-start latency (client
+	 * backlog included) does not enter the ORT, not even for a point without a sent mean. */
+	double before = bench_ort_ms(p, 3, 0.95);
+	p[0].bp_mean_ms = 100.0;
+	p[1].bp_mean_ms = 700.0;
+	p[2].bp_mean_ms = 900.0;
+	CHECK(bench_ort_ms(p, 3, 0.95) == before);
+	p[1].bp_mean_sent_ms = NAN; /* the peak (400) has no curve point: area 50, / 400 */
+	CHECK(bench_peak_index(p, 3, 0.95) == 1);
+	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 50.0 / 400.0, 1e-12));
 }
 
 /* ---- a run to report on ---- */
@@ -329,7 +341,8 @@ static void fill_sample_run(struct bench_run *run, const char *label, double sca
 		struct bench_point *p = &sample_points[i];
 		p->bp_requested_ops = 1000.0 * (i + 1) * scale;
 		p->bp_achieved_ops = 998.0 * (i + 1) * scale;
-		p->bp_mean_ms = 0.2 + 0.05 * i * i;
+		p->bp_mean_sent_ms = 0.2 + 0.05 * i * i;
+		p->bp_mean_ms = p->bp_mean_sent_ms + 0.01 * i * i * i; /* backlog grows with load */
 		p->bp_p99_ms = 3.0 * p->bp_mean_ms;
 		p->bp_seconds = 10.0;
 		p->bp_ops = (uint64_t)(p->bp_achieved_ops * p->bp_seconds);
@@ -426,8 +439,10 @@ static void test_report_text(void)
 	CHECK(strstr(text, line) != NULL);
 	/* Each point's throughput and response, in the SPECsfs2008 column order. */
 	for (int i = 0; i < 10; i++) {
-		snprintf(line, sizeof(line), "%16.0f%16.2f", sample_points[i].bp_achieved_ops,
-			 sample_points[i].bp_mean_ms);
+		snprintf(line, sizeof(line), "%16.0f%16.2f%12.0f%13.2f%13.2f",
+			 sample_points[i].bp_achieved_ops, sample_points[i].bp_mean_sent_ms,
+			 sample_points[i].bp_requested_ops, sample_points[i].bp_mean_ms,
+			 sample_points[i].bp_p99_ms);
 		CHECKF(strstr(text, line) != NULL, "point %d missing", i);
 	}
 	CHECK(strstr(text, "GETATTR") != NULL && strstr(text, "WRITE") != NULL);
@@ -489,6 +504,8 @@ static void test_report_json(void)
 		"assert abs(r[0]['peak_ops']-float(sys.argv[2]))<1e-6, 'peak'\n"
 		"assert r[0]['fileset'] is None\n"
 		"assert r[0]['points'][2]['mean_ms'] is None and r[0]['points'][3]['p99_ms'] is None\n"
+		"assert r[0]['points'][2]['mean_sent_ms']==0.4 and r[0]['points'][9]['mean_sent_ms']==4.25\n"
+		"assert abs(r[0]['points'][9]['mean_ms']-11.54)<1e-9, r[0]['points'][9]\n"
 		"assert r[0]['figures'][1]['value'] is None and r[0]['figures'][0]['unit']=='MB/s'\n"
 		"assert r[0]['points'][9]['ops']==int(sys.argv[3])\n"
 		"assert [p['name'] for p in r[0]['points'][0]['procs']]=="
@@ -627,8 +644,9 @@ static void fill_points(struct bench_point *pts, const double *req, const double
 	for (size_t i = 0; i < n; i++) {
 		pts[i].bp_requested_ops = req[i];
 		pts[i].bp_achieved_ops = ops[i];
-		pts[i].bp_mean_ms = ms[i];
-		pts[i].bp_p99_ms = 2 * ms[i];
+		pts[i].bp_mean_sent_ms = ms[i];
+		pts[i].bp_mean_ms = ms[i] + 250.0; /* queued: must not change the ORT */
+		pts[i].bp_p99_ms = 2 * pts[i].bp_mean_ms;
 		pts[i].bp_seconds = 15;
 		pts[i].bp_ops = (uint64_t)(ops[i] * 15);
 	}
