@@ -321,3 +321,30 @@ int pc_mount3_export(struct pc_client *c, exports *r)
 	struct pc_wait w = { .pw_client = c, .pw_capture = pc_capture_exports, .pw_out = r };
 	return pc_start_checked(c, rpc_mount3_export_async(c->pc_rpc, pc_callback, &w), &w);
 }
+
+sattr3 pc_sattr_mode(uint32_t mode)
+{
+	sattr3 s;
+	memset(&s, 0, sizeof(s));
+	s.mode.set_it = 1;
+	s.mode.set_mode3_u.mode = mode;
+	return s;
+}
+
+uint32_t pc_lookup(struct pc_client *c, struct pc_fh *dir, const char *name, struct pc_fh *out,
+		   fattr3 *attr)
+{
+	LOOKUP3args a = { .what = { .dir = pc_fh_arg(dir), .name = (char *)name } };
+	LOOKUP3res r = {0};
+	if (pc_nfs3_lookup(c, &a, &r) != 0) {
+		printf("# LOOKUP %s failed: %s\n", name, pc_last_error(c));
+		return 0xffffffffu;
+	}
+	if (r.status == NFS3_OK) {
+		if (out != NULL)
+			pc_fh_set(out, &r.LOOKUP3res_u.resok.object);
+		if (attr != NULL && r.LOOKUP3res_u.resok.obj_attributes.attributes_follow)
+			*attr = r.LOOKUP3res_u.resok.obj_attributes.post_op_attr_u.attributes;
+	}
+	return r.status;
+}

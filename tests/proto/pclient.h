@@ -85,4 +85,12 @@ int pc_mount3_umnt(struct pc_client *c, const char *path);
 int pc_mount3_umntall(struct pc_client *c);
 int pc_mount3_export(struct pc_client *c, exports *r);
 
+/* Helpers shared by the protocol tests. */
+/* A sattr3 that sets only the mode. */
+sattr3 pc_sattr_mode(uint32_t mode);
+/* LOOKUP of name in dir: returns the nfsstat3, or 0xffffffff when the call itself failed (the
+ * reason printed as a TAP comment); on NFS3_OK fills out and attr when they are not NULL. */
+uint32_t pc_lookup(struct pc_client *c, struct pc_fh *dir, const char *name, struct pc_fh *out,
+		   fattr3 *attr);
+
 #endif

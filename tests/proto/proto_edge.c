@@ -38,31 +38,6 @@ static int mount_path(const char *path, struct pc_fh *out)
 	return st;
 }
 
-static sattr3 sattr_mode(uint32_t mode)
-{
-	sattr3 s;
-	memset(&s, 0, sizeof(s));
-	s.mode.set_it = 1;
-	s.mode.set_mode3_u.mode = mode;
-	return s;
-}
-
-static uint32_t do_lookup(struct pc_client *c, struct pc_fh *dir, const char *name, struct pc_fh *out,
-			  fattr3 *attr)
-{
-	LOOKUP3args a = { .what = { .dir = pc_fh_arg(dir), .name = (char *)name } };
-	LOOKUP3res r = {0};
-	if (pc_nfs3_lookup(c, &a, &r) != 0)
-		return 0xffffffffu;
-	if (r.status == NFS3_OK) {
-		if (out != NULL)
-			pc_fh_set(out, &r.LOOKUP3res_u.resok.object);
-		if (attr != NULL && r.LOOKUP3res_u.resok.obj_attributes.attributes_follow)
-			*attr = r.LOOKUP3res_u.resok.obj_attributes.post_op_attr_u.attributes;
-	}
-	return r.status;
-}
-
 static uint32_t do_create(struct pc_client *c, struct pc_fh *dir, const char *name, uint32_t mode,
 			  struct pc_fh *out)
 {
@@ -71,7 +46,7 @@ static uint32_t do_create(struct pc_client *c, struct pc_fh *dir, const char *na
 	a.where.dir = pc_fh_arg(dir);
 	a.where.name = (char *)name;
 	a.how.mode = GUARDED;
-	a.how.createhow3_u.obj_attributes = sattr_mode(mode);
+	a.how.createhow3_u.obj_attributes = pc_sattr_mode(mode);
 	CREATE3res r = {0};
 	if (pc_nfs3_create(c, &a, &r) != 0)
 		return 0xffffffffu;
@@ -79,7 +54,7 @@ static uint32_t do_create(struct pc_client *c, struct pc_fh *dir, const char *na
 		if (r.CREATE3res_u.resok.obj.handle_follows)
 			pc_fh_set(out, &r.CREATE3res_u.resok.obj.post_op_fh3_u.handle);
 		else
-			return do_lookup(c, dir, name, out, NULL);
+			return pc_lookup(c, dir, name, out, NULL);
 	}
 	return r.status;
 }
@@ -90,7 +65,7 @@ static uint32_t do_mkdir(struct pc_fh *dir, const char *name, struct pc_fh *out)
 	memset(&a, 0, sizeof(a));
 	a.where.dir = pc_fh_arg(dir);
 	a.where.name = (char *)name;
-	a.attributes = sattr_mode(0755);
+	a.attributes = pc_sattr_mode(0755);
 	MKDIR3res r = {0};
 	if (pc_nfs3_mkdir(&cl, &a, &r) != 0)
 		return 0xffffffffu;
@@ -98,7 +73,7 @@ static uint32_t do_mkdir(struct pc_fh *dir, const char *name, struct pc_fh *out)
 		if (r.MKDIR3res_u.resok.obj.handle_follows)
 			pc_fh_set(out, &r.MKDIR3res_u.resok.obj.post_op_fh3_u.handle);
 		else
-			return do_lookup(&cl, dir, name, out, NULL);
+			return pc_lookup(&cl, dir, name, out, NULL);
 	}
 	return r.status;
 }
@@ -428,15 +403,15 @@ static void symlink_escape(void)
 		memset(&a, 0, sizeof(a));
 		a.where.dir = pc_fh_arg(&root);
 		a.where.name = name;
-		a.symlink.symlink_attributes = sattr_mode(0777);
+		a.symlink.symlink_attributes = pc_sattr_mode(0777);
 		a.symlink.symlink_data = (char *)targets[i];
 		SYMLINK3res r = {0};
 		CHECK(pc_nfs3_symlink(&cl, &a, &r) == 0 && r.status == NFS3_OK);
 		struct pc_fh l;
 		fattr3 la = {0};
-		CHECK(do_lookup(&cl, &root, name, &l, &la) == NFS3_OK);
+		CHECK(pc_lookup(&cl, &root, name, &l, &la) == NFS3_OK);
 		CHECKF(la.type == NF3LNK, "%s: type %u", name, la.type);
-		uint32_t st = do_lookup(&cl, &l, "passwd", NULL, NULL);
+		uint32_t st = pc_lookup(&cl, &l, "passwd", NULL, NULL);
 		CHECKF(st == NFS3ERR_NOTDIR, "LOOKUP passwd through %s -> %s: status %u", name, targets[i], st);
 		READ3args ra = { .file = pc_fh_arg(&l), .offset = 0, .count = 100 };
 		READ3res rr = {0};
@@ -458,9 +433,9 @@ static void symlink_escape(void)
 	GETATTR3res gr = {0};
 	CHECK(pc_nfs3_getattr(&cl, &ga, &gr) == 0 && gr.status == NFS3_OK);
 	ra = gr.GETATTR3res_u.resok.obj_attributes;
-	CHECK(do_lookup(&cl, &sub, "..", NULL, &pa) == NFS3_OK && pa.fileid == ra.fileid);
+	CHECK(pc_lookup(&cl, &sub, "..", NULL, &pa) == NFS3_OK && pa.fileid == ra.fileid);
 	struct pc_fh up;
-	if (do_lookup(&cl, &root, "..", &up, &rpa) == NFS3_OK)
+	if (pc_lookup(&cl, &root, "..", &up, &rpa) == NFS3_OK)
 		CHECKF(rpa.fileid == ra.fileid, "'..' of the root left the export");
 	pc_release(&cl);
 }
@@ -482,7 +457,7 @@ static void nul_in_name(void)
 		rr_put_u32(&args, 0);
 	int st = raw_nfs_status(fd, true, 0x4e554c01u, 8, &args);
 	CHECKF(st != NFS3_OK, "CREATE of \"nul\\0tail\": status %d", st);
-	CHECK(do_lookup(&cl, &root, "nul", NULL, NULL) == NFS3ERR_NOENT);
+	CHECK(pc_lookup(&cl, &root, "nul", NULL, NULL) == NFS3ERR_NOENT);
 	/* LOOKUP of such a name must not find "nul" either. */
 	struct pc_fh f;
 	CHECK(do_create(&cl, &root, "nul", 0644, &f) == NFS3_OK);
@@ -508,8 +483,8 @@ static void cross_export(void)
 	RENAME3res rr = {0};
 	CHECK(pc_nfs3_rename(&cl, &ra, &rr) == 0);
 	CHECKF(rr.status == NFS3ERR_XDEV, "RENAME across exports: status %u", rr.status);
-	CHECK(do_lookup(&cl, &root, "xdev-src", NULL, NULL) == NFS3_OK);
-	CHECK(do_lookup(&cl, &root1, "xdev-moved", NULL, NULL) == NFS3ERR_NOENT);
+	CHECK(pc_lookup(&cl, &root, "xdev-src", NULL, NULL) == NFS3_OK);
+	CHECK(pc_lookup(&cl, &root1, "xdev-moved", NULL, NULL) == NFS3ERR_NOENT);
 	/* The two exports report different fsids. */
 	GETATTR3args g0 = { .object = pc_fh_arg(&root) }, g1 = { .object = pc_fh_arg(&root1) };
 	GETATTR3res r0 = {0}, r1 = {0};
@@ -605,7 +580,7 @@ static void permission_details(void)
 	/* uid 1234 cannot change the mode of root's file. */
 	memset(&sa, 0, sizeof(sa));
 	sa.object = pc_fh_arg(&f);
-	sa.new_attributes = sattr_mode(0777);
+	sa.new_attributes = pc_sattr_mode(0777);
 	CHECK(pc_nfs3_setattr(&user, &sa, &sr) == 0);
 	CHECKF(sr.status == NFS3ERR_PERM || sr.status == NFS3ERR_ACCES, "chmod of root's file by 1234: %u",
 	       sr.status);

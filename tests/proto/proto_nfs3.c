@@ -29,15 +29,6 @@ static bool have_root;
 
 /* ---------------------------------------------------------------- helpers */
 
-static sattr3 sattr_mode(uint32_t mode)
-{
-	sattr3 s;
-	memset(&s, 0, sizeof(s));
-	s.mode.set_it = 1;
-	s.mode.set_mode3_u.mode = mode;
-	return s;
-}
-
 static int mount_path(const char *path, struct pc_fh *out, uint32_t *status_out)
 {
 	struct pc_client mc;
@@ -77,24 +68,6 @@ static uint32_t do_getattr(struct pc_client *c, struct pc_fh *fh, fattr3 *attr)
 	return r.status;
 }
 
-static uint32_t do_lookup(struct pc_client *c, struct pc_fh *dir, const char *name, struct pc_fh *out,
-			  fattr3 *attr)
-{
-	LOOKUP3args a = { .what = { .dir = pc_fh_arg(dir), .name = (char *)name } };
-	LOOKUP3res r = {0};
-	if (pc_nfs3_lookup(c, &a, &r) != 0) {
-		printf("# LOOKUP %s failed: %s\n", name, pc_last_error(c));
-		return 0xffffffffu;
-	}
-	if (r.status == NFS3_OK) {
-		if (out != NULL)
-			pc_fh_set(out, &r.LOOKUP3res_u.resok.object);
-		if (attr != NULL && r.LOOKUP3res_u.resok.obj_attributes.attributes_follow)
-			*attr = r.LOOKUP3res_u.resok.obj_attributes.post_op_attr_u.attributes;
-	}
-	return r.status;
-}
-
 /* CREATE (UNCHECKED or GUARDED) with a mode; the new handle into out. */
 static uint32_t do_create(struct pc_client *c, struct pc_fh *dir, const char *name, createmode3 how,
 			  uint32_t mode, struct pc_fh *out, CREATE3res *res_out)
@@ -104,7 +77,7 @@ static uint32_t do_create(struct pc_client *c, struct pc_fh *dir, const char *na
 	a.where.dir = pc_fh_arg(dir);
 	a.where.name = (char *)name;
 	a.how.mode = how;
-	a.how.createhow3_u.obj_attributes = sattr_mode(mode);
+	a.how.createhow3_u.obj_attributes = pc_sattr_mode(mode);
 	CREATE3res r = {0};
 	if (pc_nfs3_create(c, &a, &r) != 0) {
 		printf("# CREATE %s failed: %s\n", name, pc_last_error(c));
@@ -113,7 +86,7 @@ static uint32_t do_create(struct pc_client *c, struct pc_fh *dir, const char *na
 	if (r.status == NFS3_OK && out != NULL) {
 		if (r.CREATE3res_u.resok.obj.handle_follows)
 			pc_fh_set(out, &r.CREATE3res_u.resok.obj.post_op_fh3_u.handle);
-		else if (do_lookup(c, dir, name, out, NULL) != NFS3_OK)
+		else if (pc_lookup(c, dir, name, out, NULL) != NFS3_OK)
 			return 0xfffffffeu;
 	}
 	if (res_out != NULL)
@@ -128,7 +101,7 @@ static uint32_t do_mkdir(struct pc_client *c, struct pc_fh *dir, const char *nam
 	memset(&a, 0, sizeof(a));
 	a.where.dir = pc_fh_arg(dir);
 	a.where.name = (char *)name;
-	a.attributes = sattr_mode(mode);
+	a.attributes = pc_sattr_mode(mode);
 	MKDIR3res r = {0};
 	if (pc_nfs3_mkdir(c, &a, &r) != 0) {
 		printf("# MKDIR %s failed: %s\n", name, pc_last_error(c));
@@ -137,7 +110,7 @@ static uint32_t do_mkdir(struct pc_client *c, struct pc_fh *dir, const char *nam
 	if (r.status == NFS3_OK && out != NULL) {
 		if (r.MKDIR3res_u.resok.obj.handle_follows)
 			pc_fh_set(out, &r.MKDIR3res_u.resok.obj.post_op_fh3_u.handle);
-		else if (do_lookup(c, dir, name, out, NULL) != NFS3_OK)
+		else if (pc_lookup(c, dir, name, out, NULL) != NFS3_OK)
 			return 0xfffffffeu;
 	}
 	return r.status;
@@ -330,7 +303,7 @@ static void create_and_getattr(void)
 	/* LOOKUP finds the same object. */
 	struct pc_fh fh2;
 	fattr3 la = {0};
-	CHECK(do_lookup(&cl, &root, "created", &fh2, &la) == NFS3_OK);
+	CHECK(pc_lookup(&cl, &root, "created", &fh2, &la) == NFS3_OK);
 	CHECK(la.fileid == a.fileid);
 	/* UNCHECKED on an existing file succeeds (RFC 1813 3.3.8). */
 	st = do_create(&cl, &root, "created", UNCHECKED, 0640, NULL, NULL);
@@ -349,7 +322,7 @@ static void lookup_noent(void)
 	 * ".." of the root; it must not escape the export). */
 	fattr3 ra = {0}, da = {0};
 	CHECK(do_getattr(&cl, &root, &ra) == NFS3_OK);
-	uint32_t st = do_lookup(&cl, &root, "..", NULL, &da);
+	uint32_t st = pc_lookup(&cl, &root, "..", NULL, &da);
 	CHECKF(st == NFS3_OK || st == NFS3ERR_ACCES || st == NFS3ERR_NOENT, "'..' status %u", st);
 	if (st == NFS3_OK)
 		CHECKF(da.fileid == ra.fileid, "'..' of the root has fileid %llu, root %llu",
@@ -522,7 +495,7 @@ static void setattr_cases(void)
 	/* Mode and a client-chosen mtime. */
 	memset(&a, 0, sizeof(a));
 	a.object = pc_fh_arg(&fh);
-	a.new_attributes = sattr_mode(0600);
+	a.new_attributes = pc_sattr_mode(0600);
 	a.new_attributes.mtime.set_it = SET_TO_CLIENT_TIME;
 	a.new_attributes.mtime.set_mtime_u.mtime.seconds = 1000000000u;
 	a.new_attributes.mtime.set_mtime_u.mtime.nseconds = 5000;
@@ -555,7 +528,7 @@ static void setattr_cases(void)
 	CHECK(do_getattr(&cl, &fh, &fa) == NFS3_OK);
 	memset(&a, 0, sizeof(a));
 	a.object = pc_fh_arg(&fh);
-	a.new_attributes = sattr_mode(0604);
+	a.new_attributes = pc_sattr_mode(0604);
 	a.guard.check = 1;
 	a.guard.sattrguard3_u.obj_ctime.seconds = fa.ctime.seconds - 100;
 	a.guard.sattrguard3_u.obj_ctime.nseconds = fa.ctime.nseconds;
@@ -626,7 +599,7 @@ static void mkdir_rmdir(void)
 	memset(&a, 0, sizeof(a));
 	a.where.dir = pc_fh_arg(&root);
 	a.where.name = "subdir";
-	a.attributes = sattr_mode(0755);
+	a.attributes = pc_sattr_mode(0755);
 	MKDIR3res r = {0};
 	CHECK(pc_nfs3_mkdir(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "status %u", r.status);
@@ -647,7 +620,7 @@ static void mkdir_rmdir(void)
 	CHECKF(r.status == NFS3ERR_EXIST, "second MKDIR status %u", r.status);
 	/* RMDIR removes it; LOOKUP then says NOENT; the old handle is STALE. */
 	CHECK(do_rmdir(&cl, &root, "subdir") == NFS3_OK);
-	CHECK(do_lookup(&cl, &root, "subdir", NULL, NULL) == NFS3ERR_NOENT);
+	CHECK(pc_lookup(&cl, &root, "subdir", NULL, NULL) == NFS3ERR_NOENT);
 	uint32_t st = do_getattr(&cl, &d, NULL);
 	CHECKF(st == NFS3ERR_STALE, "GETATTR of removed dir: status %u", st);
 	/* RMDIR of a missing name, and of a file. */
@@ -666,7 +639,7 @@ static void symlink_readlink(void)
 	memset(&a, 0, sizeof(a));
 	a.where.dir = pc_fh_arg(&root);
 	a.where.name = "link";
-	a.symlink.symlink_attributes = sattr_mode(0777);
+	a.symlink.symlink_attributes = pc_sattr_mode(0777);
 	a.symlink.symlink_data = "some/target/../path";
 	SYMLINK3res r = {0};
 	CHECK(pc_nfs3_symlink(&cl, &a, &r) == 0);
@@ -678,7 +651,7 @@ static void symlink_readlink(void)
 	if (r.SYMLINK3res_u.resok.obj.handle_follows)
 		pc_fh_set(&fh, &r.SYMLINK3res_u.resok.obj.post_op_fh3_u.handle);
 	else
-		CHECK(do_lookup(&cl, &root, "link", &fh, NULL) == NFS3_OK);
+		CHECK(pc_lookup(&cl, &root, "link", &fh, NULL) == NFS3_OK);
 	fattr3 fa = {0};
 	CHECK(do_getattr(&cl, &fh, &fa) == NFS3_OK);
 	CHECKF(fa.type == NF3LNK, "type %u", fa.type);
@@ -697,7 +670,7 @@ static void symlink_readlink(void)
 	CHECKF(rr.status == NFS3ERR_INVAL, "READLINK of a file: status %u", rr.status);
 	/* LOOKUP of the link returns the link itself, never its target. */
 	fattr3 la = {0};
-	CHECK(do_lookup(&cl, &root, "link", NULL, &la) == NFS3_OK && la.type == NF3LNK);
+	CHECK(pc_lookup(&cl, &root, "link", NULL, &la) == NFS3_OK && la.type == NF3LNK);
 }
 
 static void mknod_cases(void)
@@ -707,21 +680,21 @@ static void mknod_cases(void)
 	a.where.dir = pc_fh_arg(&root);
 	a.where.name = "fifo";
 	a.what.type = NF3FIFO;
-	a.what.mknoddata3_u.pipe_attributes = sattr_mode(0640);
+	a.what.mknoddata3_u.pipe_attributes = pc_sattr_mode(0640);
 	MKNOD3res r = {0};
 	CHECK(pc_nfs3_mknod(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "FIFO status %u", r.status);
 	if (r.status == NFS3_OK) {
 		CHECK(wcc_sane(&r.MKNOD3res_u.resok.dir_wcc, "MKNOD dir_wcc"));
 		fattr3 fa = {0};
-		CHECK(do_lookup(&cl, &root, "fifo", NULL, &fa) == NFS3_OK);
+		CHECK(pc_lookup(&cl, &root, "fifo", NULL, &fa) == NFS3_OK);
 		CHECKF(fa.type == NF3FIFO, "type %u", fa.type);
 		CHECKF((fa.mode & 07777) == 0640, "mode %o", fa.mode);
 	}
 	/* A socket too. */
 	a.where.name = "sock";
 	a.what.type = NF3SOCK;
-	a.what.mknoddata3_u.sock_attributes = sattr_mode(0600);
+	a.what.mknoddata3_u.sock_attributes = pc_sattr_mode(0600);
 	CHECK(pc_nfs3_mknod(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "SOCK status %u", r.status);
 	/* MKNOD of a regular file or directory type: BADTYPE (3.3.11). */
@@ -729,11 +702,11 @@ static void mknod_cases(void)
 	a.what.type = NF3REG;
 	CHECK(pc_nfs3_mknod(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3ERR_BADTYPE, "MKNOD NF3REG status %u", r.status);
-	CHECK(do_lookup(&cl, &root, "notnode", NULL, NULL) == NFS3ERR_NOENT);
+	CHECK(pc_lookup(&cl, &root, "notnode", NULL, NULL) == NFS3ERR_NOENT);
 	/* Existing name: EXIST. */
 	a.where.name = "fifo";
 	a.what.type = NF3FIFO;
-	a.what.mknoddata3_u.pipe_attributes = sattr_mode(0640);
+	a.what.mknoddata3_u.pipe_attributes = pc_sattr_mode(0640);
 	CHECK(pc_nfs3_mknod(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3ERR_EXIST, "MKNOD existing status %u", r.status);
 }
@@ -747,7 +720,7 @@ static void remove_and_stale(void)
 	CHECKF(st == NFS3_OK, "status %u", st);
 	if (st == NFS3_OK)
 		CHECK(wcc_sane(&r.REMOVE3res_u.resok.dir_wcc, "REMOVE dir_wcc"));
-	CHECK(do_lookup(&cl, &root, "doomed", NULL, NULL) == NFS3ERR_NOENT);
+	CHECK(pc_lookup(&cl, &root, "doomed", NULL, NULL) == NFS3ERR_NOENT);
 	st = do_getattr(&cl, &fh, NULL);
 	CHECKF(st == NFS3ERR_STALE, "GETATTR of removed file: status %u", st);
 	st = do_write(&cl, &fh, 0, "x", 1, UNSTABLE, NULL);
@@ -776,8 +749,8 @@ static void rename_cases(void)
 		CHECK(wcc_sane(&r.RENAME3res_u.resok.todir_wcc, "RENAME todir_wcc"));
 	}
 	fattr3 moved = {0};
-	CHECK(do_lookup(&cl, &d1, "a", NULL, NULL) == NFS3ERR_NOENT);
-	CHECK(do_lookup(&cl, &d2, "b", NULL, &moved) == NFS3_OK);
+	CHECK(pc_lookup(&cl, &d1, "a", NULL, NULL) == NFS3ERR_NOENT);
+	CHECK(pc_lookup(&cl, &d2, "b", NULL, &moved) == NFS3_OK);
 	CHECK(moved.fileid == orig.fileid);
 	/* The handle still works after the rename (handles name objects, not paths). */
 	CHECK(do_getattr(&cl, &f, NULL) == NFS3_OK);
@@ -789,8 +762,8 @@ static void rename_cases(void)
 	CHECK(pc_nfs3_rename(&cl, &a2, &r) == 0);
 	CHECKF(r.status == NFS3_OK, "replace status %u", r.status);
 	fattr3 c = {0};
-	CHECK(do_lookup(&cl, &d2, "c", NULL, &c) == NFS3_OK && c.fileid == orig.fileid);
-	CHECK(do_lookup(&cl, &d2, "b", NULL, NULL) == NFS3ERR_NOENT);
+	CHECK(pc_lookup(&cl, &d2, "c", NULL, &c) == NFS3_OK && c.fileid == orig.fileid);
+	CHECK(pc_lookup(&cl, &d2, "b", NULL, NULL) == NFS3ERR_NOENT);
 	CHECKF(do_getattr(&cl, &victim, NULL) == NFS3ERR_STALE, "replaced file's handle not STALE");
 	/* Missing source: NOENT. */
 	CHECK(pc_nfs3_rename(&cl, &a2, &r) == 0);
@@ -835,7 +808,7 @@ static void link_cases(void)
 	fattr3 fa = {0}, la = {0};
 	CHECK(do_getattr(&cl, &f, &fa) == NFS3_OK);
 	CHECKF(fa.nlink == 2, "nlink %u", fa.nlink);
-	CHECK(do_lookup(&cl, &root, "hard", NULL, &la) == NFS3_OK && la.fileid == fa.fileid);
+	CHECK(pc_lookup(&cl, &root, "hard", NULL, &la) == NFS3_OK && la.fileid == fa.fileid);
 	/* Linking to an existing name: EXIST. */
 	CHECK(pc_nfs3_link(&cl, &a, &r) == 0);
 	CHECKF(r.status == NFS3ERR_EXIST, "existing name status %u", r.status);
@@ -934,7 +907,7 @@ static void readdir_paged(void)
 	CHECKF(tr.status == NFS3ERR_TOOSMALL, "count 8: status %u", tr.status);
 	/* READDIR of a file: NOTDIR. */
 	struct pc_fh f;
-	CHECK(do_lookup(&cl, &d, "entry-0000", &f, NULL) == NFS3_OK);
+	CHECK(pc_lookup(&cl, &d, "entry-0000", &f, NULL) == NFS3_OK);
 	t.dir = pc_fh_arg(&f);
 	t.count = 4096;
 	CHECK(pc_nfs3_readdir(&cl, &t, &tr) == 0);
@@ -1011,7 +984,7 @@ static void bad_cookie(void)
 	/* A cookie verifier the server never issued, with a non-zero cookie: the server cannot
 	 * honour it (RFC 1813 3.3.16: NFS3ERR_BAD_COOKIE). */
 	struct pc_fh d;
-	CHECK(do_lookup(&cl, &root, "many", &d, NULL) == NFS3_OK);
+	CHECK(pc_lookup(&cl, &root, "many", &d, NULL) == NFS3_OK);
 	READDIR3args a;
 	memset(&a, 0, sizeof(a));
 	a.dir = pc_fh_arg(&d);
@@ -1072,17 +1045,17 @@ static void bad_handle(void)
 	/* A bad directory handle in LOOKUP and CREATE. */
 	bad = root;
 	bad.pf_data[root.pf_len - 1] ^= 0x10;
-	CHECK(do_lookup(&cl, &bad, "victim", NULL, NULL) == NFS3ERR_BADHANDLE);
+	CHECK(pc_lookup(&cl, &bad, "victim", NULL, NULL) == NFS3ERR_BADHANDLE);
 	uint32_t st = do_create(&cl, &bad, "never", UNCHECKED, 0644, NULL, NULL);
 	CHECKF(st == NFS3ERR_BADHANDLE, "CREATE under a bad handle: status %u", st);
-	CHECK(do_lookup(&cl, &root, "never", NULL, NULL) == NFS3ERR_NOENT);
+	CHECK(pc_lookup(&cl, &root, "never", NULL, NULL) == NFS3ERR_NOENT);
 }
 
 static void notdir_isdir(void)
 {
 	struct pc_fh f;
 	CHECK(do_create(&cl, &root, "afile", UNCHECKED, 0644, &f, NULL) == NFS3_OK);
-	uint32_t st = do_lookup(&cl, &f, "x", NULL, NULL);
+	uint32_t st = pc_lookup(&cl, &f, "x", NULL, NULL);
 	CHECKF(st == NFS3ERR_NOTDIR, "LOOKUP in a file: status %u", st);
 	st = do_create(&cl, &f, "x", UNCHECKED, 0644, NULL, NULL);
 	CHECKF(st == NFS3ERR_NOTDIR, "CREATE in a file: status %u", st);
@@ -1109,7 +1082,7 @@ static void name_too_long(void)
 	name[256] = '\0';
 	uint32_t st = do_create(&cl, &root, name, UNCHECKED, 0644, NULL, NULL);
 	CHECKF(st == NFS3ERR_NAMETOOLONG, "CREATE 256-byte name: status %u", st);
-	st = do_lookup(&cl, &root, name, NULL, NULL);
+	st = pc_lookup(&cl, &root, name, NULL, NULL);
 	CHECKF(st == NFS3ERR_NAMETOOLONG, "LOOKUP 256-byte name: status %u", st);
 	st = do_mkdir(&cl, &root, name, 0755, NULL);
 	CHECKF(st == NFS3ERR_NAMETOOLONG, "MKDIR 256-byte name: status %u", st);
@@ -1153,7 +1126,7 @@ static uint32_t create_exclusive(const char *name, const char verf[NFS3_CREATEVE
 	if (r.status == NFS3_OK && out != NULL) {
 		if (r.CREATE3res_u.resok.obj.handle_follows)
 			pc_fh_set(out, &r.CREATE3res_u.resok.obj.post_op_fh3_u.handle);
-		else if (do_lookup(&cl, &root, name, out, NULL) != NFS3_OK)
+		else if (pc_lookup(&cl, &root, name, out, NULL) != NFS3_OK)
 			return 0xfffffffeu;
 	}
 	return r.status;
@@ -1182,7 +1155,7 @@ static void exclusive_create(void)
 	SETATTR3args sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.object = pc_fh_arg(&h1);
-	sa.new_attributes = sattr_mode(0644);
+	sa.new_attributes = pc_sattr_mode(0644);
 	sa.new_attributes.mtime.set_it = SET_TO_SERVER_TIME;
 	sa.new_attributes.atime.set_it = SET_TO_SERVER_TIME;
 	SETATTR3res sr = {0};
@@ -1211,7 +1184,7 @@ static void read_only_export(void)
 	if (mst != MNT3_OK)
 		return;
 	struct pc_fh f;
-	CHECK(do_lookup(&cl, &ro, "ro-file", &f, NULL) == NFS3_OK);
+	CHECK(pc_lookup(&cl, &ro, "ro-file", &f, NULL) == NFS3_OK);
 	READ3res rr = {0};
 	CHECK(do_read(&cl, &f, 0, 100, &rr) == NFS3_OK && rr.READ3res_u.resok.count == 8);
 	uint32_t st = do_write(&cl, &f, 0, "x", 1, FILE_SYNC, NULL);
@@ -1225,7 +1198,7 @@ static void read_only_export(void)
 	SETATTR3args sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.object = pc_fh_arg(&f);
-	sa.new_attributes = sattr_mode(0600);
+	sa.new_attributes = pc_sattr_mode(0600);
 	SETATTR3res sr = {0};
 	CHECK(pc_nfs3_setattr(&cl, &sa, &sr) == 0);
 	CHECKF(sr.status == NFS3ERR_ROFS, "SETATTR: status %u", sr.status);
