@@ -47,6 +47,7 @@ struct loop {
 	/* Tasks to run at the end of this turn (loop thread only). */
 	struct loop_task *lp_deferred_head;
 	struct loop_task *lp_deferred_tail;
+	uint64_t lp_spin_ns; /* loop_set_spin_ns; 0: block at once */
 };
 
 static _Thread_local struct loop *loop_this_thread;
@@ -249,12 +250,31 @@ static void loop_run_deferred(struct loop *loop)
 	}
 }
 
+void loop_set_spin_ns(struct loop *loop, uint64_t spin_ns)
+{
+	loop->lp_spin_ns = spin_ns;
+}
+
+/* One epoll_wait, after polling without sleeping for up to lp_spin_ns when that is set. */
+static int loop_wait(struct loop *loop)
+{
+	if (loop->lp_spin_ns > 0) {
+		uint64_t deadline = clock_monotonic_ns() + loop->lp_spin_ns;
+		do {
+			int n = epoll_wait(loop->lp_epoll_fd, loop->lp_batch, LOOP_BATCH, 0);
+			if (n != 0 || atomic_load_explicit(&loop->lp_stop, memory_order_relaxed))
+				return n;
+		} while (clock_monotonic_ns() < deadline);
+	}
+	return epoll_wait(loop->lp_epoll_fd, loop->lp_batch, LOOP_BATCH, -1);
+}
+
 int loop_run(struct loop *loop)
 {
 	loop_this_thread = loop;
 	int rc = 0;
 	while (!atomic_load_explicit(&loop->lp_stop, memory_order_relaxed)) {
-		int n = epoll_wait(loop->lp_epoll_fd, loop->lp_batch, LOOP_BATCH, -1);
+		int n = loop_wait(loop);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;

@@ -146,6 +146,31 @@ static void test_loop_timer(void)
 	loop_destroy(st.loop);
 }
 
+/* A spinning loop (loop_set_spin_ns) still fires timers, runs posted tasks and stops; and its
+ * polling does use the CPU, which is the point of it (CPU time close to the wall time). */
+static void test_loop_spin(void)
+{
+	struct timer_state st = {0};
+	struct loop_timer timer;
+	CHECK(loop_create(&st.loop) == 0);
+	loop_set_spin_ns(st.loop, 1000000000ull);
+	struct timespec cpu0, cpu1;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+	uint64_t start = clock_monotonic_ns();
+	CHECK(loop_timer_add(st.loop, &timer, 10000000, 10000000, timer_fired, &st) == 0);
+	CHECK(loop_run(st.loop) == 0);
+	uint64_t elapsed = clock_monotonic_ns() - start;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+	uint64_t cpu_ns = (uint64_t)(cpu1.tv_sec - cpu0.tv_sec) * 1000000000ull + (uint64_t)cpu1.tv_nsec -
+			  (uint64_t)cpu0.tv_nsec;
+	CHECK(st.fired == 3);
+	CHECKF(elapsed >= 30000000ull && elapsed < 1000000000ull, "elapsed %llu ns", (unsigned long long)elapsed);
+	/* Sleeping would use almost no CPU; spinning uses most of the wall time unless preempted. */
+	CHECKF(cpu_ns > elapsed / 4, "cpu %llu ns of %llu ns", (unsigned long long)cpu_ns,
+	       (unsigned long long)elapsed);
+	loop_destroy(st.loop);
+}
+
 /* Two sockets become readable in the same turn; the first callback deletes the second's watch.
  * The second callback must not run (invariant 2 of loop.c). */
 struct del_state {
@@ -529,6 +554,7 @@ int main(void)
 	TAP_RUN(test_strerror_and_random);
 	TAP_RUN(test_loop_post_from_threads);
 	TAP_RUN(test_loop_timer);
+	TAP_RUN(test_loop_spin);
 	TAP_RUN(test_loop_watch_del_in_batch);
 	TAP_RUN(test_loop_defer_order);
 	TAP_RUN(test_loop_defer_from_deferred);
