@@ -216,6 +216,38 @@ int main(void)
 			"assert x['rounds'] == 2 and x['median'] > 0, x\n";
 		tap_check(py_check(vs_script, json, pyout), "--vs: the JSON holds runs and ratios");
 	}
+	/* --rate auto: the peak is measured first and the points are fractions of it. */
+	{
+		char out[400], json[400], pyout[400];
+		snprintf(out, sizeof(out), "%s/auto.out", srv.ts_root);
+		snprintf(json, sizeof(json), "%s/auto.json", srv.ts_root);
+		snprintf(pyout, sizeof(pyout), "%s/auto.py.out", srv.ts_root);
+		char *argv[] = {getenv("SHALE_BIN"), "bench", "sfs2008", "--server", port_arg,
+				"--export", srv.ts_export_path[0], "--points", "2", "--rate", "auto",
+				"--warmup", "0.3", "--runtime", "1", "--fileset-mb", "4", "--spin-us", "200",
+				"--json", json, NULL};
+		int rc = run_cmd(argv, out);
+		tap_check(rc == 0 && file_has(out, "peak probe: ") && file_has(out, "of this server's own peak"),
+			  "sfs2008 --rate auto: measures the peak, then runs the points");
+		if (rc != 0)
+			dump(out, 40);
+		static const char auto_script[] =
+			"import json, sys\n"
+			"r = json.load(open(sys.argv[1]))['runs'][0]\n"
+			"assert \"own peak\" in r['load_points'], r['load_points']\n"
+			"p = r['points']\n"
+			"assert len(p) == 2 and p[0]['requested_ops'] > 0, p\n"
+			"assert abs(p[1]['requested_ops'] - 2 * p[0]['requested_ops']) < 1, p\n"
+			"assert p[0]['achieved_ops'] > 0 and p[1]['achieved_ops'] > 0, p\n";
+		tap_check(py_check(auto_script, json, pyout), "sfs2008 --rate auto: the JSON says how the "
+			  "points were chosen, the top point is twice the first");
+		char *bad_argv[] = {getenv("SHALE_BIN"), "bench", "sfs2008", "--server", port_arg,
+				    "--export", srv.ts_export_path[0], "--rate", "auto", "--fileset-spec", NULL};
+		snprintf(out, sizeof(out), "%s/auto-spec.out", srv.ts_root);
+		rc = run_cmd(bad_argv, out);
+		tap_check(rc != 0 && file_has(out, "needs a number"),
+			  "sfs2008: --rate auto with --fileset-spec is refused");
+	}
 	/* Asked for far more than the server can do: every point saturated, no peak, no ORT, and
 	 * the report says so instead of printing a number. */
 	{

@@ -29,6 +29,11 @@
  *   backlog is drained while a slot is free, at the tick and after every completion. When the
  *   server falls behind, every slot is busy and the backlog grows: the requested rate is not
  *   reduced to what the server manages (that would make a closed loop of it).
+ *   --rate auto first runs the mix at a rate no server reaches (bench_sfs.c, sfs_probe_peak), so
+ *   the calls in flight set the pace, and uses the throughput achieved as the 100% point.
+ *   --spin-us makes each load loop poll for that long before it sleeps: on a VM, waking a
+ *   sleeping thread on an idle vCPU costs tens of microseconds, which would otherwise be counted
+ *   in every response time.
  *
  * Latency, and coordinated omission
  *   A closed-loop generator that measures from the moment it actually sends stops sending while
@@ -278,7 +283,10 @@ static void bench_usage(FILE *out)
 		"  --server-pid PID       server process on this machine: CPU per op, peak RSS\n"
 		"  --label NAME           name in reports (default: the server address)\n"
 		"load:\n"
-		"  --rate OPS             sfs2008 requested ops/s at 100%% (default 2000)\n"
+		"  --rate OPS|auto        sfs2008 requested ops/s at 100%% (default 2000); auto: first\n"
+		"                         measure this server's own peak (unpaced, --warmup +\n"
+		"                         --runtime) and run the points up to it, as a vendor\n"
+		"                         chose the load points of a SPECsfs2008 report\n"
 		"  --points N             load points 1/N .. N/N of --rate (default 10)\n"
 		"  --valid-pct P          a point counts for peak and ORT only if it achieved P%%\n"
 		"                         of its requested rate (default 95; others: saturated)\n"
@@ -288,6 +296,8 @@ static void bench_usage(FILE *out)
 		"  --warmup S             unmeasured seconds before each point (default 2)\n"
 		"  --runtime S            measured seconds per point (default 10)\n"
 		"  --timeout-ms MS        a call unanswered this long fails (default 30000)\n"
+		"  --spin-us US           load threads poll this long before sleeping (default 0),\n"
+		"                         so their own wake-up is not counted as response time\n"
 		"file sets:\n"
 		"  --fileset-mb MB        sfs2008 file set size (default 64)\n"
 		"  --fileset-spec         SPECsfs2008 rule instead: 120 MB per requested op/s\n"
@@ -377,7 +387,7 @@ enum {
 	OPT_SERVER = 256, OPT_MOUNT_PORT, OPT_EXPORT, OPT_RATE, OPT_POINTS, OPT_PROCS, OPT_CONNS,
 	OPT_DEPTH, OPT_WARMUP, OPT_RUNTIME, OPT_FILESET_MB, OPT_FILESET_SPEC, OPT_SERVER_PID,
 	OPT_JSON, OPT_SVG, OPT_LABEL, OPT_VS, OPT_VS_EXPORT, OPT_VS_MOUNT_PORT, OPT_VS_PID,
-	OPT_VS_LABEL, OPT_ROUNDS, OPT_FILES, OPT_FLOWS, OPT_SIZE_MB, OPT_XFER, OPT_TIMEOUT,
+	OPT_VS_LABEL, OPT_ROUNDS, OPT_FILES, OPT_FLOWS, OPT_SIZE_MB, OPT_XFER, OPT_TIMEOUT, OPT_SPIN,
 	OPT_STABLE, OPT_QUIET, OPT_HELP, OPT_VALID_PCT,
 };
 
@@ -411,6 +421,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		{"size-mb", required_argument, NULL, OPT_SIZE_MB},
 		{"xfer", required_argument, NULL, OPT_XFER},
 		{"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+		{"spin-us", required_argument, NULL, OPT_SPIN},
 		{"stable-writes", no_argument, NULL, OPT_STABLE},
 		{"quiet", no_argument, NULL, OPT_QUIET},
 		{"valid-pct", required_argument, NULL, OPT_VALID_PCT},
@@ -459,9 +470,19 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 			else
 				o->bo_b.bt_pid = (pid_t)v;
 			break;
-		case OPT_RATE:
-			if (bench_parse_double(arg, 1, 1e8, &o->bo_rate) < 0)
+		case OPT_SPIN:
+			if (bench_parse_uint(arg, 1000000, &v) < 0)
 				bad = arg;
+			else
+				o->bo_spin_us = (uint32_t)v;
+			break;
+		case OPT_RATE:
+			if (strcmp(arg, "auto") == 0)
+				o->bo_rate_auto = true;
+			else if (bench_parse_double(arg, 1, 1e8, &o->bo_rate) < 0)
+				bad = arg;
+			else
+				o->bo_rate_auto = false;
 			break;
 		case OPT_VALID_PCT:
 			if (bench_parse_double(arg, 1, 100, &d) < 0)
@@ -551,6 +572,11 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 	}
 	if (have_vs != (o->bo_b.bt_export != NULL)) {
 		fprintf(stderr, "shale bench: --vs and --vs-export go together\n");
+		return -EINVAL;
+	}
+	if (o->bo_rate_auto && o->bo_fileset_spec) {
+		fprintf(stderr, "shale bench: --fileset-spec sizes the file set from --rate, so it needs a "
+				"number, not --rate auto\n");
 		return -EINVAL;
 	}
 	o->bo_vs = have_vs;

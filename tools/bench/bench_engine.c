@@ -371,6 +371,7 @@ static void *bench_thread_main(void *arg)
 	rc = loop_create(&t->bt_loop);
 	unsigned made = 0;
 	if (rc == 0) {
+		loop_set_spin_ns(t->bt_loop, (uint64_t)ctx->bc_opts->bo_spin_us * 1000u);
 		for (; made < t->bt_nconns; made++) {
 			struct bench_conn *c = &t->bt_conns[made];
 			c->bc_thread = t;

@@ -33,6 +33,7 @@ struct bench_opts {
 	struct bench_target bo_b;
 	unsigned bo_rounds;
 	double bo_rate;         /* sfs2008: ops/s at 100% */
+	bool bo_rate_auto;      /* sfs2008: measure the peak first and use it as bo_rate */
 	double bo_valid_fraction; /* a point is valid at achieved >= this x requested (--valid-pct) */
 	unsigned bo_points;
 	unsigned bo_procs;
@@ -48,6 +49,7 @@ struct bench_opts {
 	double bo_size_mb;      /* seq: file size */
 	uint32_t bo_xfer;       /* seq: transfer size */
 	uint32_t bo_timeout_ms; /* per call */
+	uint32_t bo_spin_us;    /* load threads poll this long before sleeping */
 	const char *bo_json;
 	const char *bo_svg;
 	bool bo_quiet;

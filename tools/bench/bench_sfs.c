@@ -541,6 +541,58 @@ static void sfs_free(struct sfs_thread **sts, unsigned n)
 	mem_free(sts);
 }
 
+/* The rate offered while measuring the peak: far above what one load thread can issue, so the
+ * calls in flight (P x C x B), not the pacing, set the pace. */
+#define SFS_PROBE_RATE 1e7
+
+/* --rate auto: runs the mix unpaced for --warmup + --runtime and returns the throughput achieved,
+ * which becomes the 100% point. A SPECsfs2008 sponsor chose the requested loads so that the last
+ * point sat at the server's peak; this does the same for any server, so that two servers'
+ * curves (and so their overall response times) each span their own range. */
+static int sfs_probe_peak(const struct bench_ctx *ctx, struct sfs_thread **sts, double *peak_out)
+{
+	const struct bench_opts *o = ctx->bc_opts;
+	struct bench_engine eng = {
+		.be_ctx = ctx,
+		.be_nthreads = o->bo_procs,
+		.be_nconns = o->bo_conns,
+		.be_depth = o->bo_depth,
+		.be_stat_names = sfs_stat_names,
+		.be_nstats = SFS_NSTATS,
+		.be_open = true,
+		.be_rate = SFS_PROBE_RATE,
+		.be_warmup_s = o->bo_warmup_s,
+		.be_runtime_s = o->bo_runtime_s,
+		.be_mix = sfs_mix,
+		.be_thread_wl = (void **)sts,
+	};
+	int rc = bench_engine_run(&eng);
+	if (rc < 0)
+		return rc;
+	struct bench_point pt;
+	memset(&pt, 0, sizeof(pt));
+	bench_engine_point(&eng, SFS_PROBE_RATE, &pt);
+	rc = eng.be_error;
+	bench_engine_fini(&eng);
+	if (rc < 0) {
+		log_error("bench: the peak probe stopped: %s", sh_strerror(rc));
+		return rc;
+	}
+	if (pt.bp_failed > 0) {
+		log_error("bench: %" PRIu64 " operations failed while measuring the peak", pt.bp_failed);
+		return -EIO;
+	}
+	if (!(pt.bp_achieved_ops >= 1.0)) {
+		log_error("bench: the server completed no operations while its peak was measured");
+		return -EIO;
+	}
+	if (!o->bo_quiet)
+		fprintf(stderr, "sfs2008: peak probe: %.0f ops/s unpaced, response %.3f ms\n", pt.bp_achieved_ops,
+			pt.bp_mean_sent_ms);
+	*peak_out = pt.bp_achieved_ops;
+	return 0;
+}
+
 int bench_sfs2008(const struct bench_ctx *ctx, struct bench_run *run)
 {
 	const struct bench_opts *o = ctx->bc_opts;
@@ -632,8 +684,23 @@ int bench_sfs2008(const struct bench_ctx *ctx, struct bench_run *run)
 		rc = -ENOMEM;
 		goto out;
 	}
+	double top_rate = o->bo_rate;
+	if (o->bo_rate_auto) {
+		rc = sfs_probe_peak(ctx, sts, &top_rate);
+		if (rc < 0)
+			goto out;
+		snprintf(text, sizeof(text),
+			 "1/%u .. %u/%u of this server's own peak, %.0f ops/s, measured unpaced first", o->bo_points,
+			 o->bo_points, o->bo_points, top_rate);
+	} else {
+		snprintf(text, sizeof(text), "1/%u .. %u/%u of --rate %.0f ops/s", o->bo_points, o->bo_points,
+			 o->bo_points, top_rate);
+	}
+	run->br_load = bench_keep(text);
+	if (!o->bo_quiet)
+		fprintf(stderr, "sfs2008: load points: %s\n", text);
 	for (unsigned p = 0; p < o->bo_points; p++) {
-		double rate = o->bo_rate * (double)(p + 1) / (double)o->bo_points;
+		double rate = top_rate * (double)(p + 1) / (double)o->bo_points;
 		struct bench_engine eng = {
 			.be_ctx = ctx,
 			.be_nthreads = P,

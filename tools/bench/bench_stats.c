@@ -488,6 +488,10 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 	text_put(out, or_dash(run->br_export), TEXT_PLAIN);
 	fputs("\nFile set                  ", out);
 	text_put(out, or_dash(run->br_fileset), TEXT_PLAIN);
+	if (run->br_load) {
+		fputs("\nLoad points               ", out);
+		text_put(out, run->br_load, TEXT_PLAIN);
+	}
 	fprintf(out, "\nLoad processes            %u\n", run->br_processes);
 	fprintf(out, "Connections per process   %u\n", run->br_connections);
 	fprintf(out, "Outstanding per conn.     %u (biod)\n", run->br_depth);
@@ -647,6 +651,8 @@ static void json_run(FILE *out, const struct bench_run *run)
 	json_str(out, run->br_export);
 	fputs(",\n   \"fileset\":", out);
 	json_str(out, run->br_fileset);
+	fputs(",\n   \"load_points\":", out);
+	json_str(out, run->br_load);
 	fprintf(out, ",\n   \"processes\":%u,\"connections_per_process\":%u,\"depth\":%u",
 		run->br_processes, run->br_connections, run->br_depth);
 	fputs(",\n   \"warmup_s\":", out);

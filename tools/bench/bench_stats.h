@@ -83,6 +83,7 @@ struct bench_run {
 	const char *br_server;    /* host:port */
 	const char *br_export;
 	const char *br_fileset;   /* description, e.g. "120 MB per op/s rule: 2400 MB, 30% accessed" */
+	const char *br_load;      /* how the load points were chosen (sfs2008), or NULL */
 	unsigned br_processes;
 	unsigned br_connections;  /* per process */
 	unsigned br_depth;        /* outstanding requests per connection */
