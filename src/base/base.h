@@ -33,6 +33,7 @@ enum sh_error {
 	SH_ESERVERFAULT = 10006, /* an internal error with no better name (NFS3ERR_SERVERFAULT) */
 	SH_EBADTYPE = 10007,     /* MKNOD of a type the server does not create (NFS3ERR_BADTYPE) */
 	SH_EJUKEBOX = 10008,     /* try again later (NFS3ERR_JUKEBOX) */
+	SH_ENEEDBLOCK = 10009,   /* the operation needs a block that is not in memory: load it, retry */
 };
 
 /* Human-readable text for a negative errno or -SH_E* code. Never returns NULL. */

@@ -37,6 +37,7 @@ const char *sh_strerror(int negative_code)
 	case SH_ESERVERFAULT: return "internal server error";
 	case SH_EBADTYPE: return "unsupported object type";
 	case SH_EJUKEBOX: return "try again later";
+	case SH_ENEEDBLOCK: return "a block must be read in first";
 	default: break;
 	}
 	/* strerror is not thread-safe in general, but glibc returns static strings for known codes. */
