@@ -92,6 +92,18 @@ SH_MUST_CHECK int blk_fault_image(const struct blk_dev *dev, size_t cut_index, e
 				  uint64_t seed, struct blk_dev **image_out);
 /* Forgets recorded events up to the last flush (keeps memory bounded in long tests). */
 void blk_fault_trim(struct blk_dev *dev);
+/* Cutting several fault leaves at one instant. Every recorded event of every fault leaf in the
+ * process is stamped with a number from one process-wide counter, taken when the event is
+ * recorded. All leaves of one engine are served by its single thread, so these numbers order
+ * their events exactly as they happened. blk_fault_global_seq returns the number the next
+ * recorded event will get (= the events recorded so far, process-wide); a caller that reads it
+ * on the engine thread, e.g. in a completion callback, learns a bound on everything recorded
+ * before. blk_fault_events_before returns the index of dev's first event (counting from the last
+ * trim, as blk_fault_image's cut_index does) whose number is >= global_seq: the cut of dev at
+ * the instant global_seq was handed out. Cutting every leaf at blk_fault_events_before(leaf, g)
+ * gives images of one single moment across leaves. */
+uint64_t blk_fault_global_seq(void);
+size_t blk_fault_events_before(const struct blk_dev *dev, uint64_t global_seq);
 
 /* ---------------------------------------------------------------------------------------------
  * The engine and raw I/O */

@@ -25,6 +25,10 @@
  *                    wins where two overlap)
  *   The random choices come from splitmix64 seeded with the caller's seed, so an image is
  *   reproducible from (cut, mode, seed).
+ *   Each event also gets a number from one process-wide atomic counter when it is recorded
+ *   (fe_seq). Recording happens on the engine thread, which serves every memory and fault leaf
+ *   of that engine one io at a time, so the numbers give one total order over the events of all
+ *   leaves, and blk_fault_events_before cuts several leaves at the same instant.
  *
  * Concurrency: bd_lock guards the injection counters and the recorder (the engine thread appends
  * while a test thread may build an image or trim). bd_pulled is atomic. The bytes of a memory leaf
@@ -237,6 +241,14 @@ int blk_dev_hook_status(struct blk_dev *dev, enum blk_io_op op)
 	return rc;
 }
 
+/* Stamps every recorded event of every fault leaf (blk_fault_global_seq). */
+static _Atomic uint64_t blk_fault_seq;
+
+uint64_t blk_fault_global_seq(void)
+{
+	return atomic_load(&blk_fault_seq);
+}
+
 /* Appends an event to the recorder (bd_lock held). */
 static int blk_fault_record(struct blk_dev *dev, const struct blk_io *io)
 {
@@ -257,6 +269,7 @@ static int blk_fault_record(struct blk_dev *dev, const struct blk_io *io)
 			return -ENOMEM;
 		memcpy(ev.fe_data, io->bi_buf, io->bi_len);
 	}
+	ev.fe_seq = atomic_fetch_add(&blk_fault_seq, 1);
 	dev->bd_events[dev->bd_nevents++] = ev;
 	return 0;
 }
@@ -332,6 +345,23 @@ bool blk_fault_event_is_flush(const struct blk_dev *dev, size_t index)
 	bool flush = index < dev->bd_nevents && dev->bd_events[index].fe_flush;
 	pthread_mutex_unlock(&mdev->bd_lock);
 	return flush;
+}
+
+size_t blk_fault_events_before(const struct blk_dev *dev, uint64_t global_seq)
+{
+	struct blk_dev *mdev = (struct blk_dev *)dev;
+	pthread_mutex_lock(&mdev->bd_lock);
+	/* Numbers increase along a leaf's events: binary search for the first one >= global_seq. */
+	size_t lo = 0, hi = dev->bd_nevents;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (dev->bd_events[mid].fe_seq < global_seq)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	pthread_mutex_unlock(&mdev->bd_lock);
+	return lo;
 }
 
 /* splitmix64 (Steele, Lea, Flood 2014): small, seedable, good enough to pick subsets. */

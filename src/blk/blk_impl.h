@@ -29,6 +29,7 @@ struct blk_fault_event {
 	uint32_t fe_len;
 	bool fe_flush;
 	uint8_t *fe_data;
+	uint64_t fe_seq; /* process-wide order of recorded events (blk_fault_global_seq) */
 };
 
 struct blk_dev {

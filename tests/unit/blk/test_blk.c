@@ -1482,6 +1482,49 @@ static void test_hostile_arguments(void)
 	blk_dev_close(m);
 }
 
+/* ---- one instant across several fault leaves ---- */
+
+/* Events of two fault leaves interleave in one process-wide order; cutting both at the same
+ * global number gives the images of one moment, also after a trim of one of them. */
+static void test_fault_global_order(void)
+{
+	struct blk_engine *e = engine_new(16);
+	struct blk_dev *a, *b;
+	CHECK(blk_dev_create_fault(FAULT_BYTES, &a) == 0);
+	CHECK(blk_dev_create_fault(FAULT_BYTES, &b) == 0);
+	uint64_t g0 = blk_fault_global_seq();
+	CHECK(blk_fault_events_before(a, g0) == 0 && blk_fault_events_before(b, g0) == 0);
+	/* a: write 'A' (g0), flush (g0+2); b: write 'B' (g0+1), flush (g0+3); a: write 'C' (g0+4). */
+	write_pattern(e, a, 0, 2, 'A');
+	write_pattern(e, b, 0, 2, 'B');
+	CHECK(blk_flush_sync(e, a) == 0);
+	CHECK(blk_flush_sync(e, b) == 0);
+	write_pattern(e, a, 0, 2, 'C');
+	CHECK(blk_fault_global_seq() == g0 + 5);
+	static const size_t want_a[] = {0, 1, 1, 2, 2, 3}, want_b[] = {0, 0, 1, 1, 2, 2};
+	for (uint64_t k = 0; k <= 5; k++) {
+		CHECKF(blk_fault_events_before(a, g0 + k) == want_a[k], "a at +%llu: %zu",
+		       (unsigned long long)k, blk_fault_events_before(a, g0 + k));
+		CHECKF(blk_fault_events_before(b, g0 + k) == want_b[k], "b at +%llu: %zu",
+		       (unsigned long long)k, blk_fault_events_before(b, g0 + k));
+	}
+	CHECK(blk_fault_events_before(a, UINT64_MAX) == 3);
+	/* The instant after b's flush: both flushed writes durable, 'C' not yet issued. */
+	static const int a8[2] = {'A', 'A'}, b8[2] = {'B', 'B'};
+	struct blk_dev *ia = image_at(a, blk_fault_events_before(a, g0 + 4), BLK_FAULT_DROP_ALL, 1);
+	struct blk_dev *ib = image_at(b, blk_fault_events_before(b, g0 + 4), BLK_FAULT_DROP_ALL, 1);
+	CHECK(image_is(ia, 0, 2, a8) && image_is(ib, 0, 2, b8));
+	blk_dev_close(ia);
+	blk_dev_close(ib);
+	/* A trim renumbers a leaf's indexes, not its global numbers. */
+	blk_fault_trim(a);
+	CHECK(blk_fault_event_count(a) == 1);
+	CHECK(blk_fault_events_before(a, g0 + 4) == 0 && blk_fault_events_before(a, g0 + 5) == 1);
+	blk_engine_destroy(e);
+	blk_dev_close(a);
+	blk_dev_close(b);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERROR); /* checksum errors below are intended */
@@ -1500,6 +1543,7 @@ int main(void)
 	TAP_RUN(test_engine_drain);
 	TAP_RUN(test_short_transfers);
 	TAP_RUN(test_hostile_arguments);
+	TAP_RUN(test_fault_global_order);
 	rmdir(tmp_dir);
 	return tap_finish();
 }

@@ -1,0 +1,270 @@
+/* pool.h: the storage pool: vdevs, transaction groups, datasets, the block cache and the intent log
+ * wired together. What the CLI and the server call; dataset owners (the POSIX layer) use
+ * store/pool_impl.h in addition.
+ *
+ * Model for callers (the theory, the rules and the on-disk tables are at the top of pool.c):
+ *   - A pool is 1..N top-level vdevs (a leaf or a mirror; N > 1 stripes) and optionally a log
+ *     vdev. pool_create labels the leaves and writes the first transaction group (txg 1);
+ *     pool_import assembles the vdevs from the leaves' labels, opens the newest uberblock and
+ *     replays the intent log before it returns; pool_export writes a last txg and closes;
+ *     pool_close closes without one (what a crash looks like, minus the process dying).
+ *   - Changes are made in memory in the open txg and written by a sync thread, a txg at a time
+ *     (every few seconds, when dirty data passes a limit, or on request). Stable changes are
+ *     made durable at once through the intent log (pool_impl.h) and replayed after a crash.
+ *   - Datasets are named trees in the pool; each is managed by an owner (a file system) that the
+ *     caller attaches (pool_impl.h). A pool keeps working without owners for everything but log
+ *     replay and destroying datasets that hold data blocks.
+ *
+ * Errors are 0 or a negative errno (or -SH_E*), as everywhere in Shale. Every function here may
+ * block (I/O, the sync thread): none may run on an event-loop thread or the blk engine thread. */
+#ifndef SHALE_STORE_POOL_H
+#define SHALE_STORE_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/base.h"
+#include "blk/blk.h"
+#include "cache/arc.h"
+#include "ilog/ilog.h"
+
+#define POOL_NAME_MAX 63u    /* pool and dataset names: [A-Za-z0-9_.-]{1,63} for pools */
+#define POOL_DS_NAME_MAX 64u /* dataset names: [A-Za-z0-9_.-]{1,64} */
+#define POOL_MAX_TOPS 64u    /* top-level vdevs (the space allocator's SPACE_MAX_VDEVS) */
+#define POOL_FORMAT_VERSION 1u
+
+/* Defaults of struct pool_open_opts (a zero field means its default). */
+#define POOL_ARC_MAX_DEFAULT (256ull << 20)      /* 256 MiB of cached blocks */
+#define POOL_DIRTY_MAX_DEFAULT (64ull << 20)     /* sync when 64 MiB are dirty; throttle at 2x */
+#define POOL_TXG_INTERVAL_MS_DEFAULT 5000u       /* a txg at least every 5 s */
+#define POOL_RECORD_BYTES_DEFAULT (128u * 1024u) /* a dataset's data block size */
+#define POOL_LOG_REGION_MAX (1ull << 30)         /* the log region on vdev 0: at most 1 GiB... */
+#define POOL_LOG_REGION_SHIFT 5u                 /* ...and 1/32 of its data area by default */
+
+struct pool;
+struct pool_ds;
+
+/* Compression of a dataset's blocks. DEFAULT: the pool's (po_compress), itself lz4 by default. */
+enum pool_compress {
+	POOL_COMPRESS_DEFAULT = 0,
+	POOL_COMPRESS_OFF = 1,
+	POOL_COMPRESS_LZ4 = 2,
+	POOL_COMPRESS_ZSTD = 3,
+};
+
+/* Attaches an owner to a dataset that needs one while the pool works on its own: at import, for a
+ * dataset with log records to replay; in pool_ds_destroy and pool_check, to learn the data blocks
+ * its tree entries name. It is expected to call pool_ds_set_owner(ds, ...) and return 0; a
+ * negative errno means no owner (import then fails, destroy refuses; check checks the tree only).
+ * Called on the thread that called the pool function, without the pool lock; it may take the
+ * lock and read blocks synchronously (pool_block_read_sync). */
+typedef int (*pool_attach_fn)(void *arg, struct pool_ds *ds);
+
+struct pool_open_opts {
+	uint64_t po_arc_max_bytes;   /* 0: POOL_ARC_MAX_DEFAULT */
+	uint64_t po_dirty_max_bytes; /* 0: POOL_DIRTY_MAX_DEFAULT */
+	uint32_t po_txg_interval_ms; /* 0: POOL_TXG_INTERVAL_MS_DEFAULT */
+	/* pool_create only: bytes of vdev 0's data area given to the intent log when there is no
+	 * log vdev. 0: 1/32 of the area clamped to [ILOG_REGION_MIN, POOL_LOG_REGION_MAX]. Rounded
+	 * down to the sector. */
+	uint64_t po_log_region_bytes;
+	enum pool_compress po_compress; /* datasets' default; DEFAULT = lz4 */
+	uint32_t po_record_bytes;       /* datasets' default; 0: POOL_RECORD_BYTES_DEFAULT */
+	pool_attach_fn po_attach;       /* may be NULL */
+	void *po_attach_arg;
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Creating, importing, closing */
+
+enum pool_layout {
+	POOL_LAYOUT_STRIPE = 0, /* every leaf is a top-level vdev of its own */
+	POOL_LAYOUT_MIRROR = 1, /* consecutive groups of pc_mirror_width leaves form mirrors */
+};
+
+struct pool_create_args {
+	const char *pc_name; /* [A-Za-z0-9_.-]{1,63} */
+	enum pool_layout pc_layout;
+	unsigned pc_mirror_width; /* POOL_LAYOUT_MIRROR: 2..BLK_MIRROR_MAX (0 means all leaves
+	                           * form one mirror) */
+	/* pool_create: the leaves by path, created at pc_create_bytes each when that is non-zero
+	 * (they must not exist), else opened as they are (files or block devices). */
+	const char *const *pc_paths;
+	unsigned pc_npaths;
+	const char *const *pc_log_paths; /* 0, 1 (a leaf) or 2..BLK_MIRROR_MAX (a mirror) */
+	unsigned pc_nlog_paths;
+	uint64_t pc_create_bytes;
+	const struct pool_open_opts *pc_opts; /* NULL: all defaults */
+};
+
+/* Creates a pool on the leaves pc_paths (and the log leaves pc_log_paths), writes their labels,
+ * an empty metadata tree, the allocator's first state and the uberblock of txg 1, initialises the
+ * intent log, and returns the open pool. Every leaf is overwritten. Returns 0; -EINVAL (a bad
+ * name, layout or leaf count, a leaf too small, a path with a newline); -E2BIG (the configuration
+ * text does not fit a label); or the error of opening or writing a leaf. Close with pool_export
+ * or pool_close, which close the leaves the pool opened. */
+SH_MUST_CHECK int pool_create(const struct pool_create_args *args, struct pool **out);
+/* The same on leaves the caller has opened (memory and fault leaves for tests): pc_paths and
+ * pc_log_paths are ignored. The caller keeps ownership of devs and log_devs and closes them after
+ * the pool is closed. */
+SH_MUST_CHECK int pool_create_on_devs(const struct pool_create_args *args,
+                                      struct blk_dev *const *devs, unsigned ndevs,
+                                      struct blk_dev *const *log_devs, unsigned nlog_devs,
+                                      struct pool **out);
+
+/* Imports the pool whose leaves are at paths (every leaf of the pool, in any order; leaves of
+ * other pools are refused). A mirror with missing children imports degraded (with a warning); a
+ * missing top-level vdev or log vdev refuses the import with -ENXIO (the log may hold
+ * acknowledged changes). Finds the newest valid uberblock on all leaves, loads the pool's
+ * metadata, replays the intent log through the datasets' owners (opts->po_attach attaches them),
+ * writes a txg with the replayed changes, and returns the open pool. Errors: -ENOENT (a leaf
+ * without a pool label), -EINVAL (leaves of different pools, a configuration that does not
+ * parse, a format version this code does not know), -ENXIO, -EIO (metadata that cannot be read),
+ * -ENOTSUP (records to replay for a dataset without an owner), -ENOMEM, or a leaf's open error. */
+SH_MUST_CHECK int pool_import(const char *const *paths, unsigned npaths,
+                              const struct pool_open_opts *opts, struct pool **out);
+/* The same on leaves the caller has opened; the caller keeps ownership of devs. */
+SH_MUST_CHECK int pool_import_devs(struct blk_dev *const *devs, unsigned ndevs,
+                                   const struct pool_open_opts *opts, struct pool **out);
+
+/* Writes a last txg (every change so far becomes durable), then closes the pool: stops the sync
+ * thread, closes the log, frees everything and closes the leaves the pool opened. Every dataset
+ * must have been closed and every block hold released. Returns 0, or -EIO when the last txg
+ * could not be written (the pool is closed all the same; the previous txg and the log stand). */
+SH_MUST_CHECK int pool_export(struct pool *p);
+/* Closes the pool without a last txg: what is not durable yet is dropped (changes whose log
+ * records are durable come back through replay at the next import). Same conditions as
+ * pool_export. NULL is a no-op. */
+void pool_close(struct pool *p);
+
+/* ---------------------------------------------------------------------------------------------
+ * Transaction groups */
+
+/* Asks the sync thread to write the open txg now (returns at once). */
+void pool_txg_request_sync(struct pool *p);
+/* Waits until txg is durable (0: the txg open at the call), asking for a sync if it is not yet
+ * being written. Returns 0, -EIO when the pool is suspended, -ECANCELED when it is closing. */
+SH_MUST_CHECK int pool_txg_wait_synced(struct pool *p, uint64_t txg);
+/* The last durable txg. */
+uint64_t pool_synced_txg(struct pool *p);
+
+/* ---------------------------------------------------------------------------------------------
+ * Datasets */
+
+struct pool_ds_props {
+	uint32_t dp_record_bytes; /* a power of two from 4 KiB to 1 MiB; 0: the pool's default */
+	enum pool_compress dp_compress;
+};
+
+/* Creates an empty dataset and waits until its creation is durable. name: [A-Za-z0-9_.-]{1,64}.
+ * props may be NULL (defaults). Returns 0, -EINVAL (name or props), -EEXIST, -EIO (suspended),
+ * -ENOSPC, -ENOMEM. */
+SH_MUST_CHECK int pool_ds_create(struct pool *p, const char *name,
+                                 const struct pool_ds_props *props);
+/* Destroys a dataset: frees every block of its tree and every data block its entries name (asked
+ * of its owner: an attached one, or one po_attach attaches), removes it from the pool and waits
+ * until that is durable. All in one txg; the walk of the tree holds the pool lock and reads
+ * synchronously, so other users of the pool wait meanwhile. The dataset must not be open.
+ * Returns 0, -ENOENT, -EBUSY (open), -ENOTSUP (a non-empty tree and no owner to name its data
+ * blocks), -EIO (blocks that cannot be read or a suspended pool), -ENOMEM. */
+SH_MUST_CHECK int pool_ds_destroy(struct pool *p, const char *name);
+
+struct pool_ds_info {
+	char di_name[POOL_DS_NAME_MAX + 1];
+	uint64_t di_id;
+	uint64_t di_created_txg;
+	uint64_t di_used_bytes; /* allocated bytes of its tree and data blocks */
+	uint64_t di_entries;    /* entries in its tree as of the last txg */
+	uint32_t di_record_bytes;
+	enum blk_compress di_compress;
+};
+/* Calls fn(arg, info) for each dataset in name order; fn returning non-zero stops the walk and
+ * that value is returned. fn runs without the pool lock and may call the pool. Returns 0, fn's
+ * value, or -ENOMEM. */
+SH_MUST_CHECK int pool_ds_list(struct pool *p,
+                               int (*fn)(void *arg, const struct pool_ds_info *info), void *arg);
+
+/* ---------------------------------------------------------------------------------------------
+ * Space, status, check */
+
+/* total: the allocator's data areas; free: free now plus freed space waiting for its txg to be
+ * durable (free within a txg or two); avail: free less the reserve kept for frees and the pool's
+ * own commits (what new data may use). Any output may be NULL. */
+void pool_space(struct pool *p, uint64_t *total_out, uint64_t *free_out, uint64_t *avail_out);
+
+enum pool_state {
+	POOL_STATE_ONLINE = 0,
+	POOL_STATE_DEGRADED = 1,  /* a mirror child is missing */
+	POOL_STATE_SUSPENDED = 2, /* a txg could not be written: changes refused, reads work */
+};
+
+struct pool_status_leaf {
+	/* as configured ("" for a memory leaf); valid while the pool is open */
+	const char *sl_path;
+	uint64_t sl_guid;
+	bool sl_present;
+	struct blk_vdev_stats sl_stats; /* zero when not present */
+};
+
+struct pool_status_vdev {
+	uint64_t sv_guid;
+	bool sv_mirror;
+	bool sv_log;
+	uint64_t sv_data_bytes;
+	unsigned sv_nchildren;
+	struct pool_status_leaf sv_children[BLK_MIRROR_MAX];
+};
+
+struct pool_status {
+	char ps_name[POOL_NAME_MAX + 1];
+	uint64_t ps_guid;
+	enum pool_state ps_state;
+	uint64_t ps_synced_txg;
+	uint64_t ps_open_txg;
+	uint64_t ps_syncs; /* txgs written since open */
+	unsigned ps_ntops;
+	struct pool_status_vdev ps_tops[POOL_MAX_TOPS];
+	bool ps_has_log;
+	struct pool_status_vdev ps_log;
+	struct arc_stats ps_arc;
+	double ps_arc_hit_rate; /* hits / (hits + misses), 0 before any lookup */
+	struct ilog_stats ps_log_stats;
+	uint64_t ps_total_bytes, ps_free_bytes, ps_avail_bytes;
+	uint64_t ps_dirty_bytes;
+	uint64_t ps_datasets;
+	uint64_t ps_free_errors; /* frees the allocator refused (a sign of a damaged tree) */
+};
+/* Fills *st (a large struct: allocate it). */
+void pool_status(struct pool *p, struct pool_status *st);
+/* Prints the status in the style of `zpool status`. Returns 0 or -errno of the stream. */
+SH_MUST_CHECK int pool_status_print(struct pool *p, FILE *out);
+
+/* One line per problem (and a few informational lines) found by pool_check. */
+typedef void (*pool_report_fn)(void *arg, const char *line);
+
+/* Checks the whole pool: the metadata tree and every dataset's tree (btree_check), every copy of
+ * every block they and the owners' entries name, read from disk and verified against its checksum
+ * (a bad copy with a good one elsewhere is rewritten and reported as repaired, not as a problem),
+ * and the allocator against the set of live blocks (leaks, double references, references to free
+ * space). Datasets without an owner are checked as trees only, and leaks are then not counted
+ * (their data blocks cannot be named). Holds the pool lock throughout and reads synchronously:
+ * other users of the pool wait. Returns the number of problems (0: the pool is sound) or a
+ * negative errno that stopped the check. report may be NULL. */
+SH_MUST_CHECK int64_t pool_check(struct pool *p, pool_report_fn report, void *arg);
+
+/* ---------------------------------------------------------------------------------------------
+ * Pool properties: short text values kept in the metadata tree, durable with the next txg. */
+
+/* name: [a-z0-9_.-]{1,64}; value: up to 255 bytes of text, NULL to remove. Returns 0, -EINVAL,
+ * -ENOENT (removing an absent one), -EIO (suspended), -ENOMEM. */
+SH_MUST_CHECK int pool_prop_set(struct pool *p, const char *name, const char *value);
+/* Copies the value (NUL-terminated) into buf. Returns 0, -ENOENT, -EOVERFLOW (buf too small). */
+SH_MUST_CHECK int pool_prop_get(struct pool *p, const char *name, char *buf, size_t cap);
+
+/* The pool's name and guid. */
+const char *pool_name(const struct pool *p);
+uint64_t pool_guid(const struct pool *p);
+
+#endif

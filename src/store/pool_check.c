@@ -1,0 +1,768 @@
+/* pool_check.c: walking every block of the pool's trees (pool_check, pool_ds_destroy), the space
+ * figures and the status report.
+ *
+ * A walk (struct pool_walk, set as p_walk under p_lock for its whole duration) gives the trees a
+ * block cache of its own: while it is set, the MOS's and the datasets' bs_get serve blocks only
+ * from the walk's cache, so that every node a walk reaches is read from disk once, through
+ * pool_walk_load, which records it as live and (for a check) reads every copy on every child and
+ * verifies it against the pointer's checksum, rewriting bad copies from a good one. The cache is
+ * bounded (least recently used first out, held entries stay), so a walk of a tree larger than
+ * memory still progresses: a retried scan finds its current path cached.
+ *
+ * Walks hold p_lock and read synchronously (R2 of pool.c): the engine thread never takes p_lock,
+ * so this cannot deadlock, but other users of the pool wait meanwhile. Before a walk starts, it
+ * waits for the writes of a sync in progress (under p_lock no new one can start), so every block
+ * the in-memory trees reference is on disk.
+ *
+ * What pool_check counts as a problem: a tree that fails btree_check; a block with no good copy
+ * (or a bad copy that cannot be rewritten); an entry an owner cannot parse or that names an
+ * impossible block; the allocator's disagreements (double references, references to free space,
+ * bad references, internal errors, and leaks unless a dataset had no owner to name its data
+ * blocks); frees the allocator refused since import. Repaired copies are reported, not counted. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store/pool_impl.h"
+
+#define POOL_WALK_CACHE_BYTES (32ull << 20)
+
+struct pool_walk {
+	struct pool_bpmap w_cache; /* images of the nodes loaded */
+	struct pool_bpmap w_seen;  /* nodes recorded (and verified) already */
+	struct blk_ptr *w_live;    /* every live block found: nodes once, data as reported */
+	size_t w_nlive, w_cap;
+	bool w_verify; /* check: read and verify every copy */
+	pool_report_fn w_report;
+	void *w_arg;
+	int64_t w_problems;
+	uint64_t w_repaired;
+	uint64_t w_blocks;
+	uint8_t *w_good; /* BLK_MAX_BLOCK_BYTES, sector-aligned */
+	uint8_t *w_copy;
+};
+
+static void pool_walk_say(struct pool_walk *w, const char *fmt, ...) SH_PRINTF(2, 3);
+static void pool_walk_say(struct pool_walk *w, const char *fmt, ...)
+{
+	if (!w->w_report)
+		return;
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	w->w_report(w->w_arg, line);
+}
+
+static int pool_walk_init(struct pool_walk *w, bool verify, pool_report_fn report, void *arg)
+{
+	memset(w, 0, sizeof(*w));
+	pool_bpmap_init(&w->w_cache);
+	pool_bpmap_init(&w->w_seen);
+	w->w_verify = verify;
+	w->w_report = report;
+	w->w_arg = arg;
+	if (verify) {
+		w->w_good = blk_buf_alloc(BLK_MAX_BLOCK_BYTES);
+		w->w_copy = blk_buf_alloc(BLK_MAX_BLOCK_BYTES);
+		if (!w->w_good || !w->w_copy)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void pool_walk_fini(struct pool_walk *w)
+{
+	pool_bpmap_fini(&w->w_cache);
+	pool_bpmap_fini(&w->w_seen);
+	mem_free(w->w_live);
+	mem_free(w->w_good);
+	mem_free(w->w_copy);
+}
+
+static int pool_walk_live_add(struct pool_walk *w, const struct blk_ptr *bp)
+{
+	if (w->w_nlive == w->w_cap) {
+		size_t cap = w->w_cap ? w->w_cap * 2 : 256;
+		struct blk_ptr *n = mem_realloc(w->w_live, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		w->w_live = n;
+		w->w_cap = cap;
+	}
+	w->w_live[w->w_nlive++] = *bp;
+	return 0;
+}
+
+/* Reads every copy of bp and checks it; rewrites bad copies from a good one. Returns 0 when a
+ * good copy exists, -EIO when none does (a problem, reported). */
+static int pool_walk_verify(struct pool *p, struct pool_walk *w, const struct blk_ptr *bp)
+{
+	struct blk_vdev *vdev = pool_bp_vdev(p, bp);
+	unsigned n = blk_vdev_children(vdev);
+	int good = -1;
+	bool bad[BLK_MIRROR_MAX] = {false};
+	w->w_blocks++;
+	for (unsigned c = 0; c < n; c++) {
+		struct blk_dev *dev = blk_vdev_child(vdev, c);
+		int rc = blk_read_sync(p->p_engine, dev, bp->bp_offset, w->w_copy, bp->bp_asize);
+		bool ok = false;
+		if (rc == 0) {
+			uint8_t ck[16];
+			blk_checksum(w->w_copy, bp->bp_psize, ck);
+			ok = memcmp(ck, bp->bp_cksum, 16) == 0;
+		}
+		if (ok && good < 0) {
+			good = (int)c;
+			memcpy(w->w_good, w->w_copy, bp->bp_asize);
+		}
+		bad[c] = !ok;
+	}
+	if (good < 0) {
+		w->w_problems++;
+		pool_walk_say(w,
+		              "block vdev %u offset %" PRIu64 " birth %" PRIu64
+		              " type %u: no good copy (%u cop%s)",
+		              bp->bp_vdev, bp->bp_offset, bp->bp_birth_txg, bp->bp_type, n,
+		              n == 1 ? "y" : "ies");
+		return -EIO;
+	}
+	for (unsigned c = 0; c < n; c++) {
+		if (!bad[c])
+			continue;
+		struct blk_dev *dev = blk_vdev_child(vdev, c);
+		int rc = blk_write_sync(p->p_engine, dev, bp->bp_offset, w->w_good, bp->bp_asize);
+		if (rc == 0)
+			rc = blk_flush_sync(p->p_engine, dev);
+		if (rc == 0) {
+			w->w_repaired++;
+			pool_walk_say(w,
+			              "repaired: block vdev %u offset %" PRIu64 " on leaf %u (%s)",
+			              bp->bp_vdev, bp->bp_offset, c, blk_dev_path(dev));
+		} else {
+			w->w_problems++;
+			pool_walk_say(w,
+			              "block vdev %u offset %" PRIu64
+			              ": leaf %u (%s) has a bad copy and cannot be rewritten: %s",
+			              bp->bp_vdev, bp->bp_offset, c, blk_dev_path(dev),
+			              sh_strerror(rc));
+		}
+	}
+	return 0;
+}
+
+int pool_walk_get(struct pool *p, const struct blk_ptr *bp, const void **image_out, void **hold_out)
+{
+	struct pool_bpent *e = pool_bpmap_find(&p->p_walk->w_cache, bp);
+	if (!e || !e->be_img || e->be_bp.bp_lsize != bp->bp_lsize)
+		return -SH_ENEEDBLOCK;
+	e->be_holds++;
+	*image_out = e->be_img;
+	*hold_out = e;
+	return 0;
+}
+
+void pool_walk_release(struct pool *p, void *hold)
+{
+	(void)p;
+	struct pool_bpent *e = hold;
+	VERIFY(e->be_holds > 0);
+	e->be_holds--;
+}
+
+/* btree_load_fn and the scans' loader: bp into the walk's cache, recorded once as live. */
+static int pool_walk_load(void *arg, const struct blk_ptr *bp)
+{
+	struct pool *p = arg;
+	struct pool_walk *w = p->p_walk;
+	if (!pool_bp_valid(p, bp))
+		return -EIO;
+	if (!pool_bpmap_find(&w->w_seen, bp)) {
+		if (!pool_bpmap_add(&w->w_seen, bp, NULL) || pool_walk_live_add(w, bp) != 0)
+			return -ENOMEM;
+		if (w->w_verify) {
+			int rc = pool_walk_verify(p, w, bp);
+			if (rc != 0)
+				return rc;
+		}
+	}
+	if (pool_bpmap_find(&w->w_cache, bp))
+		return 0;
+	struct pool_bpent *e = pool_bpent_new(&w->w_cache, bp, bp->bp_lsize);
+	if (!e)
+		return -ENOMEM;
+	int rc = blk_block_read_sync(pool_bp_vdev(p, bp), bp, e->be_img);
+	if (rc != 0) {
+		pool_bpent_free(e);
+		return rc;
+	}
+	pool_bpmap_insert(&w->w_cache, e);
+	pool_bpmap_trim(&w->w_cache, POOL_WALK_CACHE_BYTES);
+	return 0;
+}
+
+/* A data block an owner reported. */
+static int pool_walk_data_bp(void *arg, const struct blk_ptr *bp)
+{
+	struct pool *p = arg;
+	struct pool_walk *w = p->p_walk;
+	if (blk_ptr_is_hole(bp))
+		return 0;
+	if (!pool_bp_valid(p, bp)) {
+		if (!w->w_verify)
+			return -EIO;
+		w->w_problems++;
+		pool_walk_say(
+		    w, "an entry names an impossible block (vdev %u offset %" PRIu64 " size %u)",
+		    bp->bp_vdev, bp->bp_offset, bp->bp_asize);
+		return 0;
+	}
+	if (w->w_verify)
+		(void)pool_walk_verify(p, w,
+		                       bp); /* reported; the block still counts as referenced */
+	return pool_walk_live_add(w, bp);
+}
+
+struct pool_walk_scan {
+	struct pool *ws_pool;
+	struct pool_ds *ws_ds;
+	uint8_t ws_last[POOL_DS_KEY_MAX];
+	uint32_t ws_last_len;
+	bool ws_have_last;
+	int ws_err;
+};
+
+static bool pool_walk_scan_visit(void *arg, const void *key, uint32_t klen, const void *val,
+                                 uint32_t vlen)
+{
+	struct pool_walk_scan *ws = arg;
+	struct pool_walk *w = ws->ws_pool->p_walk;
+	if (klen > sizeof(ws->ws_last)) {
+		ws->ws_err = -EIO;
+		return false;
+	}
+	memcpy(ws->ws_last, key, klen);
+	ws->ws_last_len = klen;
+	ws->ws_have_last = true;
+	int rc = ws->ws_ds->ds_ops->do_visit_blocks(ws->ws_ds->ds_owner, key, klen, val, vlen,
+	                                            pool_walk_data_bp, ws->ws_pool);
+	if (rc == 0)
+		return true;
+	if (rc == -EIO && w->w_verify) {
+		w->w_problems++;
+		pool_walk_say(w, "dataset %s: an entry does not parse", ws->ws_ds->ds_name);
+		return true;
+	}
+	ws->ws_err = rc;
+	return false;
+}
+
+/* Every entry of ds's tree through its owner's visitor, loading what is missing. */
+static int pool_walk_entries(struct pool *p, struct pool_ds *ds)
+{
+	struct pool_walk_scan ws = {.ws_pool = p, .ws_ds = ds};
+	for (;;) {
+		struct blk_ptr missing;
+		int rc =
+		    btree_scan(ds->ds_tree, ws.ws_have_last ? ws.ws_last : NULL, ws.ws_last_len,
+		               ws.ws_have_last, pool_walk_scan_visit, &ws, &missing);
+		if (rc == -SH_ENEEDBLOCK) {
+			rc = pool_walk_load(p, &missing);
+			if (rc == 0)
+				continue;
+		}
+		return rc != 0 ? rc : ws.ws_err;
+	}
+}
+
+/* Under p_lock: waits for the block writes of a sync in progress. */
+static void pool_walk_wait_writes(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	while (p->p_writes_pending > 0)
+		pthread_cond_wait(&p->p_state_cv, &p->p_state_lock);
+	pthread_mutex_unlock(&p->p_state_lock);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Names of every dataset (for check) */
+
+struct pool_names {
+	char (*pn_names)[POOL_DS_NAME_MAX + 1];
+	size_t pn_n, pn_cap;
+	int pn_err;
+};
+
+static bool pool_names_visit(void *arg, const void *key, uint32_t klen, const void *val,
+                             uint32_t vlen)
+{
+	(void)val;
+	(void)vlen;
+	struct pool_names *pn = arg;
+	if (klen < 3 || memcmp(key, "ds/", 3) != 0)
+		return false;
+	if (klen - 3 > POOL_DS_NAME_MAX)
+		return true;
+	if (pn->pn_n == pn->pn_cap) {
+		size_t cap = pn->pn_cap ? pn->pn_cap * 2 : 16;
+		void *n = mem_realloc(pn->pn_names, cap * sizeof(*pn->pn_names));
+		if (!n) {
+			pn->pn_err = -ENOMEM;
+			return false;
+		}
+		pn->pn_names = n;
+		pn->pn_cap = cap;
+	}
+	memcpy(pn->pn_names[pn->pn_n], (const char *)key + 3, klen - 3);
+	pn->pn_names[pn->pn_n][klen - 3] = '\0';
+	pn->pn_n++;
+	return true;
+}
+
+static int pool_space_mark_visit(void *arg, struct space *sp)
+{
+	struct pool_walk *w = arg;
+	for (size_t i = 0; i < w->w_nlive; i++) {
+		int rc = space_check_mark(sp, w->w_live[i].bp_vdev, w->w_live[i].bp_offset,
+		                          w->w_live[i].bp_asize);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * pool_check */
+
+int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
+{
+	struct pool_walk *w = mem_zalloc(sizeof(*w));
+	struct pool_names pn = {0};
+	struct pool_ds **held = NULL;
+	size_t nheld = 0;
+	int64_t result;
+	int rc;
+	if (!w)
+		return -ENOMEM;
+	rc = pool_walk_init(w, true, report, arg);
+	if (rc != 0)
+		goto out;
+	/* 1. Every dataset, held and with its owner where one can be attached. */
+	pool_lock(p);
+	rc = btree_scan(p->p_mos, "ds/", 3, false, pool_names_visit, &pn, NULL);
+	if (rc == 0)
+		rc = pn.pn_err;
+	pool_unlock(p);
+	if (rc != 0)
+		goto out;
+	held = mem_zalloc((pn.pn_n + 1) * sizeof(*held));
+	if (!held) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < pn.pn_n; i++) {
+		struct pool_ds *ds;
+		int r = pool_ds_open(p, pn.pn_names[i], &ds);
+		if (r == -EBUSY)
+			continue; /* being destroyed */
+		if (r != 0) {
+			w->w_problems++;
+			pool_walk_say(w, "dataset %s: cannot be loaded: %s", pn.pn_names[i],
+			              sh_strerror(r));
+			continue;
+		}
+		held[nheld++] = ds;
+		(void)pool_ds_attach_owner(p, ds);
+	}
+	/* 2. The walk, under the lock. */
+	pool_lock(p);
+	pool_walk_wait_writes(p);
+	p->p_walk = w;
+	char why[256];
+	bool leaks_countable = true;
+	rc = btree_check(p->p_mos, pool_walk_load, p, why, sizeof(why));
+	if (rc == -ENOMEM)
+		goto out_locked;
+	if (rc != 0) {
+		w->w_problems++;
+		pool_walk_say(w, "metadata tree: %s", why);
+		leaks_countable = false;
+	}
+	for (size_t i = 0; i < nheld; i++) {
+		struct pool_ds *ds = held[i];
+		rc = btree_check(ds->ds_tree, pool_walk_load, p, why, sizeof(why));
+		if (rc == -ENOMEM)
+			goto out_locked;
+		if (rc != 0) {
+			w->w_problems++;
+			pool_walk_say(w, "dataset %s: tree: %s", ds->ds_name, why);
+			leaks_countable = false;
+			continue;
+		}
+		if (ds->ds_ops && ds->ds_ops->do_visit_blocks) {
+			rc = pool_walk_entries(p, ds);
+			if (rc == -ENOMEM)
+				goto out_locked;
+			if (rc != 0) {
+				w->w_problems++;
+				pool_walk_say(w, "dataset %s: walking its entries: %s", ds->ds_name,
+				              sh_strerror(rc));
+				leaks_countable = false;
+			}
+		} else if (btree_is_dirty(ds->ds_tree) || !blk_ptr_is_hole(&ds->ds_root)) {
+			pool_walk_say(
+			    w,
+			    "dataset %s: no owner: checked as a tree only (its data blocks are not "
+			    "counted, nor are leaks)",
+			    ds->ds_name);
+			leaks_countable = false;
+		}
+	}
+	/* The allocator's own blocks: verified here; space_check marks them itself. */
+	for (size_t b = 0; b < p->p_space_blocks.bm_nbuckets; b++) {
+		for (struct pool_bpent *e = p->p_space_blocks.bm_buckets[b]; e; e = e->be_next) {
+			if (pool_bp_valid(p, &e->be_bp))
+				(void)pool_walk_verify(p, w, &e->be_bp); /* a bad one is reported */
+		}
+	}
+	struct space_check_report sr;
+	rc = space_check(p->p_space, pool_space_mark_visit, w, &sr);
+	if (rc != 0)
+		goto out_locked;
+	int64_t space_problems =
+	    (int64_t)(sr.cr_double_refs + sr.cr_unalloc_refs + sr.cr_bad_refs +
+	              sr.cr_internal_errors + (leaks_countable ? sr.cr_leaked_extents : 0));
+	if (sr.cr_double_refs || sr.cr_unalloc_refs || sr.cr_bad_refs || sr.cr_internal_errors ||
+	    (leaks_countable && sr.cr_leaked_extents))
+		pool_walk_say(w,
+		              "space: %" PRIu64 " leaked extents (%" PRIu64 " bytes), %" PRIu64
+		              " double references, %" PRIu64 " references to free space, %" PRIu64
+		              " bad references, %" PRIu64 " internal errors; first: %s",
+		              sr.cr_leaked_extents, sr.cr_leaked_bytes, sr.cr_double_refs,
+		              sr.cr_unalloc_refs, sr.cr_bad_refs, sr.cr_internal_errors,
+		              sr.cr_first);
+	w->w_problems += space_problems;
+	if (p->p_free_errors > 0) {
+		pool_walk_say(w, "%" PRIu64 " frees were refused by the allocator since import",
+		              p->p_free_errors);
+		w->w_problems++;
+	}
+	pool_walk_say(w,
+	              "checked %" PRIu64 " blocks (%zu live), repaired %" PRIu64 " copies, %" PRId64
+	              " problems",
+	              w->w_blocks, w->w_nlive, w->w_repaired, w->w_problems);
+	rc = 0;
+out_locked:
+	p->p_walk = NULL;
+	for (size_t i = 0; i < nheld; i++)
+		pool_ds_rele_locked(held[i]);
+	pool_unlock(p);
+out:
+	result = rc != 0 ? rc : w->w_problems;
+	mem_free(held);
+	mem_free(pn.pn_names);
+	pool_walk_fini(w);
+	mem_free(w);
+	return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * pool_ds_destroy */
+
+int pool_ds_destroy(struct pool *p, const char *name)
+{
+	if (!pool_name_valid(name, POOL_DS_NAME_MAX))
+		return -EINVAL;
+	struct pool_ds *ds;
+	int rc = pool_ds_open(p, name, &ds);
+	if (rc != 0)
+		return rc;
+	pool_lock(p);
+	if (ds->ds_refs > 1 || ds->ds_destroying) {
+		pool_ds_rele_locked(ds);
+		pool_unlock(p);
+		return -EBUSY;
+	}
+	ds->ds_destroying = true;
+	pool_unlock(p);
+	bool owner = pool_ds_attach_owner(p, ds) == 0 && ds->ds_ops->do_visit_blocks;
+	/* Its owner's dirty data into the tree, so the walk sees every block. */
+	rc = pool_txg_wait_synced(p, 0);
+	struct pool_walk *w = mem_zalloc(sizeof(*w));
+	if (!w && rc == 0)
+		rc = -ENOMEM;
+	if (rc == 0)
+		rc = pool_walk_init(w, false, NULL, NULL);
+	pool_lock(p);
+	if (rc == 0) {
+		pool_walk_wait_writes(p);
+		if (!owner && (btree_is_dirty(ds->ds_tree) || !blk_ptr_is_hole(&ds->ds_root)))
+			rc = -ENOTSUP;
+	}
+	if (rc == 0) {
+		p->p_walk = w;
+		char why[256];
+		rc = btree_check(ds->ds_tree, pool_walk_load, p, why, sizeof(why));
+		if (rc != 0 && rc != -ENOMEM)
+			log_error("pool %s: destroying dataset %s: its tree: %s", p->p_name, name,
+			          why);
+		if (rc == 0 && owner)
+			rc = pool_walk_entries(p, ds);
+		p->p_walk = NULL;
+	}
+	if (rc == 0) {
+		char key[POOL_MOS_KEY_MAX];
+		int klen = snprintf(key, sizeof(key), "ds/%s", name);
+		rc = btree_delete(p->p_mos, key, (uint32_t)klen, NULL);
+		if (rc == 0) {
+			size_t refused = 0; /* logged and counted in p_free_errors */
+			for (size_t i = 0; i < w->w_nlive; i++)
+				refused += pool_ds_free(ds, &w->w_live[i]) != 0;
+			log_info("pool %s: dataset %s destroyed (%zu blocks freed, %zu refused)",
+			         p->p_name, name, w->w_nlive - refused, refused);
+		}
+	}
+	pool_ds_rele_locked(ds);
+	if (rc != 0)
+		ds->ds_destroying = false;
+	else
+		pool_ds_unload_locked(p, ds); /* its owner is detached, its tree closed unsynced */
+	pool_unlock(p);
+	if (w) {
+		pool_walk_fini(w);
+		mem_free(w);
+	}
+	if (rc == 0)
+		rc = pool_txg_wait_synced(p, 0);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Space and status */
+
+static void pool_space_locked(struct pool *p, uint64_t *total, uint64_t *free_now,
+                              uint64_t *freeing, uint64_t *reserve)
+{
+	struct space_stats st;
+	if (space_stats(p->p_space, SPACE_VDEV_ANY, &st) != 0)
+		memset(&st, 0, sizeof(st));
+	*total = st.st_total_bytes;
+	*free_now = st.st_free_bytes;
+	*freeing = st.st_freeing_bytes;
+	*reserve = st.st_reserve_bytes;
+}
+
+void pool_space(struct pool *p, uint64_t *total_out, uint64_t *free_out, uint64_t *avail_out)
+{
+	uint64_t total, free_now, freeing, reserve;
+	pool_lock(p);
+	pool_space_locked(p, &total, &free_now, &freeing, &reserve);
+	pool_unlock(p);
+	uint64_t free_all = free_now + freeing;
+	if (total_out)
+		*total_out = total;
+	if (free_out)
+		*free_out = free_all;
+	if (avail_out)
+		*avail_out = free_all > reserve ? free_all - reserve : 0;
+}
+
+bool pool_space_would_fit(struct pool *p, uint64_t bytes)
+{
+	uint64_t total, free_now, freeing, reserve;
+	pool_space_locked(p, &total, &free_now, &freeing, &reserve);
+	/* Only what is allocatable now counts (space being freed returns a txg later), and the
+	 * dirty bytes (memory of dirty nodes and owners' buffers: more than they will take on disk)
+	 * are spoken for already. */
+	uint64_t need = bytes + pool_dirty_bytes(p) + reserve;
+	return need >= bytes && need <= free_now;
+}
+
+static void pool_status_vdev(const struct pool_top *t, bool log, struct pool_status_vdev *sv)
+{
+	memset(sv, 0, sizeof(*sv));
+	sv->sv_guid = t->pt_guid;
+	sv->sv_mirror = t->pt_mirror;
+	sv->sv_log = log;
+	sv->sv_data_bytes = t->pt_data_bytes;
+	sv->sv_nchildren = t->pt_nchildren;
+	for (unsigned j = 0; j < t->pt_nchildren; j++) {
+		struct pool_status_leaf *sl = &sv->sv_children[j];
+		sl->sl_path = t->pt_leaves[j].pl_path;
+		sl->sl_guid = t->pt_leaves[j].pl_guid;
+		sl->sl_present = t->pt_leaves[j].pl_dev != NULL;
+		for (unsigned c = 0; sl->sl_present && c < blk_vdev_children(t->pt_vdev); c++) {
+			if (blk_vdev_child(t->pt_vdev, c) == t->pt_leaves[j].pl_dev)
+				blk_vdev_stats(t->pt_vdev, c, &sl->sl_stats);
+		}
+	}
+}
+
+static bool pool_count_visit(void *arg, const void *key, uint32_t klen, const void *val,
+                             uint32_t vlen)
+{
+	(void)val;
+	(void)vlen;
+	if (klen < 3 || memcmp(key, "ds/", 3) != 0)
+		return false;
+	(*(uint64_t *)arg)++;
+	return true;
+}
+
+void pool_status(struct pool *p, struct pool_status *st)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(st->ps_name, sizeof(st->ps_name), "%s", p->p_name);
+	st->ps_guid = p->p_guid;
+	st->ps_state = pool_is_suspended(p) ? POOL_STATE_SUSPENDED
+	               : p->p_degraded      ? POOL_STATE_DEGRADED
+	                                    : POOL_STATE_ONLINE;
+	st->ps_ntops = p->p_ntops;
+	for (unsigned i = 0; i < p->p_ntops; i++)
+		pool_status_vdev(&p->p_tops[i], false, &st->ps_tops[i]);
+	st->ps_has_log = p->p_has_log;
+	if (p->p_has_log)
+		pool_status_vdev(&p->p_logtop, true, &st->ps_log);
+	arc_stats(p->p_arc, &st->ps_arc);
+	uint64_t lookups = st->ps_arc.as_hits + st->ps_arc.as_misses;
+	st->ps_arc_hit_rate = lookups ? (double)st->ps_arc.as_hits / (double)lookups : 0.0;
+	ilog_stats(p->p_log, &st->ps_log_stats);
+	uint64_t total, free_now, freeing, reserve;
+	pool_lock(p);
+	pool_space_locked(p, &total, &free_now, &freeing, &reserve);
+	st->ps_open_txg = p->p_open_txg;
+	st->ps_dirty_bytes = pool_dirty_bytes(p);
+	st->ps_free_errors = p->p_free_errors;
+	if (btree_scan(p->p_mos, "ds/", 3, false, pool_count_visit, &st->ps_datasets, NULL) != 0)
+		st->ps_datasets = 0; /* the MOS is pinned (R9): only a damaged tree fails here */
+	pool_unlock(p);
+	st->ps_total_bytes = total;
+	st->ps_free_bytes = free_now + freeing;
+	st->ps_avail_bytes = st->ps_free_bytes > reserve ? st->ps_free_bytes - reserve : 0;
+	pthread_mutex_lock(&p->p_state_lock);
+	st->ps_synced_txg = p->p_synced_txg;
+	st->ps_syncs = p->p_syncs;
+	pthread_mutex_unlock(&p->p_state_lock);
+}
+
+static void pool_fmt_bytes(char *buf, size_t cap, uint64_t b)
+{
+	static const char units[] = "BKMGTPE";
+	double v = (double)b;
+	unsigned u = 0;
+	while (v >= 1024.0 && u + 1 < sizeof(units) - 1) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%" PRIu64 "B", b);
+	else
+		snprintf(buf, cap, "%.1f%c", v, units[u]);
+}
+
+static const char *pool_state_name(enum pool_state s)
+{
+	switch (s) {
+	case POOL_STATE_ONLINE: return "ONLINE";
+	case POOL_STATE_DEGRADED: return "DEGRADED";
+	default: return "SUSPENDED";
+	}
+}
+
+static void pool_print_vdev(FILE *out, const struct pool_status_vdev *sv, unsigned index,
+                            enum pool_state pool_st)
+{
+	unsigned present = 0;
+	for (unsigned j = 0; j < sv->sv_nchildren; j++)
+		present += sv->sv_children[j].sl_present;
+	const char *vst = pool_st == POOL_STATE_SUSPENDED ? "SUSPENDED"
+	                  : present < sv->sv_nchildren    ? "DEGRADED"
+	                                                  : "ONLINE";
+	unsigned indent = 2;
+	if (sv->sv_mirror) {
+		char name[32];
+		snprintf(name, sizeof(name), "mirror-%u", index);
+		fprintf(out, "\t  %-28s %-9s\n", name, vst);
+		indent = 4;
+	}
+	for (unsigned j = 0; j < sv->sv_nchildren; j++) {
+		const struct pool_status_leaf *sl = &sv->sv_children[j];
+		char name[64];
+		if (sl->sl_path[0])
+			snprintf(name, sizeof(name), "%s", sl->sl_path);
+		else
+			snprintf(name, sizeof(name), "mem-%016" PRIx64, sl->sl_guid);
+		if (!sl->sl_present) {
+			fprintf(out, "\t%*s%-*s %-9s %5s %5s %5s %8s\n", (int)indent, "",
+			        30 - (int)indent, name, "MISSING", "-", "-", "-", "-");
+			continue;
+		}
+		fprintf(out, "\t%*s%-*s %-9s %5" PRIu64 " %5" PRIu64 " %5" PRIu64 " %8" PRIu64 "\n",
+		        (int)indent, "", 30 - (int)indent, name,
+		        pool_st == POOL_STATE_SUSPENDED ? "SUSPENDED" : "ONLINE",
+		        sl->sl_stats.vs_io_errors, sl->sl_stats.vs_checksum_errors,
+		        sl->sl_stats.vs_repairs, sl->sl_stats.vs_reads + sl->sl_stats.vs_writes);
+	}
+}
+
+int pool_status_print(struct pool *p, FILE *out)
+{
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	pool_status(p, st);
+	char total[16], free_b[16], avail[16], dirty[16], arc_size[16], arc_max[16];
+	pool_fmt_bytes(total, sizeof(total), st->ps_total_bytes);
+	pool_fmt_bytes(free_b, sizeof(free_b), st->ps_free_bytes);
+	pool_fmt_bytes(avail, sizeof(avail), st->ps_avail_bytes);
+	pool_fmt_bytes(dirty, sizeof(dirty), st->ps_dirty_bytes);
+	pool_fmt_bytes(arc_size, sizeof(arc_size), st->ps_arc.as_size_bytes);
+	pool_fmt_bytes(arc_max, sizeof(arc_max), st->ps_arc.as_max_bytes);
+	fprintf(out, "  pool: %s\n", st->ps_name);
+	fprintf(out, "    id: %" PRIu64 "\n", st->ps_guid);
+	fprintf(out, " state: %s\n", pool_state_name(st->ps_state));
+	if (st->ps_state == POOL_STATE_DEGRADED)
+		fprintf(out, "status: One or more devices are missing. The pool continues without "
+		             "redundancy there.\n");
+	else if (st->ps_state == POOL_STATE_SUSPENDED)
+		fprintf(out, "status: A transaction group could not be written. Changes are "
+		             "refused; export and "
+		             "import the pool once the devices work.\n");
+	fprintf(out,
+	        "   txg: %" PRIu64 " durable, %" PRIu64 " open, %" PRIu64 " written since import\n",
+	        st->ps_synced_txg, st->ps_open_txg, st->ps_syncs);
+	fprintf(out, "config:\n\n");
+	fprintf(out, "\t%-30s %-9s %5s %5s %5s %8s\n", "NAME", "STATE", "IOERR", "CKSUM", "REPAIR",
+	        "IOS");
+	fprintf(out, "\t%-30s %-9s\n", st->ps_name, pool_state_name(st->ps_state));
+	for (unsigned i = 0; i < st->ps_ntops; i++)
+		pool_print_vdev(out, &st->ps_tops[i], i, st->ps_state);
+	if (st->ps_has_log) {
+		fprintf(out, "\tlogs\n");
+		pool_print_vdev(out, &st->ps_log, 0, st->ps_state);
+	}
+	fprintf(out, "\n");
+	fprintf(out, " space: %s total, %s free, %s available, %s dirty\n", total, free_b, avail,
+	        dirty);
+	fprintf(out,
+	        "   arc: %s of %s, %" PRIu64 " hits, %" PRIu64 " misses (hit rate %.1f%%), %" PRIu64
+	        " evictions\n",
+	        arc_size, arc_max, st->ps_arc.as_hits, st->ps_arc.as_misses,
+	        100.0 * st->ps_arc_hit_rate, st->ps_arc.as_evictions);
+	fprintf(out,
+	        "   log: %" PRIu64 " records, %" PRIu64 " flushes, %.1f records per flush, %" PRIu64
+	        " full\n",
+	        st->ps_log_stats.is_records, st->ps_log_stats.is_flushes,
+	        st->ps_log_stats.is_records_per_flush, st->ps_log_stats.is_full);
+	fprintf(out, "datasets: %" PRIu64 "\n", st->ps_datasets);
+	if (st->ps_free_errors)
+		fprintf(out, "errors: %" PRIu64 " refused frees: run a check\n",
+		        st->ps_free_errors);
+	else
+		fprintf(out, "errors: No known data errors\n");
+	mem_free(st);
+	return ferror(out) ? -EIO : 0;
+}

@@ -1,0 +1,411 @@
+/* pool_txg.c: transaction groups: the sync thread and its four phases (pool.c's theory), the
+ * triggers, waiting for a txg, and the throttle.
+ *
+ * The sync thread sleeps on p_state_cv until a sync is requested (p_sync_requested above the
+ * durable txg), the txg interval has passed, the log has freed space for waiting records, or the
+ * pool stops. It is the only thread that writes txgs once the pool is open (pool_create writes
+ * txg 1 itself before starting it), so syncs never overlap. */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#include "store/pool_impl.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Dirty state */
+
+static uint64_t pool_owner_dirty(const struct pool_ds *ds)
+{
+	return ds->ds_ops && ds->ds_ops->do_dirty_bytes ? ds->ds_ops->do_dirty_bytes(ds->ds_owner)
+	                                                : 0;
+}
+
+uint64_t pool_dirty_bytes(struct pool *p)
+{
+	uint64_t sum = btree_dirty_bytes(p->p_mos);
+	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next)
+		sum += btree_dirty_bytes(ds->ds_tree) + pool_owner_dirty(ds);
+	return sum;
+}
+
+/* Under p_lock: nothing for a txg to write. */
+static bool pool_clean(struct pool *p)
+{
+	if (btree_is_dirty(p->p_mos) || space_is_dirty(p->p_space) ||
+	    p->p_log_next_lsn != p->p_log_lsn_at_sync)
+		return false;
+	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
+		if (ds->ds_record_dirty || btree_is_dirty(ds->ds_tree) || pool_owner_dirty(ds) > 0)
+			return false;
+	}
+	return true;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Requests and waiting */
+
+void pool_sync_request_locked(struct pool *p, uint64_t txg)
+{
+	if (txg > p->p_sync_requested) {
+		p->p_sync_requested = txg;
+		pthread_cond_broadcast(&p->p_state_cv);
+	}
+}
+
+void pool_txg_request_sync(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_lock);
+	uint64_t txg = p->p_open_txg;
+	pthread_mutex_lock(&p->p_state_lock);
+	pool_sync_request_locked(p, txg);
+	pthread_mutex_unlock(&p->p_state_lock);
+	pthread_mutex_unlock(&p->p_lock);
+}
+
+uint64_t pool_synced_txg(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	uint64_t t = p->p_synced_txg;
+	pthread_mutex_unlock(&p->p_state_lock);
+	return t;
+}
+
+int pool_txg_wait_synced(struct pool *p, uint64_t txg)
+{
+	if (txg == 0) {
+		pthread_mutex_lock(&p->p_lock);
+		txg = p->p_open_txg;
+		pthread_mutex_unlock(&p->p_lock);
+	}
+	int rc = 0;
+	pthread_mutex_lock(&p->p_state_lock);
+	pool_sync_request_locked(p, txg);
+	while (p->p_synced_txg < txg) {
+		if (atomic_load(&p->p_suspended)) {
+			rc = -EIO;
+			break;
+		}
+		if (p->p_stopping || p->p_closing) {
+			rc = -ECANCELED;
+			break;
+		}
+		pthread_cond_wait(&p->p_state_cv, &p->p_state_lock);
+	}
+	pthread_mutex_unlock(&p->p_state_lock);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Throttling */
+
+int pool_tx_throttle(struct pool *p, struct pool_waiter *w)
+{
+	if (atomic_load(&p->p_suspended))
+		return -EIO;
+	uint64_t dirty = pool_dirty_bytes(p);
+	uint64_t limit = p->p_opts.po_dirty_max_bytes;
+	if (dirty <= limit)
+		return 0;
+	pthread_mutex_lock(&p->p_state_lock);
+	pool_sync_request_locked(p, p->p_open_txg);
+	bool throttle = dirty > 2 * limit && w;
+	if (throttle) {
+		w->pw_next = p->p_throttled;
+		p->p_throttled = w;
+	}
+	pthread_mutex_unlock(&p->p_state_lock);
+	return throttle ? POOL_THROTTLED : 0;
+}
+
+/* Calls back every waiter of the list w (queued newest first) with status. */
+static void pool_waiters_call(struct pool_waiter *w, int status)
+{
+	/* queued newest first: call them oldest first */
+	struct pool_waiter *rev = NULL;
+	while (w) {
+		struct pool_waiter *next = w->pw_next;
+		w->pw_next = rev;
+		rev = w;
+		w = next;
+	}
+	while (rev) {
+		struct pool_waiter *next = rev->pw_next;
+		rev->pw_done(rev, status);
+		rev = next;
+	}
+}
+
+/* Takes the throttled callers queued so far (a sync takes them when it starts: they are called
+ * back once it is durable; callers queued later wait for the next one). */
+static struct pool_waiter *pool_take_throttled(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	struct pool_waiter *w = p->p_throttled;
+	p->p_throttled = NULL;
+	pthread_mutex_unlock(&p->p_state_lock);
+	return w;
+}
+
+void pool_wake_throttled(struct pool *p, int status)
+{
+	pool_waiters_call(pool_take_throttled(p), status);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * One sync */
+
+/* Phase 1, under p_lock with p_in_sync set: everything of txg into blocks, and the uberblock. */
+static int pool_sync_build(struct pool *p, uint64_t txg, struct blk_uberblock *ub,
+                           struct ilog_position *pos)
+{
+	int rc;
+	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
+		p->p_sync_ds = ds;
+		if (ds->ds_ops && ds->ds_ops->do_sync) {
+			rc = ds->ds_ops->do_sync(ds->ds_owner, txg);
+			if (rc != 0) {
+				log_warn("pool %s: dataset %s: writing its changes for txg %" PRIu64
+				         ": %s",
+				         p->p_name, ds->ds_name, txg, sh_strerror(rc));
+				goto out;
+			}
+		}
+		if (btree_is_dirty(ds->ds_tree)) {
+			struct blk_ptr root;
+			rc = btree_sync(ds->ds_tree, &root);
+			if (rc != 0) {
+				log_warn("pool %s: dataset %s: writing its tree for txg %" PRIu64
+				         ": %s",
+				         p->p_name, ds->ds_name, txg, sh_strerror(rc));
+				goto out;
+			}
+			if (memcmp(&root, &ds->ds_root, sizeof(root)) != 0) {
+				ds->ds_root = root;
+				ds->ds_record_dirty = true;
+			}
+		}
+	}
+	p->p_sync_ds = NULL;
+	rc = pool_ds_sync_records(p);
+	if (rc != 0)
+		goto out;
+	struct blk_ptr mos_root, space_root;
+	rc = btree_sync(p->p_mos, &mos_root);
+	if (rc != 0) {
+		log_warn("pool %s: writing the metadata tree for txg %" PRIu64 ": %s", p->p_name,
+		         txg, sh_strerror(rc));
+		goto out;
+	}
+	struct space_store st = pool_space_store_ops;
+	st.ss_ctx = p;
+	rc = space_sync(p->p_space, txg, &st, &space_root);
+	if (rc != 0) {
+		log_warn("pool %s: writing the allocator's state for txg %" PRIu64 ": %s",
+		         p->p_name, txg, sh_strerror(rc));
+		goto out;
+	}
+	ilog_checkpoint_position(p->p_log, txg, pos);
+	memset(ub, 0, sizeof(*ub));
+	ub->ub_txg = txg;
+	ub->ub_pool_guid = p->p_guid;
+	ub->ub_timestamp_ns = clock_realtime_ns();
+	ub->ub_nroots = 2;
+	ub->ub_roots[0] = mos_root;
+	ub->ub_roots[1] = space_root;
+	pool_ub_payload_encode(p, pos, ub->ub_timestamp_ns, ub->ub_payload);
+out:
+	p->p_sync_ds = NULL;
+	return rc;
+}
+
+static int pool_flush_vdev(struct blk_vdev *vdev)
+{
+	struct blk_vdev_io vio = {.vi_op = BLK_IO_FLUSH, .vi_vdev = vdev};
+	return blk_vdev_io_sync(&vio);
+}
+
+/* Phase 2's flush of every top-level vdev, each retried once. */
+static int pool_flush_tops(struct pool *p)
+{
+	for (unsigned i = 0; i < p->p_ntops; i++) {
+		int rc = pool_flush_vdev(p->p_tops[i].pt_vdev);
+		if (rc != 0) {
+			log_warn("pool %s: flushing vdev %u: %s; retrying", p->p_name, i,
+			         sh_strerror(rc));
+			rc = pool_flush_vdev(p->p_tops[i].pt_vdev);
+		}
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* True when some leaf holds the uberblock of txg. */
+static bool pool_ub_on_disk(struct pool *p, uint64_t txg)
+{
+	struct blk_uberblock *ub = mem_alloc(sizeof(*ub));
+	if (!ub)
+		return false;
+	bool found = false;
+	for (unsigned v = 0; v < p->p_nvdevs && !found; v++) {
+		for (unsigned c = 0; c < blk_vdev_children(p->p_vdevs[v]) && !found; c++) {
+			struct blk_dev *dev = blk_vdev_child(p->p_vdevs[v], c);
+			found = blk_uberblock_find_best(p->p_engine, dev, p->p_guid, ub) == 0 &&
+			        ub->ub_txg == txg;
+		}
+	}
+	mem_free(ub);
+	return found;
+}
+
+/* Phase 3: the commit point. */
+static int pool_ub_commit(struct pool *p, const struct blk_uberblock *ub)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		int rc = blk_uberblock_write(p->p_engine, p->p_vdevs, p->p_nvdevs, ub);
+		if (rc == 0)
+			return 0;
+		/* durable if any copy is (import picks the best valid one) */
+		if (pool_ub_on_disk(p, ub->ub_txg)) {
+			log_warn("pool %s: the uberblock of txg %" PRIu64 " missed some leaves: %s",
+			         p->p_name, ub->ub_txg, sh_strerror(rc));
+			return 0;
+		}
+		log_warn("pool %s: writing the uberblock of txg %" PRIu64 ": %s%s", p->p_name,
+		         ub->ub_txg, sh_strerror(rc), attempt == 0 ? "; retrying" : "");
+		if (attempt == 1)
+			return rc;
+	}
+	return -EIO;
+}
+
+int pool_sync_once(struct pool *p, bool forced)
+{
+	if (atomic_load(&p->p_suspended))
+		return -EIO;
+	struct blk_uberblock *ub = mem_alloc(sizeof(*ub));
+	if (!ub)
+		return -ENOMEM;
+	struct ilog_position pos;
+	pthread_mutex_lock(&p->p_lock);
+	if (!forced && pool_clean(p)) {
+		pool_ds_evict_idle(p); /* datasets a check or a replay loaded and left */
+		pthread_mutex_unlock(&p->p_lock);
+		mem_free(ub);
+		return 0;
+	}
+	/* Phase 1 */
+	uint64_t txg = p->p_open_txg++;
+	p->p_syncing_txg = txg;
+	p->p_in_sync = true;
+	struct pool_waiter *throttled = pool_take_throttled(p); /* released when txg is durable */
+	p->p_log_lsn_at_sync = p->p_log_next_lsn;
+	int rc = pool_sync_build(p, txg, ub, &pos);
+	if (rc != 0) {
+		log_warn("pool %s: txg %" PRIu64 ": retrying its serialization", p->p_name, txg);
+		rc = pool_sync_build(p, txg, ub, &pos);
+	}
+	p->p_in_sync = false;
+	pthread_mutex_unlock(&p->p_lock);
+	/* Phase 2: the blocks, then the flush that makes them durable. */
+	int wrc = pool_writes_wait(p);
+	if (rc == 0)
+		rc = wrc;
+	if (rc == 0)
+		rc = pool_flush_tops(p);
+	/* Phase 3 */
+	if (rc == 0)
+		rc = pool_ub_commit(p, ub);
+	mem_free(ub);
+	if (rc != 0) {
+		char why[96];
+		snprintf(why, sizeof(why), "txg %" PRIu64 " could not be written (%s)", txg,
+		         sh_strerror(rc));
+		pool_suspend(p, why);
+		pool_waiters_call(throttled, -EIO);
+		return rc;
+	}
+	/* Phase 4 */
+	pthread_mutex_lock(&p->p_lock);
+	space_txg_durable(p->p_space, txg);
+	pthread_mutex_unlock(&p->p_lock);
+	if (ilog_release(p->p_log, &pos) != 0)
+		log_warn("pool %s: txg %" PRIu64 ": the log refused its checkpoint", p->p_name,
+		         txg);
+	pthread_mutex_lock(&p->p_state_lock);
+	p->p_synced_txg = txg;
+	p->p_syncs++;
+	pthread_cond_broadcast(&p->p_state_cv);
+	pthread_mutex_unlock(&p->p_state_lock);
+	pool_waiters_call(throttled, 0);
+	pthread_mutex_lock(&p->p_lock);
+	pool_ds_evict_idle(p);
+	uint64_t dirty = pool_dirty_bytes(p);
+	if (dirty > p->p_opts.po_dirty_max_bytes) {
+		pthread_mutex_lock(&p->p_state_lock);
+		pool_sync_request_locked(p, p->p_open_txg);
+		pthread_mutex_unlock(&p->p_state_lock);
+	}
+	pthread_mutex_unlock(&p->p_lock);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The thread */
+
+static void *pool_sync_main(void *arg)
+{
+	struct pool *p = arg;
+	uint64_t interval_ns = (uint64_t)p->p_opts.po_txg_interval_ms * 1000000ull;
+	pthread_mutex_lock(&p->p_state_lock);
+	p->p_last_sync_ns = clock_monotonic_ns();
+	while (!p->p_stopping) {
+		if (p->p_log_space_ready) {
+			p->p_log_space_ready = false;
+			pthread_mutex_unlock(&p->p_state_lock);
+			pool_log_drain(p);
+			pthread_mutex_lock(&p->p_state_lock);
+			continue;
+		}
+		bool suspended = atomic_load(&p->p_suspended);
+		bool wanted = p->p_sync_requested > p->p_synced_txg;
+		uint64_t now = clock_monotonic_ns();
+		bool due = now - p->p_last_sync_ns >= interval_ns;
+		if (suspended || (!wanted && !due)) {
+			uint64_t wake =
+			    suspended ? now + 1000000000ull : p->p_last_sync_ns + interval_ns;
+			struct timespec ts = {(time_t)(wake / 1000000000ull),
+			                      (long)(wake % 1000000000ull)};
+			pthread_cond_timedwait(&p->p_state_cv, &p->p_state_lock, &ts);
+			continue;
+		}
+		p->p_last_sync_ns = now;
+		pthread_mutex_unlock(&p->p_state_lock);
+		(void)pool_sync_once(p, wanted);
+		pthread_mutex_lock(&p->p_state_lock);
+	}
+	pthread_mutex_unlock(&p->p_state_lock);
+	return NULL;
+}
+
+int pool_sync_thread_start(struct pool *p)
+{
+	int rc = pthread_create(&p->p_sync_thread, NULL, pool_sync_main, p);
+	if (rc != 0)
+		return -rc;
+	p->p_sync_thread_started = true;
+	return 0;
+}
+
+void pool_sync_thread_stop(struct pool *p)
+{
+	if (!p->p_sync_thread_started)
+		return;
+	pthread_mutex_lock(&p->p_state_lock);
+	p->p_stopping = true;
+	pthread_cond_broadcast(&p->p_state_cv);
+	pthread_mutex_unlock(&p->p_state_lock);
+	VERIFY(pthread_join(p->p_sync_thread, NULL) == 0);
+	p->p_sync_thread_started = false;
+}

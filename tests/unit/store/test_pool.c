@@ -1,0 +1,1168 @@
+/* test_pool.c: unit tests of the pool (src/store/pool*): create, export and import on memory leaves
+ * and on files, datasets, thousands of logged key-value puts over many txgs with a key-value owner
+ * (pool_kv.h), log replay after a close without export, dataset destroy returning its space,
+ * mirror self-healing and check repairs, an unmirrored bad block, a full pool, throttling, a small
+ * cache, degraded and refused imports, suspension, properties and the status report. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pool_kv.h"
+#include "store/pool.h"
+#include "tap.h"
+
+#define MIB (1024ull * 1024ull)
+
+/* ---- helpers ---- */
+
+static uint64_t rng_next(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* The value of key k at version v: its length depends on both (some long enough for a data
+ * block), its bytes on both. */
+static uint32_t val_len(unsigned k, unsigned v)
+{
+	uint64_t s = (uint64_t)k * 1000003u + v;
+	uint64_t r = rng_next(&s);
+	return (r % 8 == 0) ? (uint32_t)(KV_INLINE_MAX + 1 + r % 20000) : (uint32_t)(r % 300);
+}
+
+static void val_fill(uint8_t *buf, unsigned k, unsigned v, uint32_t len)
+{
+	uint64_t s = ((uint64_t)k << 32) ^ v ^ 0x5eed;
+	for (uint32_t i = 0; i < len; i += 8) {
+		uint64_t r = rng_next(&s);
+		memcpy(buf + i, &r, SH_MIN(8u, len - i));
+	}
+}
+
+static uint32_t key_make(char *key, unsigned k)
+{
+	return (uint32_t)snprintf(key, KV_KEY_MAX, "key-%06u", k);
+}
+
+static void report_print(void *arg, const char *line)
+{
+	(void)arg;
+	printf("#   check: %s\n", line);
+}
+
+static int64_t check_pool(struct pool *p)
+{
+	int64_t n = pool_check(p, report_print, NULL);
+	return n;
+}
+
+static struct blk_dev *mem_dev(uint64_t bytes)
+{
+	struct blk_dev *d = NULL;
+	VERIFY(blk_dev_create_mem(bytes, &d) == 0);
+	return d;
+}
+
+static struct pool_open_opts opts_kv(void)
+{
+	struct pool_open_opts o = {0};
+	o.po_attach = kv_attach;
+	o.po_txg_interval_ms = 60000; /* tests sync when they say so */
+	return o;
+}
+
+/* A model of a dataset's contents: key k -> version (0 = absent). */
+struct model {
+	unsigned m_nkeys;
+	unsigned *m_ver;
+};
+
+static void model_init(struct model *m, unsigned nkeys)
+{
+	m->m_nkeys = nkeys;
+	m->m_ver = calloc(nkeys, sizeof(unsigned));
+	VERIFY(m->m_ver != NULL);
+}
+
+static void model_fini(struct model *m)
+{
+	free(m->m_ver);
+}
+
+static int put_kv(struct kv *kv, unsigned k, unsigned v, bool logged, uint64_t *lsn)
+{
+	static uint8_t buf[KV_VAL_MAX];
+	char key[KV_KEY_MAX];
+	uint32_t klen = key_make(key, k);
+	uint32_t len = val_len(k, v);
+	val_fill(buf, k, v, len);
+	uint64_t l = 0;
+	int rc =
+	    kv_exec(kv, KV_OP_PUT, key, klen, buf, len, NULL, 0, NULL, logged ? &l : NULL, NULL);
+	if (lsn)
+		*lsn = l;
+	return rc;
+}
+
+static int del_kv(struct kv *kv, unsigned k, bool logged, uint64_t *lsn)
+{
+	char key[KV_KEY_MAX];
+	uint32_t klen = key_make(key, k);
+	uint64_t l = 0;
+	int rc =
+	    kv_exec(kv, KV_OP_DEL, key, klen, NULL, 0, NULL, 0, NULL, logged ? &l : NULL, NULL);
+	if (lsn)
+		*lsn = l;
+	return rc;
+}
+
+/* 0 when key k holds version v (v 0: absent); else a description of the difference. */
+static int verify_key(struct kv *kv, unsigned k, unsigned v, struct kv_stats *ks)
+{
+	static uint8_t got[KV_VAL_MAX], want[KV_VAL_MAX];
+	char key[KV_KEY_MAX];
+	uint32_t klen = key_make(key, k);
+	uint32_t len = 0;
+	int rc = kv_exec(kv, KV_OP_GET, key, klen, NULL, 0, got, sizeof(got), &len, NULL, ks);
+	if (v == 0)
+		return rc == -ENOENT ? 0 : (rc == 0 ? 1 : rc);
+	if (rc != 0)
+		return rc;
+	uint32_t wlen = val_len(k, v);
+	val_fill(want, k, v, wlen);
+	return len == wlen && memcmp(got, want, len) == 0 ? 0 : 2;
+}
+
+static unsigned verify_model(struct kv *kv, const struct model *m, struct kv_stats *ks)
+{
+	unsigned bad = 0;
+	for (unsigned k = 0; k < m->m_nkeys; k++) {
+		int r = verify_key(kv, k, m->m_ver[k], ks);
+		if (r != 0 && bad++ < 5)
+			printf("#   key %u: want version %u: %d\n", k, m->m_ver[k], r);
+	}
+	return bad;
+}
+
+/* A random workload: puts, overwrites and deletes of nkeys keys, nops operations, a sync every
+ * sync_every operations; every operation logged and committed when logged is set. */
+static unsigned workload(struct kv *kv, struct model *m, unsigned nops, unsigned sync_every,
+                         bool logged, uint64_t seed)
+{
+	unsigned failures = 0;
+	uint64_t last_lsn = 0;
+	for (unsigned i = 0; i < nops; i++) {
+		unsigned k = (unsigned)(rng_next(&seed) % m->m_nkeys);
+		uint64_t lsn = 0;
+		int rc;
+		if (m->m_ver[k] != 0 && rng_next(&seed) % 4 == 0) {
+			rc = del_kv(kv, k, logged, &lsn);
+			if (rc == 0)
+				m->m_ver[k] = 0;
+		} else {
+			unsigned v = (unsigned)(rng_next(&seed) % 1000000) + 1;
+			rc = put_kv(kv, k, v, logged, &lsn);
+			if (rc == 0)
+				m->m_ver[k] = v;
+		}
+		if (rc != 0 && failures++ < 5)
+			printf("#   op %u on key %u: %s\n", i, k, sh_strerror(rc));
+		if (logged && lsn)
+			last_lsn = lsn;
+		if (logged && (i % 16 == 15 || i + 1 == nops) && last_lsn) {
+			rc = kv_commit(kv, last_lsn);
+			if (rc != 0 && failures++ < 5)
+				printf("#   commit %" PRIu64 ": %s\n", last_lsn, sh_strerror(rc));
+		}
+		if (sync_every && i % sync_every == sync_every - 1)
+			pool_txg_request_sync(kv->kv_pool);
+	}
+	return failures;
+}
+
+/* ---- tests ---- */
+
+static void test_create_export_import_mem(void)
+{
+	struct blk_dev *d[2] = {mem_dev(64 * MIB), mem_dev(64 * MIB)};
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {
+	    .pc_name = "tank", .pc_layout = POOL_LAYOUT_STRIPE, .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, d, 2, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(strcmp(pool_name(p), "tank") == 0);
+	CHECK(pool_synced_txg(p) == 1);
+	CHECK(pool_ds_create(p, "data", NULL) == 0);
+	CHECK(pool_ds_create(p, "data", NULL) == -EEXIST);
+	CHECK(pool_ds_create(p, "bad/name", NULL) == -EINVAL);
+	CHECK(pool_ds_create(p, "", NULL) == -EINVAL);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "data", &kv) == 0);
+	struct model m;
+	model_init(&m, 300);
+	CHECK(workload(kv, &m, 1500, 200, false, 1) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	CHECK(check_pool(p) == 0);
+	uint64_t guid = pool_guid(p);
+	CHECK(pool_export(p) == 0);
+
+	/* Either order of the leaves imports. */
+	struct blk_dev *rev[2] = {d[1], d[0]};
+	CHECK(pool_import_devs(rev, 2, &o, &p) == 0);
+	if (p) {
+		CHECK(pool_guid(p) == guid);
+		CHECK(kv_open(p, "data", &kv) == 0);
+		CHECK(verify_model(kv, &m, NULL) == 0);
+		CHECK(workload(kv, &m, 300, 100, false, 2) == 0);
+		CHECK(verify_model(kv, &m, NULL) == 0);
+		kv_close(kv);
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	CHECK(pool_import_devs(d, 2, &o, &p) == 0);
+	if (p) {
+		CHECK(kv_open(p, "data", &kv) == 0);
+		CHECK(verify_model(kv, &m, NULL) == 0);
+		kv_close(kv);
+		CHECK(pool_export(p) == 0);
+	}
+	model_fini(&m);
+	blk_dev_close(d[0]);
+	blk_dev_close(d[1]);
+}
+
+/* Logged changes survive a close without export: import replays them. Thousands of operations
+ * over many txgs, then more after the import, closed again and replayed again. */
+static void test_replay_after_close(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_kv();
+	o.po_log_region_bytes = 16 * MIB; /* the tail below fits: no txg is forced by a full log */
+	struct pool_create_args a = {.pc_name = "replay", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct model m;
+	model_init(&m, 400);
+	/* many txgs, then a tail of changes only in the log */
+	CHECK(workload(kv, &m, 2500, 150, true, 11) == 0);
+	CHECK(workload(kv, &m, 700, 0, true, 12) == 0);
+	uint64_t synced = pool_synced_txg(p);
+	CHECK(synced > 10);
+	kv_close(kv);
+	pool_close(p);
+	uint64_t replayed0 = atomic_load(&kv_replayed_total);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(atomic_load(&kv_replayed_total) - replayed0 >= 700);
+	CHECK(pool_synced_txg(p) == synced + 1); /* the txg that made the replay durable */
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	CHECK(workload(kv, &m, 500, 0, true, 13) == 0);
+	kv_close(kv);
+	pool_close(p);
+	/* a second crash: the records before the first import's txg are not replayed again */
+	replayed0 = atomic_load(&kv_replayed_total);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out;
+	uint64_t n = atomic_load(&kv_replayed_total) - replayed0;
+	CHECKF(n >= 500 && n < 1200, "replayed %" PRIu64, n);
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+	/* after an export nothing is left to replay */
+	replayed0 = atomic_load(&kv_replayed_total);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (p) {
+		CHECK(atomic_load(&kv_replayed_total) == replayed0);
+		CHECK(pool_export(p) == 0);
+	}
+out:
+	model_fini(&m);
+	blk_dev_close(d);
+}
+
+/* Records that do not fit the log wait in memory for the txg that frees space; none is lost. */
+static void test_log_full(void)
+{
+	struct blk_dev *d = mem_dev(96 * MIB), *l = mem_dev(3 * MIB); /* a 2 MiB log region */
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "logfull", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, &l, 1, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	static uint8_t big[60000];
+	uint64_t lsn = 0;
+	for (unsigned i = 0; i < 150; i++) {
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_make(key, i);
+		val_fill(big, i, 1, sizeof(big));
+		CHECK(kv_exec(kv, KV_OP_PUT, key, klen, big, sizeof(big), NULL, 0, NULL, &lsn,
+		              NULL) == 0);
+	}
+	CHECK(kv_commit(kv, lsn) == 0);
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	pool_status(p, st);
+	CHECKF(st->ps_log_stats.is_full > 0, "the log never filled");
+	CHECK(st->ps_syncs >= 2); /* the full log asked for txgs */
+	mem_free(st);
+	kv_close(kv);
+	pool_close(p);
+	CHECK(pool_import_devs((struct blk_dev *[]){d, l}, 2, &o, &p) == 0);
+	if (p) {
+		CHECK(kv_open(p, "kv", &kv) == 0);
+		static uint8_t got[60000];
+		for (unsigned i = 0; i < 150; i++) {
+			char key[KV_KEY_MAX];
+			uint32_t klen = key_make(key, i), len = 0;
+			val_fill(big, i, 1, sizeof(big));
+			int rc = kv_exec(kv, KV_OP_GET, key, klen, NULL, 0, got, sizeof(got), &len,
+			                 NULL, NULL);
+			CHECKF(rc == 0 && len == sizeof(big) && memcmp(got, big, len) == 0,
+			       "key %u: %d", i, rc);
+		}
+		kv_close(kv);
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	blk_dev_close(d);
+	blk_dev_close(l);
+}
+
+/* On files: a mirror and a log vdev, created by path, exported, imported by path. */
+static void test_files(void)
+{
+	char dir[] = "/tmp/shale-pool-XXXXXX";
+	const char *base = getenv("TMPDIR");
+	char tmpl[256];
+	snprintf(tmpl, sizeof(tmpl), "%s/shale-pool-XXXXXX", base && *base ? base : "/tmp");
+	char *dirp = mkdtemp(tmpl);
+	CHECK(dirp != NULL);
+	if (!dirp)
+		return;
+	(void)dir;
+	char pa[300], pb[300], pl[300];
+	snprintf(pa, sizeof(pa), "%s/a", dirp);
+	snprintf(pb, sizeof(pb), "%s/b", dirp);
+	snprintf(pl, sizeof(pl), "%s/log", dirp);
+	const char *paths[] = {pa, pb}, *logs[] = {pl};
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "files",
+	                             .pc_layout = POOL_LAYOUT_MIRROR,
+	                             .pc_paths = paths,
+	                             .pc_npaths = 2,
+	                             .pc_log_paths = logs,
+	                             .pc_nlog_paths = 1,
+	                             .pc_create_bytes = 48 * MIB,
+	                             .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create(&a, &p) == 0);
+	struct pool *p2;
+	CHECK(pool_create(&a, &p2) == -EEXIST); /* the files exist: never clobbered */
+	struct model m;
+	model_init(&m, 200);
+	if (p) {
+		CHECK(pool_ds_create(p, "fs", NULL) == 0);
+		struct kv *kv = NULL;
+		CHECK(kv_open(p, "fs", &kv) == 0);
+		CHECK(workload(kv, &m, 800, 200, true, 21) == 0);
+		kv_close(kv);
+		CHECK(pool_export(p) == 0);
+	}
+	const char *all[] = {pl, pb, pa};
+	CHECK(pool_import(all, 3, &o, &p) == 0);
+	if (p) {
+		struct kv *kv = NULL;
+		CHECK(kv_open(p, "fs", &kv) == 0);
+		CHECK(verify_model(kv, &m, NULL) == 0);
+		CHECK(workload(kv, &m, 300, 0, true, 22) == 0);
+		kv_close(kv);
+		pool_close(p); /* the last changes only in the log on the log file */
+	}
+	CHECK(pool_import(all, 3, &o, &p) == 0);
+	if (p) {
+		struct kv *kv = NULL;
+		CHECK(kv_open(p, "fs", &kv) == 0);
+		CHECK(verify_model(kv, &m, NULL) == 0);
+		kv_close(kv);
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	model_fini(&m);
+	unlink(pa);
+	unlink(pb);
+	unlink(pl);
+	rmdir(dirp);
+}
+
+static int list_collect(void *arg, const struct pool_ds_info *info)
+{
+	char *names = arg;
+	strcat(names, info->di_name);
+	strcat(names, ",");
+	return 0;
+}
+
+static uint64_t pool_used(struct pool *p)
+{
+	uint64_t total, free_b;
+	pool_space(p, &total, &free_b, NULL);
+	return total - free_b;
+}
+
+/* Datasets: list in name order; destroy frees every block of the tree and its data. */
+static void test_ds_destroy(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "ds", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "keep", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "keep", &kv) == 0);
+	struct model mk;
+	model_init(&mk, 100);
+	CHECK(workload(kv, &mk, 200, 0, false, 31) == 0);
+	kv_close(kv);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	uint64_t before = pool_used(p);
+	struct pool_ds_props props = {.dp_record_bytes = 65536, .dp_compress = POOL_COMPRESS_ZSTD};
+	CHECK(pool_ds_create(p, "gone", &props) == 0);
+	CHECK(pool_ds_create(p, "also", NULL) == 0);
+	char names[256] = "";
+	CHECK(pool_ds_list(p, list_collect, names) == 0);
+	CHECK(strcmp(names, "also,gone,keep,") == 0);
+	CHECK(kv_open(p, "gone", &kv) == 0);
+	CHECK(pool_ds_record_bytes(kv->kv_ds) == 65536 &&
+	      pool_ds_compress(kv->kv_ds) == BLK_COMPRESS_ZSTD);
+	struct model m;
+	model_init(&m, 600);
+	CHECK(workload(kv, &m, 1500, 300, false, 32) == 0);
+	CHECK(pool_ds_destroy(p, "gone") == -EBUSY); /* open */
+	kv_close(kv);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_used(p) > before + 256 * 1024);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_ds_destroy(p, "gone") == 0);
+	CHECK(pool_ds_destroy(p, "gone") == -ENOENT);
+	CHECK(pool_ds_destroy(p, "also") == 0);
+	struct pool_ds *ds;
+	CHECK(pool_ds_open(p, "gone", &ds) == -ENOENT);
+	/* the frees are reusable once their txg is durable, and the allocator's blocks settle */
+	for (int i = 0; i < 3; i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	uint64_t after = pool_used(p);
+	CHECKF(after == before, "used %" PRIu64 " before, %" PRIu64 " after", before, after);
+	names[0] = '\0';
+	CHECK(pool_ds_list(p, list_collect, names) == 0);
+	CHECK(strcmp(names, "keep,") == 0);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_ds_create(p, "gone", NULL) == 0); /* the name is free again, with a new id */
+	CHECK(kv_open(p, "gone", &kv) == 0);
+	CHECK(verify_key(kv, 1, 0, NULL) == 0);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (p) {
+		CHECK(kv_open(p, "keep", &kv) == 0);
+		CHECK(verify_model(kv, &mk, NULL) == 0);
+		kv_close(kv);
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	model_fini(&m);
+	model_fini(&mk);
+	blk_dev_close(d);
+}
+
+static unsigned g_repaired_lines;
+
+static void report_count_repairs(void *arg, const char *line)
+{
+	(void)arg;
+	if (strncmp(line, "repaired:", 9) == 0)
+		g_repaired_lines++;
+	else
+		printf("#   check: %s\n", line);
+}
+
+/* A mirror with one side of every block damaged: reads are right and repair; a check repairs
+ * every copy; then the damaged side alone holds the whole pool. */
+static void test_mirror_repair(void)
+{
+	struct blk_dev *d[2] = {mem_dev(48 * MIB), mem_dev(48 * MIB)};
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {
+	    .pc_name = "mir", .pc_layout = POOL_LAYOUT_MIRROR, .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, d, 2, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct model m;
+	model_init(&m, 300);
+	CHECK(workload(kv, &m, 900, 300, true, 41) == 0);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	/* scribble over the whole data area of leaf 0 (labels and uberblocks stay) */
+	uint8_t *bytes = blk_dev_mem_bytes(d[0]);
+	uint64_t seed = 99;
+	for (uint64_t off = BLK_LABEL_AREA_BYTES; off < 48 * MIB - BLK_LABEL_AREA_BYTES; off += 8) {
+		uint64_t r = rng_next(&seed);
+		memcpy(bytes + off, &r, 8);
+	}
+	CHECK(pool_import_devs(d, 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	struct blk_vdev_stats vs;
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	pool_status(p, st);
+	vs = st->ps_tops[0].sv_children[0].sl_stats;
+	CHECK(vs.vs_checksum_errors > 0 && vs.vs_repairs > 0);
+	mem_free(st);
+	g_repaired_lines = 0;
+	CHECK(pool_check(p, report_count_repairs, NULL) == 0);
+	CHECK(g_repaired_lines > 0);
+	g_repaired_lines = 0;
+	CHECK(pool_check(p, report_count_repairs, NULL) == 0);
+	CHECK(g_repaired_lines == 0); /* all repaired by the first check */
+	CHECK(pool_export(p) == 0);
+	/* leaf 0 alone: degraded, complete */
+	CHECK(pool_import_devs(d, 1, &o, &p) == 0);
+	if (!p)
+		goto out;
+	st = mem_alloc(sizeof(*st));
+	pool_status(p, st);
+	CHECK(st->ps_state == POOL_STATE_DEGRADED);
+	mem_free(st);
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	CHECK(workload(kv, &m, 200, 100, true, 42) == 0);
+	kv_close(kv);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+out:
+	model_fini(&m);
+	blk_dev_close(d[0]);
+	blk_dev_close(d[1]);
+}
+
+/* An unmirrored block that fails its checksum: -EIO for its key alone, the pool keeps working. */
+static void test_bad_block(void)
+{
+	struct blk_dev *d = mem_dev(48 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "bad", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct model m;
+	model_init(&m, 100);
+	CHECK(workload(kv, &m, 300, 0, false, 51) == 0);
+	/* a key with its value in a data block */
+	unsigned victim = UINT32_MAX;
+	for (unsigned k = 0; k < m.m_nkeys && victim == UINT32_MAX; k++)
+		if (m.m_ver[k] && val_len(k, m.m_ver[k]) > KV_INLINE_MAX)
+			victim = k;
+	CHECK(victim != UINT32_MAX);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p || victim == UINT32_MAX)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	char key[KV_KEY_MAX];
+	uint32_t klen = key_make(key, victim);
+	uint8_t ent[256];
+	uint32_t elen = 0;
+	struct blk_ptr bp, missing;
+	uint32_t blen;
+	int rc;
+	do {
+		pool_lock(p);
+		rc = btree_lookup(pool_ds_tree(kv->kv_ds), key, klen, ent, sizeof(ent), &elen,
+		                  &missing);
+		pool_unlock(p);
+	} while (rc == -SH_ENEEDBLOCK && pool_block_read_sync(p, &missing) == 0);
+	CHECK(rc == 0 && kv_entry_block(ent, elen, &bp, &blen) == 0);
+	/* not in the cache yet (a fresh import): damage it on the leaf */
+	blk_dev_mem_bytes(d)[bp.bp_offset + 100] ^= 0xff;
+	CHECK(verify_key(kv, victim, m.m_ver[victim], NULL) == -EIO);
+	CHECK(verify_key(kv, victim, m.m_ver[victim], NULL) == -EIO); /* every time */
+	m.m_ver[victim] = 0;
+	for (unsigned k = 0; k < m.m_nkeys; k++) {
+		if (k != victim) {
+			int r = verify_key(kv, k, m.m_ver[k], NULL);
+			CHECKF(r == 0, "key %u: %d", k, r);
+		}
+	}
+	kv_close(kv);
+	CHECK(check_pool(p) == 1); /* the bad block */
+	/* the pool keeps working; replacing the value frees the bad block */
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(put_kv(kv, victim, 7, true, NULL) == 0);
+	m.m_ver[victim] = 7;
+	CHECK(workload(kv, &m, 200, 50, true, 52) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+out:
+	model_fini(&m);
+	blk_dev_close(d);
+}
+
+/* A full pool refuses new data with ENOSPC, still removes and commits, stays consistent and
+ * usable. */
+static void test_full_pool(void)
+{
+	struct blk_dev *d = mem_dev(32 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "full", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	kv->kv_check_space = true;
+	static uint8_t big[60000];
+	unsigned n = 0;
+	int rc = 0;
+	uint64_t lsn = 0;
+	for (; n < 2000; n++) {
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_make(key, n);
+		val_fill(big, n, 1, sizeof(big));
+		rc = kv_exec(kv, KV_OP_PUT, key, klen, big, sizeof(big), NULL, 0, NULL, &lsn, NULL);
+		if (rc != 0)
+			break;
+		if (n % 32 == 31)
+			pool_txg_request_sync(p);
+	}
+	CHECKF(rc == -ENOSPC && n > 50, "stopped after %u puts: %s", n, sh_strerror(rc));
+	CHECK(kv_commit(kv, lsn) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	uint64_t total, free_b, avail;
+	pool_space(p, &total, &free_b, &avail);
+	CHECKF(avail < 2 * sizeof(big) + 2 * MIB, "avail %" PRIu64 " of %" PRIu64, avail, total);
+	/* removes work and commit */
+	for (unsigned k = 0; k < n; k += 2) {
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_make(key, k);
+		CHECK(kv_exec(kv, KV_OP_DEL, key, klen, NULL, 0, NULL, 0, NULL, &lsn, NULL) == 0);
+	}
+	CHECK(kv_commit(kv, lsn) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(!pool_is_suspended(p));
+	kv_close(kv);
+	CHECK(check_pool(p) == 0);
+	/* and there is room again */
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	kv->kv_check_space = true;
+	for (unsigned k = 0; k < 10; k++) {
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_make(key, k * 2);
+		val_fill(big, k * 2, 2, sizeof(big));
+		CHECK(kv_exec(kv, KV_OP_PUT, key, klen, big, sizeof(big), NULL, 0, NULL, &lsn,
+		              NULL) == 0);
+	}
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (p) {
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	blk_dev_close(d);
+}
+
+/* Dirty data above twice the limit defers the caller until a txg is written. */
+static void test_throttle(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_kv();
+	o.po_dirty_max_bytes = 256 * 1024;
+	struct pool_create_args a = {.pc_name = "thr", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct kv_wait w;
+	kv_wait_init(&w);
+	w.kw_pw.pw_done = kv_throttle_cb;
+	static uint8_t big[40000];
+	uint64_t synced = pool_synced_txg(p);
+	bool throttled = false;
+	unsigned puts = 0;
+	/* in one locked section the sync thread cannot run: dirty data only grows */
+	pool_lock(p);
+	for (unsigned i = 0; i < 100 && !throttled; i++) {
+		int rc = pool_tx_throttle(p, &w.kw_pw);
+		if (rc == POOL_THROTTLED) {
+			throttled = true;
+			break;
+		}
+		CHECK(rc == 0);
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_make(key, i);
+		val_fill(big, i, 1, sizeof(big));
+		CHECK(kv_put(kv, key, klen, big, sizeof(big), NULL) == 0);
+		puts++;
+	}
+	uint64_t dirty = pool_dirty_bytes(p);
+	pool_unlock(p);
+	CHECK(throttled);
+	CHECKF(dirty > 2 * o.po_dirty_max_bytes && puts >= 12, "dirty %" PRIu64 " after %u puts",
+	       dirty, puts);
+	CHECK(kv_wait_for(&w) == 0); /* released after the next txg */
+	CHECK(pool_synced_txg(p) > synced);
+	pool_lock(p);
+	dirty = pool_dirty_bytes(p);
+	int rc = pool_tx_throttle(p, &w.kw_pw);
+	pool_unlock(p);
+	CHECKF(dirty <= o.po_dirty_max_bytes, "dirty %" PRIu64 " after the txg", dirty);
+	CHECK(rc == 0);
+	/* the driver's own loop: many puts, throttled and released along the way */
+	struct kv_stats ks = {0};
+	for (unsigned i = 0; i < 120; i++) {
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_make(key, 1000 + i);
+		val_fill(big, i, 3, sizeof(big));
+		CHECK(kv_exec(kv, KV_OP_PUT, key, klen, big, sizeof(big), NULL, 0, NULL, NULL,
+		              &ks) == 0);
+	}
+	pool_lock(p);
+	dirty = pool_dirty_bytes(p);
+	pool_unlock(p);
+	CHECKF(dirty <= 2 * o.po_dirty_max_bytes + sizeof(big) + 64 * 1024, "dirty %" PRIu64,
+	       dirty);
+	kv_wait_fini(&w);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	blk_dev_close(d);
+}
+
+/* A cache far smaller than the trees: misses are loaded asynchronously and retried. */
+static void test_small_arc(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "arc", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct model m;
+	model_init(&m, 3000);
+	CHECK(workload(kv, &m, 5000, 1000, false, 61) == 0);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	o.po_arc_max_bytes = 64 * 1024; /* four nodes */
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct kv_stats ks = {0};
+	CHECK(verify_model(kv, &m, &ks) == 0);
+	CHECK(workload(kv, &m, 1000, 250, false, 62) == 0);
+	CHECK(verify_model(kv, &m, &ks) == 0);
+	kv_close(kv);
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	pool_status(p, st);
+	CHECKF(ks.ks_loads > 100 && st->ps_arc.as_evictions > 100 && st->ps_arc.as_misses > 100,
+	       "loads %" PRIu64 " evictions %" PRIu64, ks.ks_loads, st->ps_arc.as_evictions);
+	CHECK(st->ps_arc.as_size_bytes <= 64 * 1024 + BLK_MAX_BLOCK_BYTES);
+	mem_free(st);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+out:
+	model_fini(&m);
+	blk_dev_close(d);
+}
+
+/* Imports that must be refused, and a degraded one. */
+static void test_import_errors(void)
+{
+	struct blk_dev *blank = mem_dev(16 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool *p;
+	CHECK(pool_import_devs(&blank, 1, &o, &p) == -ENOENT);
+	struct blk_dev *s[2] = {mem_dev(16 * MIB), mem_dev(16 * MIB)};
+	struct pool_create_args a = {.pc_name = "s", .pc_opts = &o};
+	CHECK(pool_create_on_devs(&a, s, 2, NULL, 0, &p) == 0);
+	if (p)
+		CHECK(pool_export(p) == 0);
+	struct blk_dev *m[3] = {mem_dev(16 * MIB), mem_dev(16 * MIB), mem_dev(8 * MIB)};
+	struct pool_create_args b = {
+	    .pc_name = "m", .pc_layout = POOL_LAYOUT_MIRROR, .pc_opts = &o};
+	CHECK(pool_create_on_devs(&b, m, 2, m + 2, 1, &p) == 0);
+	if (p)
+		CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(s, 1, &o, &p) == -ENXIO); /* a stripe without a top-level vdev */
+	CHECK(pool_import_devs(m, 2, &o, &p) == -ENXIO); /* without its log */
+	CHECK(pool_import_devs((struct blk_dev *[]){s[0], m[0]}, 2, &o, &p) ==
+	      -EINVAL);                                                            /* two pools */
+	CHECK(pool_import_devs((struct blk_dev *[]){m[1], m[2]}, 2, &o, &p) == 0); /* degraded */
+	if (p) {
+		struct pool_status *st = mem_alloc(sizeof(*st));
+		pool_status(p, st);
+		CHECK(st->ps_state == POOL_STATE_DEGRADED);
+		CHECK(st->ps_ntops == 1 && st->ps_tops[0].sv_mirror &&
+		      !st->ps_tops[0].sv_children[0].sl_present &&
+		      st->ps_tops[0].sv_children[1].sl_present && st->ps_has_log);
+		mem_free(st);
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	CHECK(pool_import_devs(m, 3, &o, &p) == 0);
+	if (p)
+		CHECK(pool_export(p) == 0);
+	/* bad arguments */
+	struct pool_create_args c = {.pc_name = "bad name", .pc_opts = &o};
+	CHECK(pool_create_on_devs(&c, s, 2, NULL, 0, &p) == -EINVAL);
+	struct pool_create_args e = {
+	    .pc_name = "odd", .pc_layout = POOL_LAYOUT_MIRROR, .pc_mirror_width = 2, .pc_opts = &o};
+	CHECK(pool_create_on_devs(&e, m, 3, NULL, 0, &p) == -EINVAL);
+	blk_dev_close(blank);
+	for (int i = 0; i < 2; i++)
+		blk_dev_close(s[i]);
+	for (int i = 0; i < 3; i++)
+		blk_dev_close(m[i]);
+}
+
+/* A txg that cannot be written suspends the pool: changes get -EIO, reads work, and the pool
+ * imports afterwards with every committed change. */
+static void test_suspend(void)
+{
+	struct blk_dev *d = mem_dev(48 * MIB), *l = mem_dev(8 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "susp", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, &l, 1, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct model m;
+	model_init(&m, 100);
+	CHECK(workload(kv, &m, 300, 100, true, 71) == 0);
+	/* the data leaf fails every write: the next txg, which has blocks to write, cannot be
+	 * written (its uberblock alone would still reach the log leaf) */
+	blk_dev_inject_errors(d, 0, 1000000);
+	unsigned old2 = m.m_ver[2];
+	CHECK(put_kv(kv, 2, 9, false, NULL) == 0); /* in memory only: not logged */
+	m.m_ver[2] = 9;
+	CHECK(pool_txg_wait_synced(p, 0) == -EIO);
+	CHECK(pool_is_suspended(p));
+	CHECK(put_kv(kv, 1, 5, true, NULL) == -EIO);
+	CHECK(verify_model(kv, &m, NULL) == 0); /* reads keep working */
+	m.m_ver[2] = old2;                      /* what import will find */
+	char out[4096];
+	FILE *f = fmemopen(out, sizeof(out), "w");
+	CHECK(pool_status_print(p, f) == 0);
+	fclose(f);
+	CHECK(strstr(out, "SUSPENDED") != NULL);
+	kv_close(kv);
+	CHECK(pool_export(p) == -EIO);
+	blk_dev_inject_errors(d, 0, 0);
+	CHECK(pool_import_devs((struct blk_dev *[]){d, l}, 2, &o, &p) == 0);
+	if (p) {
+		CHECK(kv_open(p, "kv", &kv) == 0);
+		CHECK(verify_model(kv, &m, NULL) == 0);
+		kv_close(kv);
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	model_fini(&m);
+	blk_dev_close(d);
+	blk_dev_close(l);
+}
+
+static void test_props_and_status(void)
+{
+	struct blk_dev *d[3] = {mem_dev(32 * MIB), mem_dev(32 * MIB), mem_dev(8 * MIB)};
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {
+	    .pc_name = "st", .pc_layout = POOL_LAYOUT_MIRROR, .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, d, 2, d + 2, 1, &p) == 0);
+	if (!p)
+		return;
+	char buf[64];
+	CHECK(pool_prop_get(p, "comment", buf, sizeof(buf)) == -ENOENT);
+	CHECK(pool_prop_set(p, "comment", "the test pool") == 0);
+	CHECK(pool_prop_set(p, "Bad", "x") == -EINVAL);
+	CHECK(pool_prop_get(p, "comment", buf, sizeof(buf)) == 0 &&
+	      strcmp(buf, "the test pool") == 0);
+	CHECK(pool_prop_get(p, "comment", buf, 4) == -EOVERFLOW);
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct model m;
+	model_init(&m, 100);
+	CHECK(workload(kv, &m, 300, 100, true, 81) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(d, 3, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(pool_prop_get(p, "comment", buf, sizeof(buf)) == 0 &&
+	      strcmp(buf, "the test pool") == 0);
+	CHECK(pool_prop_set(p, "comment", NULL) == 0);
+	CHECK(pool_prop_get(p, "comment", buf, sizeof(buf)) == -ENOENT);
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	CHECK(pool_status_print(p, f) == 0);
+	fclose(f);
+	printf("%s", ""); /* the report, indented as TAP comments: */
+	for (char *line = out, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		printf("#   | %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
+	}
+	CHECK(strstr(out, "pool: st") && strstr(out, "state: ONLINE") && strstr(out, "mirror-0") &&
+	      strstr(out, "logs") && strstr(out, "space:") && strstr(out, "arc:") &&
+	      strstr(out, "log:") && strstr(out, "datasets: 1") &&
+	      strstr(out, "No known data errors"));
+	free(out);
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	pool_status(p, st);
+	CHECK(st->ps_state == POOL_STATE_ONLINE && st->ps_ntops == 1 &&
+	      st->ps_tops[0].sv_nchildren == 2);
+	CHECK(st->ps_arc.as_hits + st->ps_arc.as_misses > 0);
+	CHECK(st->ps_total_bytes > st->ps_avail_bytes && st->ps_free_bytes >= st->ps_avail_bytes);
+	mem_free(st);
+	CHECK(pool_export(p) == 0);
+out:
+	model_fini(&m);
+	for (int i = 0; i < 3; i++)
+		blk_dev_close(d[i]);
+}
+
+/* The block interface itself: hostile pointers are refused, loads report POOL_LOADED once the
+ * block is cached, pool_block_read_sync and pool_block_get agree. */
+static void load_cb(void *arg, int status)
+{
+	kv_wait_signal(arg, status);
+}
+
+static void test_block_api(void)
+{
+	struct blk_dev *d = mem_dev(32 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "blk", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(put_kv(kv, 1, 1, false, NULL) == 0);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	/* the tree's root, not cached after the import */
+	struct blk_ptr root = kv->kv_ds->ds_root;
+	CHECK(!blk_ptr_is_hole(&root));
+	struct blk_ptr bad = root;
+	bad.bp_vdev = 7;
+	const void *img;
+	void *hold;
+	CHECK(pool_block_get(p, &bad, &img, &hold) == -EIO);
+	CHECK(pool_block_load(p, &bad, load_cb, NULL) == -EIO);
+	bad = root;
+	bad.bp_offset = 4096; /* inside the label area */
+	CHECK(pool_block_get(p, &bad, &img, &hold) == -EIO);
+	CHECK(pool_block_read_sync(p, &bad) == -EIO);
+	struct blk_ptr hole = {0};
+	CHECK(pool_block_get(p, &hole, &img, &hold) == -EIO);
+	bad = root;
+	bad.bp_cksum[0] ^= 1; /* a pointer whose checksum the block does not have */
+	bad.bp_birth_txg += 1000;
+	CHECK(pool_block_read_sync(p, &bad) == -EIO);
+	struct kv_wait w;
+	kv_wait_init(&w);
+	int rc = pool_block_load(p, &root, load_cb, &w);
+	CHECK(rc == 0 || rc == POOL_LOADED);
+	if (rc == 0)
+		CHECK(kv_wait_for(&w) == 0);
+	CHECK(pool_block_load(p, &root, load_cb, &w) == POOL_LOADED);
+	CHECK(pool_block_get(p, &root, &img, &hold) == 0);
+	if (hold) {
+		CHECK(memcmp(img, "SHBT", 4) == 0); /* a tree node's magic */
+		pool_block_release(p, hold);
+	}
+	CHECK(pool_block_read_sync(p, &root) == 0);
+	kv_wait_fini(&w);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+out:
+	blk_dev_close(d);
+}
+
+/* pool_check finds what it exists to find: a leak, a double reference, a damaged tree node. */
+static void test_check_finds_damage(void)
+{
+	struct blk_dev *d = mem_dev(32 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "dmg", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	struct model m;
+	model_init(&m, 200);
+	CHECK(workload(kv, &m, 600, 0, false, 91) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(check_pool(p) == 0);
+	/* a leak: space allocated that nothing references */
+	uint32_t vdev;
+	uint64_t off;
+	pool_lock(p);
+	CHECK(space_alloc(p->p_space, SPACE_CLASS_NORMAL, SPACE_VDEV_ANY, 8192, &vdev, &off) == 0);
+	pool_unlock(p);
+	CHECK(pool_check(p, NULL, NULL) == 1);
+	pool_lock(p);
+	CHECK(space_free(p->p_space, p->p_open_txg, vdev, off, 8192) == 0);
+	pool_unlock(p);
+	CHECK(pool_check(p, NULL, NULL) == 0);
+	/* a double reference: one key's entry names another key's data block */
+	unsigned k1 = UINT32_MAX, k2 = UINT32_MAX;
+	for (unsigned k = 0; k < m.m_nkeys && k2 == UINT32_MAX; k++) {
+		if (!m.m_ver[k] || val_len(k, m.m_ver[k]) <= KV_INLINE_MAX)
+			continue;
+		if (k1 == UINT32_MAX)
+			k1 = k;
+		else
+			k2 = k;
+	}
+	CHECK(k1 != UINT32_MAX && k2 != UINT32_MAX);
+	if (k1 != UINT32_MAX && k2 != UINT32_MAX) {
+		char key1[KV_KEY_MAX], key2[KV_KEY_MAX];
+		uint32_t kl1 = key_make(key1, k1), kl2 = key_make(key2, k2), l1 = 0, l2 = 0;
+		uint8_t e1[128], e2[128];
+		struct blk_ptr miss;
+		int rc;
+		do {
+			pool_lock(p);
+			rc = btree_lookup(pool_ds_tree(kv->kv_ds), key1, kl1, e1, sizeof(e1), &l1,
+			                  &miss);
+			if (rc == 0)
+				rc = btree_lookup(pool_ds_tree(kv->kv_ds), key2, kl2, e2,
+				                  sizeof(e2), &l2, &miss);
+			if (rc == 0) {
+				struct blk_ptr b2;
+				uint32_t bl;
+				CHECK(kv_entry_block(e2, l2, &b2, &bl) == 0);
+				/* k1's block is now leaked and k2's named twice */
+				rc = btree_put(pool_ds_tree(kv->kv_ds), key1, kl1, e2, l2,
+				               BTREE_PUT_REPLACE, &miss);
+			}
+			pool_unlock(p);
+		} while (rc == -SH_ENEEDBLOCK && pool_block_read_sync(p, &miss) == 0);
+		CHECK(rc == 0);
+		CHECK(pool_check(p, NULL, NULL) == 2); /* the double reference and the leak */
+		/* undo */
+		do {
+			pool_lock(p);
+			rc = btree_put(pool_ds_tree(kv->kv_ds), key1, kl1, e1, l1,
+			               BTREE_PUT_REPLACE, &miss);
+			pool_unlock(p);
+		} while (rc == -SH_ENEEDBLOCK && pool_block_read_sync(p, &miss) == 0);
+		CHECK(pool_check(p, NULL, NULL) == 0);
+	}
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	/* a damaged tree node: its checksum fails, and so does its tree's check */
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (p) {
+		CHECK(kv_open(p, "kv", &kv) == 0);
+		struct blk_ptr root = kv->kv_ds->ds_root;
+		kv_close(kv);
+		blk_dev_mem_bytes(d)[root.bp_offset + 10] ^= 0x55;
+		CHECK(pool_check(p, NULL, NULL) >= 2);
+		blk_dev_mem_bytes(d)[root.bp_offset + 10] ^= 0x55;
+		CHECK(pool_check(p, NULL, NULL) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	model_fini(&m);
+	blk_dev_close(d);
+}
+
+int main(void)
+{
+	log_set_level(
+	    LOG_ERROR); /* the refused imports, damaged blocks and suspension below log errors */
+	TAP_RUN(test_create_export_import_mem);
+	TAP_RUN(test_replay_after_close);
+	TAP_RUN(test_log_full);
+	TAP_RUN(test_files);
+	TAP_RUN(test_ds_destroy);
+	TAP_RUN(test_mirror_repair);
+	TAP_RUN(test_bad_block);
+	TAP_RUN(test_full_pool);
+	TAP_RUN(test_throttle);
+	TAP_RUN(test_small_arc);
+	TAP_RUN(test_import_errors);
+	TAP_RUN(test_suspend);
+	TAP_RUN(test_props_and_status);
+	TAP_RUN(test_block_api);
+	TAP_RUN(test_check_finds_damage);
+	return tap_finish();
+}
