@@ -51,8 +51,9 @@ struct blk_dev;
 
 /* Opens a file or block device for pool I/O (O_DIRECT when the file system allows it, buffered
  * otherwise). create_bytes > 0 creates the file at that size (it must not exist); 0 opens an
- * existing one. The usable size is rounded down to a multiple of BLK_LABEL_BYTES. Returns 0 or
- * -errno; destroy with blk_dev_close. */
+ * existing one. The usable size is rounded down to a multiple of BLK_LABEL_BYTES. The leaf is
+ * locked (flock) for as long as it is open: another open of it, by this or another process, gets
+ * -EBUSY. Returns 0 or -errno; destroy with blk_dev_close. */
 SH_MUST_CHECK int blk_dev_open_file(const char *path, uint64_t create_bytes, struct blk_dev **dev_out);
 /* A zero-filled leaf in memory of size_bytes (a multiple of BLK_LABEL_BYTES). */
 SH_MUST_CHECK int blk_dev_create_mem(uint64_t size_bytes, struct blk_dev **dev_out);

@@ -37,6 +37,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -114,6 +115,12 @@ int blk_dev_open_file(const char *path, uint64_t create_bytes, struct blk_dev **
 	if (fd < 0) {
 		rc = -errno;
 		goto fail_created;
+	}
+	/* One process at a time: a second pool instance writing the same leaf would destroy it. The
+	 * lock is released when the descriptor is closed (or the process dies). */
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		goto fail_fd;
 	}
 	struct stat st;
 	uint64_t size;
