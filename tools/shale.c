@@ -2,6 +2,8 @@
  *
  *   shale serve [options]     the NFSv3 server (src/server)
  *   shale bench WORKLOAD ...  the NFSv3 load generator (tools/bench)
+ *   shale pool VERB ...       create, import, export, status, check a pool (tools/shale_pool.c)
+ *   shale fs VERB ...         create, list, destroy a pool's file systems (tools/shale_pool.c)
  *   shale version
  *
  * Each verb parses its own options and calls into one layer; nothing here knows protocol details. */
@@ -13,6 +15,7 @@
 
 #include "bench/bench.h"
 #include "server/server.h"
+#include "shale_pool.h"
 
 #define SHALE_VERSION "0.1.0"
 
@@ -24,6 +27,8 @@ static void shale_usage(FILE *out)
 		"commands:\n"
 		"  serve     serve the exports over NFSv3 (see `shale serve --help`)\n"
 		"  bench     load-test an NFSv3 server (see `shale bench --help`)\n"
+		"  pool      create, import, export, status, check a storage pool (`shale pool help`)\n"
+		"  fs        create, list, destroy a pool's file systems (`shale fs help`)\n"
 		"  version   print the version\n");
 }
 
@@ -145,6 +150,10 @@ int main(int argc, char **argv)
 		return shale_serve(argc - 1, argv + 1);
 	if (strcmp(verb, "bench") == 0)
 		return bench_main(argc - 1, argv + 1);
+	if (strcmp(verb, "pool") == 0)
+		return shale_pool_main(argc - 1, argv + 1);
+	if (strcmp(verb, "fs") == 0)
+		return shale_fs_main(argc - 1, argv + 1);
 	if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
 		printf("shale %s\n", SHALE_VERSION);
 		return 0;

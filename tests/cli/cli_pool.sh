@@ -1,0 +1,80 @@
+#!/bin/bash
+# cli_pool.sh: the `shale pool` and `shale fs` commands, run as an administrator would: create a
+# mirrored pool with a log device on files, create and list file systems, status, check, a
+# refused import while another process holds the leaves, destroy, and the argument errors.
+# Prints TAP lines and a closing count. Needs $SHALE_BIN and flock(1) (util-linux).
+set -u
+
+pass=0
+fail=0
+root=$(mktemp -d /tmp/shale-cli.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+cd "$root" || exit 1
+check() { # check NAME COMMAND...: passes when COMMAND exits 0
+	local name=$1
+	shift
+	if "$@" >"$root/check.out" 2>&1; then
+		echo "ok - $name"
+		pass=$((pass + 1))
+	else
+		echo "not ok - $name"
+		sed 's/^/#   /' "$root/check.out" | head -n 20
+		fail=$((fail + 1))
+	fi
+}
+shale() { "$SHALE_BIN" "$@"; }
+out_has() { # out_has PATTERN COMMAND...: COMMAND's stdout+stderr matches PATTERN (exit ignored)
+	local pat=$1
+	shift
+	"$@" >"$root/out" 2>&1
+	grep -q -- "$pat" "$root/out" || { echo "no '$pat' in:"; cat "$root/out"; return 1; }
+}
+fails_with() { # fails_with PATTERN COMMAND...: COMMAND exits non-zero and says PATTERN
+	local pat=$1
+	shift
+	if "$@" >"$root/out" 2>&1; then
+		echo "exited 0:"
+		cat "$root/out"
+		return 1
+	fi
+	grep -q -- "$pat" "$root/out" || { echo "no '$pat' in:"; cat "$root/out"; return 1; }
+}
+
+mkdir -p var/pool
+check "pool create: a mirror of two files and a log file, created at --size" \
+	out_has "created pool tank: 1 mirrors, a log vdev" \
+	shale pool create tank mirror var/pool/a.img var/pool/b.img log var/pool/log.img --size 64M
+check "pool create: the three leaves exist at the size asked" \
+	test "$(stat -c %s var/pool/a.img var/pool/b.img var/pool/log.img | sort -u)" = 67108864
+check "pool create: a missing leaf without --size is refused" \
+	fails_with "does not exist" shale pool create other var/pool/missing.img
+check "pool create: a leaf of another pool is refused without --force" \
+	fails_with "belongs to a pool already" shale pool create other var/pool/a.img
+check "fs create tank/home" out_has "created tank/home" shale fs create tank/home
+check "fs create with zstd and a 64K record size" \
+	out_has "created tank/src" shale fs create tank/src --compression zstd --recordsize 64K
+check "fs create of an existing file system fails" fails_with "exists" shale fs create tank/home
+check "fs list shows both with their properties" \
+	bash -c '"$SHALE_BIN" fs list tank | grep -q "tank/home .* 131072  lz4" &&
+		 "$SHALE_BIN" fs list tank | grep -q "tank/src .* 65536  zstd"'
+check "pool status: online, a mirror of the two leaves and the log" \
+	bash -c 'o=$("$SHALE_BIN" pool status tank) && grep -q "state: ONLINE" <<<"$o" &&
+		 grep -q "mirror-0" <<<"$o" && grep -q "var/pool/b.img" <<<"$o" &&
+		 grep -q "logs" <<<"$o" && grep -q "datasets: 2" <<<"$o"'
+check "pool check: no problems, exit 0" out_has "pool tank: 0 problems" shale pool check tank
+check "pool import and export" bash -c '"$SHALE_BIN" pool import tank >/dev/null && "$SHALE_BIN" pool export tank'
+check "a pool whose leaves another process holds is refused as in use" \
+	fails_with "in use by another process" \
+	flock var/pool/a.img flock var/pool/b.img flock var/pool/log.img "$SHALE_BIN" pool status tank
+check "fs destroy of an empty file system" out_has "destroyed tank/src" shale fs destroy tank/src
+check "fs list no longer shows it" bash -c '! "$SHALE_BIN" fs list tank | grep -q tank/src'
+check "a pool that does not exist" fails_with "no leaf of pool 'nope'" shale pool status nope
+check "-d finds leaves elsewhere" bash -c 'mv var/pool alt && "$SHALE_BIN" pool status -d alt tank >/dev/null &&
+		 mv alt var/pool'
+check "fs create needs POOL/FS" fails_with "POOL/FS" shale fs create tank
+check "pool create: mirrors of different widths are refused" \
+	fails_with "same number" shale pool create m2 mirror x1 x2 mirror y1 --size 64M
+check "pool check still clean after everything" out_has "0 problems" shale pool check tank
+
+echo "# cli_pool: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,576 @@
+/* shale_pool.c: `shale pool` and `shale fs`, the administration verbs of the storage pool, in the
+ * manner of zpool(8) and zfs(8).
+ *
+ *   shale pool create NAME [mirror] VDEV... [log [mirror] VDEV...] [--size BYTES] [--force]
+ *   shale pool import|export|status|check NAME [-d DIR]
+ *   shale fs create|destroy NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]
+ *   shale fs list NAME [-d DIR]
+ *
+ * Model: there is no resident daemon holding pools between commands. Each command finds the pool's
+ * leaves (the files in DIR, default ./var/pool, whose labels name the pool; or the leaves given to
+ * create), imports it (replaying its intent log if the last user did not export it), does its work
+ * and exports it again, so that every command leaves the pool clean and fully synced. A leaf is
+ * locked while open (blk.h), so a command refuses, with "in use", a pool that `shale serve` or
+ * another command has open.
+ *
+ * VDEV is a file or a block device. With --size, files that do not exist are created at that size
+ * (suffixes K, M, G, T); existing ones are used as they are. */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "blk/blk.h"
+#include "shale_pool.h"
+#include "store/pool.h"
+
+#define POOL_CMD_MAX_LEAVES 256u
+
+/* Options every command imports with. Datasets get no owner here yet: destroying a non-empty one
+ * and counting leaks in check need the file-system owner that names its data blocks. */
+static void shale_cmd_pool_opts(struct pool_open_opts *opts)
+{
+	memset(opts, 0, sizeof(*opts));
+}
+
+static void pool_cmd_usage(FILE *out)
+{
+	fprintf(out,
+		"usage:\n"
+		"  shale pool create NAME [mirror] VDEV... [log [mirror] VDEV...] [--size BYTES] [--force]\n"
+		"      a pool on files or block devices; `mirror A B` makes A and B one mirror\n"
+		"      (repeat `mirror` for more mirrors of the same width), several plain VDEVs\n"
+		"      are striped; `log VDEV` puts the intent log on its own (fast) device.\n"
+		"      --size creates the files that do not exist yet (suffix K, M, G or T);\n"
+		"      a VDEV of another pool is refused unless --force\n"
+		"  shale pool import NAME [-d DIR]   replay the intent log, write a txg, print status\n"
+		"  shale pool export NAME [-d DIR]   import and export: the pool ends clean\n"
+		"  shale pool status NAME [-d DIR]   vdevs, errors, cache and log figures, space\n"
+		"  shale pool check NAME [-d DIR]    verify every block and the allocator; exit 1 on problems\n"
+		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
+}
+
+static void fs_cmd_usage(FILE *out)
+{
+	fprintf(out,
+		"usage:\n"
+		"  shale fs create NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]\n"
+		"  shale fs list NAME [-d DIR]\n"
+		"  shale fs destroy NAME/FS [-d DIR]\n"
+		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
+}
+
+/* "64M" -> 67108864. Returns 0 or -EINVAL. */
+static int pool_cmd_parse_bytes(const char *text, uint64_t *out)
+{
+	char *end = NULL;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 10);
+	if (errno != 0 || end == text || v == 0)
+		return -EINVAL;
+	unsigned shift = 0;
+	switch (*end) {
+	case '\0': break;
+	case 'K': case 'k': shift = 10; end++; break;
+	case 'M': case 'm': shift = 20; end++; break;
+	case 'G': case 'g': shift = 30; end++; break;
+	case 'T': case 't': shift = 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end != '\0' || (shift > 0 && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* ---- finding a pool's leaves ---- */
+
+struct pool_cmd_leaves {
+	char *pl_paths[POOL_CMD_MAX_LEAVES];
+	unsigned pl_n;
+	unsigned pl_busy; /* leaves that were locked by another user */
+};
+
+static void pool_cmd_leaves_fini(struct pool_cmd_leaves *l)
+{
+	for (unsigned i = 0; i < l->pl_n; i++)
+		mem_free(l->pl_paths[i]);
+	l->pl_n = 0;
+}
+
+/* Collects the files in dir whose labels name pool `name`. Returns 0 (possibly with no leaf),
+ * or -errno when dir cannot be read. */
+static int pool_cmd_find_leaves(const char *dir, const char *name, struct pool_cmd_leaves *out)
+{
+	memset(out, 0, sizeof(*out));
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	struct blk_engine *engine = NULL;
+	int rc = blk_engine_create(8, &engine);
+	if (rc < 0) {
+		closedir(d);
+		return rc;
+	}
+	struct blk_label *label = mem_alloc(sizeof(*label));
+	if (!label) {
+		blk_engine_destroy(engine);
+		closedir(d);
+		return -ENOMEM;
+	}
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL && out->pl_n < POOL_CMD_MAX_LEAVES) {
+		if (de->d_name[0] == '.')
+			continue;
+		char path[4096];
+		if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
+			continue;
+		struct stat st;
+		if (stat(path, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
+			continue;
+		struct blk_dev *dev = NULL;
+		int orc = blk_dev_open_file(path, 0, &dev);
+		if (orc == -EBUSY) {
+			out->pl_busy++;
+			continue;
+		}
+		if (orc < 0)
+			continue;
+		bool ours = blk_label_read(engine, dev, label) == 0 && strcmp(label->lb_pool_name, name) == 0;
+		blk_dev_close(dev);
+		if (ours) {
+			out->pl_paths[out->pl_n] = mem_strdup(path);
+			if (!out->pl_paths[out->pl_n]) {
+				rc = -ENOMEM;
+				break;
+			}
+			out->pl_n++;
+		}
+	}
+	mem_free(label);
+	blk_engine_destroy(engine);
+	closedir(d);
+	if (rc < 0)
+		pool_cmd_leaves_fini(out);
+	return rc;
+}
+
+/* Imports pool `name` from the leaves in dir, reporting failures on stderr. */
+static int pool_cmd_import(const char *cmd, const char *dir, const char *name, struct pool **out)
+{
+	struct pool_cmd_leaves leaves;
+	int rc = pool_cmd_find_leaves(dir, name, &leaves);
+	if (rc < 0) {
+		fprintf(stderr, "%s: cannot read %s: %s\n", cmd, dir, sh_strerror(rc));
+		return rc;
+	}
+	if (leaves.pl_n == 0) {
+		if (leaves.pl_busy > 0)
+			fprintf(stderr, "%s: no leaf of pool '%s' found in %s; %u leaves there are in use "
+					"by another process (a running `shale serve`?)\n",
+				cmd, name, dir, leaves.pl_busy);
+		else
+			fprintf(stderr, "%s: no leaf of pool '%s' found in %s\n", cmd, name, dir);
+		return -ENOENT;
+	}
+	struct pool_open_opts opts;
+	memset(&opts, 0, sizeof(opts));
+	shale_cmd_pool_opts(&opts);
+	rc = pool_import((const char *const *)leaves.pl_paths, leaves.pl_n, &opts, out);
+	if (rc < 0)
+		fprintf(stderr, "%s: cannot import pool '%s' from %u leaves in %s: %s%s\n", cmd, name, leaves.pl_n,
+			dir, sh_strerror(rc),
+			leaves.pl_busy ? " (some leaves there are in use by another process)" : "");
+	pool_cmd_leaves_fini(&leaves);
+	return rc;
+}
+
+static int pool_cmd_export(const char *cmd, struct pool *p)
+{
+	int rc = pool_export(p);
+	if (rc < 0)
+		fprintf(stderr, "%s: the pool's last txg could not be written: %s\n", cmd, sh_strerror(rc));
+	return rc;
+}
+
+/* ---- shale pool create ---- */
+
+/* Whether path carries a Shale pool label (of any pool). */
+static bool pool_cmd_is_leaf(const char *path)
+{
+	struct blk_engine *engine = NULL;
+	if (blk_engine_create(4, &engine) < 0)
+		return false;
+	struct blk_dev *dev = NULL;
+	struct blk_label *label = mem_alloc(sizeof(*label));
+	bool leaf = false;
+	if (label && blk_dev_open_file(path, 0, &dev) == 0) {
+		leaf = blk_label_read(engine, dev, label) == 0;
+		blk_dev_close(dev);
+	}
+	mem_free(label);
+	blk_engine_destroy(engine);
+	return leaf;
+}
+
+static int pool_cmd_create(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"size", required_argument, NULL, 's'},
+		{"force", no_argument, NULL, 'f'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	uint64_t size = 0;
+	bool force = false;
+	int opt;
+	while ((opt = getopt_long(argc, argv, "+s:fh", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			if (pool_cmd_parse_bytes(optarg, &size) < 0) {
+				fprintf(stderr, "shale pool create: bad size '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'f': force = true; break;
+		case 'h': pool_cmd_usage(stdout); return 0;
+		default: pool_cmd_usage(stderr); return 2;
+		}
+	}
+	/* Options may also follow the vdevs: getopt stops at the first operand with '+', so parse the
+	 * operands by hand and accept --size anywhere. */
+	if (optind >= argc) {
+		pool_cmd_usage(stderr);
+		return 2;
+	}
+	const char *name = argv[optind++];
+	const char *data[POOL_CMD_MAX_LEAVES], *logs[BLK_MIRROR_MAX];
+	unsigned ndata = 0, nlog = 0, groups = 0, width = 0, in_group = 0;
+	bool mirror = false, in_log = false, log_mirror = false;
+	for (int i = optind; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--size") == 0 || strcmp(a, "-s") == 0) {
+			if (i + 1 >= argc || pool_cmd_parse_bytes(argv[i + 1], &size) < 0) {
+				fprintf(stderr, "shale pool create: --size needs a size such as 256M\n");
+				return 2;
+			}
+			i++;
+			continue;
+		}
+		if (strcmp(a, "--force") == 0 || strcmp(a, "-f") == 0) {
+			force = true;
+			continue;
+		}
+		if (strcmp(a, "log") == 0) {
+			if (in_log) {
+				fprintf(stderr, "shale pool create: one log vdev only\n");
+				return 2;
+			}
+			in_log = true;
+			continue;
+		}
+		if (strcmp(a, "mirror") == 0) {
+			if (in_log) {
+				log_mirror = true;
+				continue;
+			}
+			if (ndata > 0 && !mirror) {
+				fprintf(stderr, "shale pool create: mix of plain and mirrored vdevs\n");
+				return 2;
+			}
+			if (mirror) {
+				if (width == 0)
+					width = in_group;
+				if (in_group != width) {
+					fprintf(stderr, "shale pool create: every mirror needs the same number of vdevs\n");
+					return 2;
+				}
+			}
+			mirror = true;
+			groups++;
+			in_group = 0;
+			continue;
+		}
+		if (in_log) {
+			if (nlog == BLK_MIRROR_MAX) {
+				fprintf(stderr, "shale pool create: at most %u log vdevs\n", BLK_MIRROR_MAX);
+				return 2;
+			}
+			logs[nlog++] = a;
+		} else {
+			if (ndata == POOL_CMD_MAX_LEAVES) {
+				fprintf(stderr, "shale pool create: too many vdevs\n");
+				return 2;
+			}
+			data[ndata++] = a;
+			in_group++;
+		}
+	}
+	if (mirror) {
+		if (width == 0)
+			width = in_group;
+		if (in_group != width || width < 2) {
+			fprintf(stderr, "shale pool create: a mirror needs 2 to %u vdevs, the same number in each\n",
+				BLK_MIRROR_MAX);
+			return 2;
+		}
+	}
+	if (ndata == 0 || (in_log && nlog == 0) || (log_mirror && nlog < 2) || (nlog > 1 && !log_mirror)) {
+		fprintf(stderr, "shale pool create: give the vdevs (and `log [mirror] VDEV...` for a log)\n");
+		pool_cmd_usage(stderr);
+		return 2;
+	}
+	/* --size creates missing files; the pool's create makes every leaf at one size, so create the
+	 * missing ones here and let the pool open them all. */
+	const char *all[POOL_CMD_MAX_LEAVES + BLK_MIRROR_MAX];
+	unsigned nall = 0;
+	for (unsigned i = 0; i < ndata; i++)
+		all[nall++] = data[i];
+	for (unsigned i = 0; i < nlog; i++)
+		all[nall++] = logs[i];
+	for (unsigned i = 0; i < nall; i++) {
+		struct stat st;
+		if (stat(all[i], &st) == 0) {
+			if (!force && pool_cmd_is_leaf(all[i])) {
+				fprintf(stderr, "shale pool create: %s belongs to a pool already (--force to "
+						"overwrite it)\n", all[i]);
+				return 1;
+			}
+			continue;
+		}
+		if (size == 0) {
+			fprintf(stderr, "shale pool create: %s does not exist (give --size to create it)\n", all[i]);
+			return 1;
+		}
+		struct blk_dev *dev = NULL;
+		int rc = blk_dev_open_file(all[i], size, &dev);
+		if (rc < 0) {
+			fprintf(stderr, "shale pool create: cannot create %s: %s\n", all[i], sh_strerror(rc));
+			return 1;
+		}
+		blk_dev_close(dev);
+	}
+	struct pool_open_opts opts;
+	memset(&opts, 0, sizeof(opts));
+	shale_cmd_pool_opts(&opts);
+	struct pool_create_args args = {
+		.pc_name = name,
+		.pc_layout = mirror ? POOL_LAYOUT_MIRROR : POOL_LAYOUT_STRIPE,
+		.pc_mirror_width = mirror ? width : 0,
+		.pc_paths = data,
+		.pc_npaths = ndata,
+		.pc_log_paths = logs,
+		.pc_nlog_paths = nlog,
+		.pc_opts = &opts,
+	};
+	struct pool *p = NULL;
+	int rc = pool_create(&args, &p);
+	if (rc < 0) {
+		fprintf(stderr, "shale pool create: %s\n", sh_strerror(rc));
+		return 1;
+	}
+	printf("created pool %s: %u %s%s%s\n", name, mirror ? groups : ndata,
+	       mirror ? "mirrors" : "vdevs", nlog ? ", a log vdev" : "", nlog > 1 ? " (mirrored)" : "");
+	return pool_cmd_export("shale pool create", p) == 0 ? 0 : 1;
+}
+
+/* ---- import, export, status, check ---- */
+
+static void pool_cmd_report(void *arg, const char *line)
+{
+	(void)arg;
+	printf("  %s\n", line);
+}
+
+static int pool_cmd_named(const char *verb, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = POOL_CMD_DEFAULT_DIR;
+	int opt;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "d:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'd': dir = optarg; break;
+		case 'h': pool_cmd_usage(stdout); return 0;
+		default: pool_cmd_usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		pool_cmd_usage(stderr);
+		return 2;
+	}
+	char cmd[64];
+	snprintf(cmd, sizeof(cmd), "shale pool %s", verb);
+	struct pool *p = NULL;
+	if (pool_cmd_import(cmd, dir, argv[optind], &p) < 0)
+		return 1;
+	int status = 0;
+	if (strcmp(verb, "status") == 0 || strcmp(verb, "import") == 0) {
+		if (pool_status_print(p, stdout) < 0)
+			status = 1;
+	} else if (strcmp(verb, "check") == 0) {
+		int64_t problems = pool_check(p, pool_cmd_report, NULL);
+		if (problems < 0) {
+			fprintf(stderr, "%s: the check stopped: %s\n", cmd, sh_strerror((int)problems));
+			status = 1;
+		} else {
+			printf("pool %s: %" PRId64 " problem%s\n", pool_name(p), problems, problems == 1 ? "" : "s");
+			status = problems == 0 ? 0 : 1;
+		}
+	}
+	if (pool_cmd_export(cmd, p) < 0)
+		status = 1;
+	return status;
+}
+
+int shale_pool_main(int argc, char **argv)
+{
+	if (argc < 2) {
+		pool_cmd_usage(stderr);
+		return 2;
+	}
+	const char *verb = argv[1];
+	if (strcmp(verb, "create") == 0)
+		return pool_cmd_create(argc - 1, argv + 1);
+	if (strcmp(verb, "import") == 0 || strcmp(verb, "export") == 0 || strcmp(verb, "status") == 0 ||
+	    strcmp(verb, "check") == 0)
+		return pool_cmd_named(verb, argc - 1, argv + 1);
+	if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+		pool_cmd_usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "shale pool: unknown command '%s'\n", verb);
+	pool_cmd_usage(stderr);
+	return 2;
+}
+
+/* ---- shale fs ---- */
+
+static int fs_cmd_list_one(void *arg, const struct pool_ds_info *info)
+{
+	const char *pool = arg;
+	static const char *const compress_names[] = {"off", "lz4", "zstd"};
+	const char *c = (unsigned)info->di_compress < SH_ARRAY_SIZE(compress_names)
+				? compress_names[info->di_compress]
+				: "?";
+	printf("%s/%-30s %14" PRIu64 " %10" PRIu64 " %9" PRIu32 "  %s\n", pool, info->di_name, info->di_used_bytes,
+	       info->di_entries, info->di_record_bytes, c);
+	return 0;
+}
+
+int shale_fs_main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fs_cmd_usage(stderr);
+		return 2;
+	}
+	const char *verb = argv[1];
+	bool create = strcmp(verb, "create") == 0, destroy = strcmp(verb, "destroy") == 0;
+	bool list = strcmp(verb, "list") == 0;
+	if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+		fs_cmd_usage(stdout);
+		return 0;
+	}
+	if (!create && !destroy && !list) {
+		fprintf(stderr, "shale fs: unknown command '%s'\n", verb);
+		fs_cmd_usage(stderr);
+		return 2;
+	}
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"recordsize", required_argument, NULL, 'r'},
+		{"compression", required_argument, NULL, 'c'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = POOL_CMD_DEFAULT_DIR;
+	struct pool_ds_props props = {0};
+	uint64_t v;
+	int opt;
+	argc--;
+	argv++;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "d:r:c:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'd': dir = optarg; break;
+		case 'r':
+			if (pool_cmd_parse_bytes(optarg, &v) < 0 || v > UINT32_MAX) {
+				fprintf(stderr, "shale fs: bad record size '%s'\n", optarg);
+				return 2;
+			}
+			props.dp_record_bytes = (uint32_t)v;
+			break;
+		case 'c':
+			if (strcmp(optarg, "off") == 0)
+				props.dp_compress = POOL_COMPRESS_OFF;
+			else if (strcmp(optarg, "lz4") == 0)
+				props.dp_compress = POOL_COMPRESS_LZ4;
+			else if (strcmp(optarg, "zstd") == 0)
+				props.dp_compress = POOL_COMPRESS_ZSTD;
+			else {
+				fprintf(stderr, "shale fs: compression is off, lz4 or zstd\n");
+				return 2;
+			}
+			break;
+		case 'h': fs_cmd_usage(stdout); return 0;
+		default: fs_cmd_usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc) {
+		fs_cmd_usage(stderr);
+		return 2;
+	}
+	char pool_name_buf[POOL_NAME_MAX + 1];
+	const char *target = argv[optind];
+	const char *slash = strchr(target, '/');
+	const char *ds = NULL;
+	if (list) {
+		if (slash) {
+			fprintf(stderr, "shale fs list: give the pool's name, not a file system's\n");
+			return 2;
+		}
+		snprintf(pool_name_buf, sizeof(pool_name_buf), "%s", target);
+	} else {
+		if (!slash || slash == target || slash[1] == '\0' || strchr(slash + 1, '/') ||
+		    (size_t)(slash - target) > POOL_NAME_MAX) {
+			fprintf(stderr, "shale fs %s: name the file system as POOL/FS\n", verb);
+			return 2;
+		}
+		memcpy(pool_name_buf, target, (size_t)(slash - target));
+		pool_name_buf[slash - target] = '\0';
+		ds = slash + 1;
+	}
+	char cmd[64];
+	snprintf(cmd, sizeof(cmd), "shale fs %s", verb);
+	struct pool *p = NULL;
+	if (pool_cmd_import(cmd, dir, pool_name_buf, &p) < 0)
+		return 1;
+	int status = 0, rc = 0;
+	if (create) {
+		rc = pool_ds_create(p, ds, &props);
+		if (rc == 0)
+			printf("created %s/%s\n", pool_name_buf, ds);
+	} else if (destroy) {
+		rc = pool_ds_destroy(p, ds);
+		if (rc == 0)
+			printf("destroyed %s/%s\n", pool_name_buf, ds);
+	} else {
+		printf("%-36s %14s %10s %9s  %s\n", "NAME", "USED(bytes)", "ENTRIES", "RECORD", "COMPRESS");
+		rc = pool_ds_list(p, fs_cmd_list_one, pool_name_buf);
+	}
+	if (rc < 0) {
+		fprintf(stderr, "%s: %s\n", cmd, sh_strerror(rc));
+		status = 1;
+	}
+	if (pool_cmd_export(cmd, p) < 0)
+		status = 1;
+	return status;
+}
