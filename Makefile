@@ -1,5 +1,6 @@
 # Shale's commands (see README.md):
-#   make run    installs what is missing, builds, and serves ./var/export on 127.0.0.1
+#   make run    installs what is missing, builds, and serves the pool file system tank/home
+#               (a pool on a file under ./var/pool, made on the first run) on 127.0.0.1
 #   make test   installs what is missing, builds (sanitizer and release builds), runs every suite
 #   make bench  installs what is missing, builds the release build, and measures Shale against
 #               NFS-Ganesha (bench/run-bench.sh; BENCH_QUICK=1 for a short run; docs/performance.md)
@@ -47,14 +48,29 @@ build-debug: $(BUILD_DEBUG)/build.ninja
 
 build: deps build-release
 
-# The first run creates ./var with an export directory, server state and an exports file made
-# from etc/exports.default (edit var/exports afterwards to change what is served).
+# The first run creates ./var: a pool "tank" on a 1 GiB file (var/pool/tank0.img) with one file
+# system, tank/home, server state, and an exports file made from etc/exports.default (edit
+# var/exports afterwards to change what is served). BACKEND=posix serves the host directory
+# ./var/export through the posix back end instead.
+SHALE_BIN := $(BUILD_RELEASE)/tools/shale
+BACKEND   ?= pool
 run: deps build-release
-	@mkdir -p var/export var/state
-	@test -f var/exports || sed 's|@EXPORT_DIR@|$(CURDIR_ABS)/var/export|' etc/exports.default > var/exports
+	@mkdir -p var/state
+ifeq ($(BACKEND),posix)
+	@mkdir -p var/export
+	@test -f var/exports.posix || sed 's|@EXPORT@|$(CURDIR_ABS)/var/export|' etc/exports.default > var/exports.posix
 	@echo "Serving $(CURDIR_ABS)/var/export over NFSv3 on 127.0.0.1. Mount it with:"
 	@echo "    mount -t nfs -o vers=3 127.0.0.1:$(CURDIR_ABS)/var/export /mnt"
-	$(BUILD_RELEASE)/tools/shale serve --exports var/exports --state var/state
+	$(SHALE_BIN) serve --exports var/exports.posix --state var/state
+else
+	@mkdir -p var/pool
+	@test -n "$$(ls var/pool)" || { $(SHALE_BIN) pool create tank var/pool/tank0.img --size 1G && \
+		$(SHALE_BIN) fs create tank/home -d var/pool; }
+	@test -f var/exports || sed 's|@EXPORT@|tank/home|' etc/exports.default > var/exports
+	@echo "Serving the pool file system tank/home over NFSv3 on 127.0.0.1. Mount it with:"
+	@echo "    mount -t nfs -o vers=3 127.0.0.1:/tank/home /mnt"
+	$(SHALE_BIN) serve --exports var/exports --state var/state --pool-dir var/pool
+endif
 
 test: deps-test build-debug build-release build-clang
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \

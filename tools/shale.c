@@ -45,6 +45,9 @@ static void shale_serve_usage(FILE *out)
 		"  --portmap-port N      port of the built-in portmapper; default 111\n"
 		"  --threads N           event-loop threads; default one per core\n"
 		"  --fd-cache N          open files kept by the posix back end; default 16384\n"
+		"  --pool-dir DIR        where the leaves of the pools named in the exports (POOL/FS)\n"
+		"                        are; default " SERVER_POOL_DIR_DEFAULT "\n"
+		"  --arc-max BYTES       the pools' block cache limit (suffix K, M, G); default 256M\n"
 		"  --ready-file FILE     write port=N and portmap=MODE here once serving\n"
 		"  --log-level LEVEL     debug, info, warn or error; default info\n");
 }
@@ -69,7 +72,7 @@ static int shale_serve(int argc, char **argv)
 		.sc_portmap = true,
 		.sc_portmap_port = 111,
 	};
-	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE };
+	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE, OPT_POOL_DIR, OPT_ARC_MAX };
 	static const struct option options[] = {
 		{"exports", required_argument, NULL, 'e'},
 		{"state", required_argument, NULL, 's'},
@@ -79,6 +82,8 @@ static int shale_serve(int argc, char **argv)
 		{"no-portmap", no_argument, NULL, OPT_NO_PORTMAP},
 		{"portmap-port", required_argument, NULL, OPT_PORTMAP_PORT},
 		{"fd-cache", required_argument, NULL, OPT_FD_CACHE},
+		{"pool-dir", required_argument, NULL, OPT_POOL_DIR},
+		{"arc-max", required_argument, NULL, OPT_ARC_MAX},
 		{"ready-file", required_argument, NULL, OPT_READY},
 		{"log-level", required_argument, NULL, OPT_LOG},
 		{"help", no_argument, NULL, 'h'},
@@ -113,6 +118,11 @@ static int shale_serve(int argc, char **argv)
 			config.sc_fd_cache_max = (unsigned)v;
 			break;
 		case OPT_READY: config.sc_ready_file = optarg; break;
+		case OPT_POOL_DIR: config.sc_pool_dir = optarg; break;
+		case OPT_ARC_MAX:
+			if (shale_parse_bytes(optarg, &config.sc_arc_max_bytes) < 0)
+				goto bad_value;
+			break;
 		case OPT_LOG:
 			if (strcmp(optarg, "debug") == 0)
 				log_set_level(LOG_DEBUG);

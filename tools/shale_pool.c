@@ -15,7 +15,6 @@
  *
  * VDEV is a file or a block device. With --size, files that do not exist are created at that size
  * (suffixes K, M, G, T); existing ones are used as they are. */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -27,14 +26,16 @@
 #include "blk/blk.h"
 #include "shale_pool.h"
 #include "store/pool.h"
+#include "store/pool_fs.h"
 
 #define POOL_CMD_MAX_LEAVES 256u
 
-/* Options every command imports with. Datasets get no owner here yet: destroying a non-empty one
- * and counting leaks in check need the file-system owner that names its data blocks. */
+/* Options every command imports with: datasets get the file-system owner, which replays their log
+ * records and names their data blocks (for check and destroy). */
 static void shale_cmd_pool_opts(struct pool_open_opts *opts)
 {
 	memset(opts, 0, sizeof(*opts));
+	opts->po_attach = pool_fs_attach;
 }
 
 static void pool_cmd_usage(FILE *out)
@@ -64,8 +65,7 @@ static void fs_cmd_usage(FILE *out)
 		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
 }
 
-/* "64M" -> 67108864. Returns 0 or -EINVAL. */
-static int pool_cmd_parse_bytes(const char *text, uint64_t *out)
+int shale_parse_bytes(const char *text, uint64_t *out)
 {
 	char *end = NULL;
 	errno = 0;
@@ -87,105 +87,15 @@ static int pool_cmd_parse_bytes(const char *text, uint64_t *out)
 	return 0;
 }
 
-/* ---- finding a pool's leaves ---- */
-
-struct pool_cmd_leaves {
-	char *pl_paths[POOL_CMD_MAX_LEAVES];
-	unsigned pl_n;
-	unsigned pl_busy; /* leaves that were locked by another user */
-};
-
-static void pool_cmd_leaves_fini(struct pool_cmd_leaves *l)
-{
-	for (unsigned i = 0; i < l->pl_n; i++)
-		mem_free(l->pl_paths[i]);
-	l->pl_n = 0;
-}
-
-/* Collects the files in dir whose labels name pool `name`. Returns 0 (possibly with no leaf),
- * or -errno when dir cannot be read. */
-static int pool_cmd_find_leaves(const char *dir, const char *name, struct pool_cmd_leaves *out)
-{
-	memset(out, 0, sizeof(*out));
-	DIR *d = opendir(dir);
-	if (!d)
-		return -errno;
-	struct blk_engine *engine = NULL;
-	int rc = blk_engine_create(8, &engine);
-	if (rc < 0) {
-		closedir(d);
-		return rc;
-	}
-	struct blk_label *label = mem_alloc(sizeof(*label));
-	if (!label) {
-		blk_engine_destroy(engine);
-		closedir(d);
-		return -ENOMEM;
-	}
-	struct dirent *de;
-	while ((de = readdir(d)) != NULL && out->pl_n < POOL_CMD_MAX_LEAVES) {
-		if (de->d_name[0] == '.')
-			continue;
-		char path[4096];
-		if (snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= (int)sizeof(path))
-			continue;
-		struct stat st;
-		if (stat(path, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
-			continue;
-		struct blk_dev *dev = NULL;
-		int orc = blk_dev_open_file(path, 0, &dev);
-		if (orc == -EBUSY) {
-			out->pl_busy++;
-			continue;
-		}
-		if (orc < 0)
-			continue;
-		bool ours = blk_label_read(engine, dev, label) == 0 && strcmp(label->lb_pool_name, name) == 0;
-		blk_dev_close(dev);
-		if (ours) {
-			out->pl_paths[out->pl_n] = mem_strdup(path);
-			if (!out->pl_paths[out->pl_n]) {
-				rc = -ENOMEM;
-				break;
-			}
-			out->pl_n++;
-		}
-	}
-	mem_free(label);
-	blk_engine_destroy(engine);
-	closedir(d);
-	if (rc < 0)
-		pool_cmd_leaves_fini(out);
-	return rc;
-}
-
 /* Imports pool `name` from the leaves in dir, reporting failures on stderr. */
 static int pool_cmd_import(const char *cmd, const char *dir, const char *name, struct pool **out)
 {
-	struct pool_cmd_leaves leaves;
-	int rc = pool_cmd_find_leaves(dir, name, &leaves);
-	if (rc < 0) {
-		fprintf(stderr, "%s: cannot read %s: %s\n", cmd, dir, sh_strerror(rc));
-		return rc;
-	}
-	if (leaves.pl_n == 0) {
-		if (leaves.pl_busy > 0)
-			fprintf(stderr, "%s: no leaf of pool '%s' found in %s; %u leaves there are in use "
-					"by another process (a running `shale serve`?)\n",
-				cmd, name, dir, leaves.pl_busy);
-		else
-			fprintf(stderr, "%s: no leaf of pool '%s' found in %s\n", cmd, name, dir);
-		return -ENOENT;
-	}
 	struct pool_open_opts opts;
-	memset(&opts, 0, sizeof(opts));
 	shale_cmd_pool_opts(&opts);
-	rc = pool_import((const char *const *)leaves.pl_paths, leaves.pl_n, &opts, out);
+	char err[512] = "";
+	int rc = pool_import_by_name(dir, name, &opts, out, err, sizeof(err));
 	if (rc < 0)
-		fprintf(stderr, "%s: cannot import pool '%s' from %u leaves in %s: %s%s\n", cmd, name, leaves.pl_n,
-			dir, sh_strerror(rc),
-			leaves.pl_busy ? " (some leaves there are in use by another process)" : "");
-	pool_cmd_leaves_fini(&leaves);
+		fprintf(stderr, "%s: %s\n", cmd, err[0] ? err : sh_strerror(rc));
 	return rc;
 }
 
@@ -231,7 +141,7 @@ static int pool_cmd_create(int argc, char **argv)
 	while ((opt = getopt_long(argc, argv, "+s:fh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
-			if (pool_cmd_parse_bytes(optarg, &size) < 0) {
+			if (shale_parse_bytes(optarg, &size) < 0) {
 				fprintf(stderr, "shale pool create: bad size '%s'\n", optarg);
 				return 2;
 			}
@@ -254,7 +164,7 @@ static int pool_cmd_create(int argc, char **argv)
 	for (int i = optind; i < argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "--size") == 0 || strcmp(a, "-s") == 0) {
-			if (i + 1 >= argc || pool_cmd_parse_bytes(argv[i + 1], &size) < 0) {
+			if (i + 1 >= argc || shale_parse_bytes(argv[i + 1], &size) < 0) {
 				fprintf(stderr, "shale pool create: --size needs a size such as 256M\n");
 				return 2;
 			}
@@ -502,7 +412,7 @@ int shale_fs_main(int argc, char **argv)
 		switch (opt) {
 		case 'd': dir = optarg; break;
 		case 'r':
-			if (pool_cmd_parse_bytes(optarg, &v) < 0 || v > UINT32_MAX) {
+			if (shale_parse_bytes(optarg, &v) < 0 || v > UINT32_MAX) {
 				fprintf(stderr, "shale fs: bad record size '%s'\n", optarg);
 				return 2;
 			}

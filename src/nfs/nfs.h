@@ -37,8 +37,12 @@ SH_MUST_CHECK int nfs_exports_load(const char *path, struct nfs_exports **out, c
 void nfs_exports_destroy(struct nfs_exports *exports);
 /* Number of exports in file order. */
 size_t nfs_exports_count(const struct nfs_exports *exports);
-/* The exported directory of export index (absolute, without trailing slash); owned by exports. */
+/* The path clients mount for export index (absolute, without trailing slash; "/POOL/FS" for a
+ * pool's file system); owned by exports. */
 const char *nfs_exports_path(const struct nfs_exports *exports, size_t index);
+/* "POOL/FS" when the export's line named a pool's file system (a path without a leading slash,
+ * two names of [A-Za-z0-9_.-]), NULL when it names a host directory. Owned by exports. */
+const char *nfs_exports_dataset(const struct nfs_exports *exports, size_t index);
 /* The export's file system id: the fsid= option, else a stable hash of the path. Handles carry it
  * to find their export. */
 uint64_t nfs_exports_fsid(const struct nfs_exports *exports, size_t index);

@@ -91,6 +91,12 @@ const char *nfs_exports_path(const struct nfs_exports *exports, size_t index)
 	return exports->nx_exports[index].ne_path;
 }
 
+const char *nfs_exports_dataset(const struct nfs_exports *exports, size_t index)
+{
+	const struct nfs_export *exp = &exports->nx_exports[index];
+	return exp->ne_dataset ? exp->ne_path + 1 : NULL;
+}
+
 uint64_t nfs_exports_fsid(const struct nfs_exports *exports, size_t index)
 {
 	VERIFY(index < exports->nx_count);
@@ -364,10 +370,30 @@ static char *nfs_next_word(char **cursor, bool *bad)
 	return start;
 }
 
+/* A pool's file system: exactly "POOL/FS", each a name of [A-Za-z0-9_.-] (as the pool's own
+ * names are), neither "." nor "..". */
+static bool nfs_is_dataset_name(const char *word)
+{
+	const char *slash = strchr(word, '/');
+	if (!slash || slash == word || slash[1] == '\0' || strchr(slash + 1, '/'))
+		return false;
+	for (const char *p = word; *p; p++) {
+		if (p != slash && !((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+				    *p == '_' || *p == '.' || *p == '-'))
+			return false;
+	}
+	size_t l1 = (size_t)(slash - word), l2 = strlen(slash + 1);
+	if (l1 > 63 || l2 > 64)
+		return false;
+	bool dots1 = (l1 == 1 && word[0] == '.') || (l1 == 2 && word[0] == '.' && word[1] == '.');
+	bool dots2 = strcmp(slash + 1, ".") == 0 || strcmp(slash + 1, "..") == 0;
+	return !dots1 && !dots2;
+}
+
 static int nfs_normalise_path(struct nfs_parse *ps, const char *word, char **out)
 {
 	if (word[0] != '/')
-		return nfs_parse_error(ps, "export path '%s' is not absolute", word);
+		return nfs_parse_error(ps, "export path '%s' is neither absolute nor a pool's POOL/FS", word);
 	size_t len = strlen(word);
 	while (len > 1 && word[len - 1] == '/')
 		len--;
@@ -416,7 +442,19 @@ static int nfs_parse_line(struct nfs_parse *ps, char *line)
 	if (paren)
 		return nfs_parse_error(ps, "options without a client after the path (a default for "
 				      "every host is not allowed: write *(...) )");
-	int rc = nfs_normalise_path(ps, word, &exp->ne_path);
+	int rc;
+	if (word[0] != '/' && nfs_is_dataset_name(word)) {
+		size_t wl = strlen(word);
+		exp->ne_path = mem_alloc(wl + 2);
+		if (!exp->ne_path)
+			return -ENOMEM;
+		exp->ne_path[0] = '/';
+		memcpy(exp->ne_path + 1, word, wl + 1);
+		exp->ne_dataset = true;
+		rc = 0;
+	} else {
+		rc = nfs_normalise_path(ps, word, &exp->ne_path);
+	}
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i + 1 < xs->nx_count; i++)

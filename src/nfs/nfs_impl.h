@@ -161,7 +161,8 @@ struct nfs_client_rule {
 };
 
 struct nfs_export {
-	char *ne_path;
+	char *ne_path;    /* the path clients mount: a host directory, or "/POOL/FS" */
+	bool ne_dataset;  /* the line named a pool's file system as POOL/FS (ne_path + 1) */
 	uint64_t ne_fsid;
 	bool ne_fsid_explicit;
 	struct nfs_client_rule *ne_rules;

@@ -1,6 +1,8 @@
 /* server.c: the daemon's wiring, in start order:
  *
- *   exports file -> one posix fs per export -> nfs service (NFS v3 + MOUNT v3 programs)
+ *   exports file -> one fs per export: a pool's file system (POOL/FS lines: the pool is imported
+ *   from --pool-dir once, replaying its intent log) or a host directory (posix back end)
+ *   -> nfs service (NFS v3 + MOUNT v3 programs)
  *   -> rpc server (loops, listeners) -> portmapper (rpcbind registration or built-in)
  *   -> loop threads start -> ready file -> wait for SIGINT/SIGTERM -> stop in reverse order.
  *
@@ -18,6 +20,76 @@
 #include "posix/posix.h"
 #include "rpc/rpc.h"
 #include "server/server.h"
+#include "store/pool.h"
+#include "store/pool_fs.h"
+
+/* The pools imported for the exports, by name; exported again at the end. */
+struct server_pools {
+	struct pool *sp_pools[POOL_MAX_TOPS];
+	unsigned sp_count;
+};
+
+/* The pool named `name`, imported now if it is not yet. */
+static int server_pool_get(const struct server_config *config, struct server_pools *pools, const char *name,
+			   struct pool **out)
+{
+	for (unsigned i = 0; i < pools->sp_count; i++) {
+		if (strcmp(pool_name(pools->sp_pools[i]), name) == 0) {
+			*out = pools->sp_pools[i];
+			return 0;
+		}
+	}
+	if (pools->sp_count == SH_ARRAY_SIZE(pools->sp_pools))
+		return -E2BIG;
+	struct pool_open_opts opts = {
+		.po_arc_max_bytes = config->sc_arc_max_bytes,
+		.po_attach = pool_fs_attach,
+	};
+	char err[512] = "";
+	const char *dir = config->sc_pool_dir ? config->sc_pool_dir : SERVER_POOL_DIR_DEFAULT;
+	int rc = pool_import_by_name(dir, name, &opts, out, err, sizeof(err));
+	if (rc < 0) {
+		log_error("%s", err[0] ? err : sh_strerror(rc));
+		return rc;
+	}
+	log_info("pool %s imported from %s", name, dir);
+	pools->sp_pools[pools->sp_count++] = *out;
+	return 0;
+}
+
+/* The back end of export i: a pool's file system or a host directory. */
+static int server_open_export(const struct server_config *config, struct nfs_exports *exports, size_t i,
+			      struct server_pools *pools, struct fs **fs_out)
+{
+	const char *dataset = nfs_exports_dataset(exports, i);
+	if (!dataset) {
+		struct posix_fs_config pcfg = {
+			.pfc_root_path = nfs_exports_path(exports, i),
+			.pfc_fsid = nfs_exports_fsid(exports, i),
+			.pfc_fd_cache_max = config->sc_fd_cache_max,
+		};
+		int rc = posix_fs_create(&pcfg, fs_out);
+		if (rc < 0)
+			log_error("cannot export %s: %s", pcfg.pfc_root_path, sh_strerror(rc));
+		return rc;
+	}
+	const char *slash = strchr(dataset, '/');
+	char name[POOL_NAME_MAX + 1];
+	size_t len = (size_t)(slash - dataset);
+	if (!slash || len > POOL_NAME_MAX)
+		return -EINVAL; /* the exports parser only accepts POOL/FS */
+	memcpy(name, dataset, len);
+	name[len] = '\0';
+	struct pool *p = NULL;
+	int rc = server_pool_get(config, pools, name, &p);
+	if (rc < 0)
+		return rc;
+	rc = pool_fs_open(p, slash + 1, nfs_exports_fsid(exports, i), fs_out);
+	if (rc < 0)
+		log_error("cannot export %s: %s%s", dataset, sh_strerror(rc),
+			  rc == -ENOENT ? " (create it with `shale fs create`)" : "");
+	return rc;
+}
 
 static const char *server_portmap_mode_name(enum rpc_portmap_mode mode)
 {
@@ -75,6 +147,7 @@ int server_run(const struct server_config *config)
 	size_t nexports = 0;
 	struct nfs_service *svc = NULL;
 	struct rpc_server *srv = NULL;
+	struct server_pools pools = {.sp_count = 0};
 	int rc;
 
 	sigset_t stop_signals;
@@ -104,16 +177,9 @@ int server_run(const struct server_config *config)
 		goto out_exports;
 	}
 	for (size_t i = 0; i < nexports; i++) {
-		struct posix_fs_config pcfg = {
-			.pfc_root_path = nfs_exports_path(exports, i),
-			.pfc_fsid = nfs_exports_fsid(exports, i),
-			.pfc_fd_cache_max = config->sc_fd_cache_max,
-		};
-		rc = posix_fs_create(&pcfg, &fs_list[i]);
-		if (rc < 0) {
-			log_error("cannot export %s: %s", pcfg.pfc_root_path, sh_strerror(rc));
+		rc = server_open_export(config, exports, i, &pools, &fs_list[i]);
+		if (rc < 0)
 			goto out_fs;
-		}
 	}
 	struct nfs_service_config ncfg = {
 		.nsc_state_dir = config->sc_state_dir,
@@ -189,6 +255,19 @@ out_fs:
 		if (fs_list[i])
 			fs_destroy(fs_list[i]);
 	mem_free(fs_list);
+	/* The file systems are closed: a last txg makes everything durable and the pools close clean,
+	 * so the next start need not replay their logs. */
+	for (unsigned i = 0; i < pools.sp_count; i++) {
+		const char *name = pool_name(pools.sp_pools[i]);
+		char saved[POOL_NAME_MAX + 1];
+		snprintf(saved, sizeof(saved), "%s", name);
+		int erc = pool_export(pools.sp_pools[i]);
+		if (erc < 0)
+			log_error("pool %s: the last txg could not be written (%s); its log will be replayed "
+				  "at the next import", saved, sh_strerror(erc));
+		else
+			log_info("pool %s exported", saved);
+	}
 out_exports:
 	nfs_exports_destroy(exports);
 	return rc;

@@ -8,6 +8,10 @@
 
 #include "base/base.h"
 
+/* Searched for the leaves of the pools that exports name (POOL/FS), relative to the current
+ * directory. */
+#define SERVER_POOL_DIR_DEFAULT "var/pool"
+
 struct server_config {
 	const char *sc_exports_path; /* exports(5)-style file */
 	const char *sc_state_dir;    /* created if absent; holds the handle key */
@@ -17,6 +21,8 @@ struct server_config {
 	uint16_t sc_portmap_port;    /* the built-in portmapper's port (111; tests use others) */
 	unsigned sc_nthreads;        /* event loops; 0 = one per core */
 	unsigned sc_fd_cache_max;    /* posix back end: open files kept */
+	const char *sc_pool_dir;     /* where the leaves of exported pools are; NULL: the default */
+	uint64_t sc_arc_max_bytes;   /* pools' ARC limit; 0: the pool's default */
 	const char *sc_ready_file;   /* written once serving: "port=N" and "portmap=MODE" lines */
 };
 

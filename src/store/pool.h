@@ -129,6 +129,22 @@ SH_MUST_CHECK int pool_import(const char *const *paths, unsigned npaths,
 SH_MUST_CHECK int pool_import_devs(struct blk_dev *const *devs, unsigned ndevs,
                                    const struct pool_open_opts *opts, struct pool **out);
 
+/* The leaves of one pool found in a directory (pool_find_leaves). */
+struct pool_leaves {
+	char **pl_paths;   /* pl_count paths, owned */
+	unsigned pl_count;
+	unsigned pl_busy;  /* files that another user had open (locked), so could not be read */
+};
+/* Collects the files and block devices in dir whose labels name pool `name` (at most 256).
+ * Returns 0 (possibly with none found), -errno when dir cannot be read, -ENOMEM. Free with
+ * pool_leaves_fini. */
+SH_MUST_CHECK int pool_find_leaves(const char *dir, const char *name, struct pool_leaves *out);
+void pool_leaves_fini(struct pool_leaves *leaves);
+/* pool_find_leaves then pool_import; on failure err (err_len bytes) says why in a sentence for
+ * the administrator (none found, in use by another process, the import's error). */
+SH_MUST_CHECK int pool_import_by_name(const char *dir, const char *name, const struct pool_open_opts *opts,
+				      struct pool **out, char *err, size_t err_len);
+
 /* Writes a last txg (every change so far becomes durable), then closes the pool: stops the sync
  * thread, closes the log, frees everything and closes the leaves the pool opened. Every dataset
  * must have been closed and every block hold released. Returns 0, or -EIO when the last txg

@@ -4,24 +4,11 @@
 # refused import while another process holds the leaves, destroy, and the argument errors.
 # Prints TAP lines and a closing count. Needs $SHALE_BIN and flock(1) (util-linux).
 set -u
+. "$(dirname "$0")/../lib/tap.sh"
 
-pass=0
-fail=0
 root=$(mktemp -d /tmp/shale-cli.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 cd "$root" || exit 1
-check() { # check NAME COMMAND...: passes when COMMAND exits 0
-	local name=$1
-	shift
-	if "$@" >"$root/check.out" 2>&1; then
-		echo "ok - $name"
-		pass=$((pass + 1))
-	else
-		echo "not ok - $name"
-		sed 's/^/#   /' "$root/check.out" | head -n 20
-		fail=$((fail + 1))
-	fi
-}
 shale() { "$SHALE_BIN" "$@"; }
 out_has() { # out_has PATTERN COMMAND...: COMMAND's stdout+stderr matches PATTERN (exit ignored)
 	local pat=$1
@@ -76,5 +63,4 @@ check "pool create: mirrors of different widths are refused" \
 	fails_with "same number" shale pool create m2 mirror x1 x2 mirror y1 --size 64M
 check "pool check still clean after everything" out_has "0 problems" shale pool check tank
 
-echo "# cli_pool: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+tap_finish cli_pool

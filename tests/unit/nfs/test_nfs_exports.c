@@ -113,6 +113,26 @@ static void test_load_file(void)
 	CHECK(nfs_exports_load(path, &xs, err, sizeof(err)) == -ENOENT);
 }
 
+/* A pool's file system is exported as POOL/FS: clients mount /POOL/FS, and the export says which
+ * dataset it is; a host directory says NULL. */
+static void test_dataset_exports(void)
+{
+	const char *text = "tank/home 127.0.0.1(rw)\n/srv/data *(ro)\nbig-pool.2/my_fs *(rw)\n";
+	struct nfs_exports *xs = NULL;
+	char err[256] = "";
+	CHECKF(nfs_exports_parse(text, strlen(text), &xs, err, sizeof(err)) == 0, "err=%s", err);
+	if (!xs)
+		return;
+	CHECK(nfs_exports_count(xs) == 3);
+	CHECK(strcmp(nfs_exports_path(xs, 0), "/tank/home") == 0);
+	CHECK(nfs_exports_dataset(xs, 0) && strcmp(nfs_exports_dataset(xs, 0), "tank/home") == 0);
+	CHECK(nfs_exports_dataset(xs, 1) == NULL);
+	CHECK(strcmp(nfs_exports_path(xs, 1), "/srv/data") == 0);
+	CHECK(nfs_exports_dataset(xs, 2) && strcmp(nfs_exports_dataset(xs, 2), "big-pool.2/my_fs") == 0);
+	CHECK(nfs_exports_fsid(xs, 0) != nfs_exports_fsid(xs, 2));
+	nfs_exports_destroy(xs);
+}
+
 struct bad_case {
 	const char *text;
 	unsigned line;
@@ -124,7 +144,10 @@ static void test_malformed(void)
 	static const struct bad_case cases[] = {
 		{"/a *(rw,bogus)\n", 1, "unknown option 'bogus'"},
 		{"# c\n/a *(rw)\n/b 10.0.0.300(rw)\n", 3, "bad IPv4 address"},
-		{"/a *(rw)\nrelative *(rw)\n", 2, "not absolute"},
+		{"/a *(rw)\nrelative *(rw)\n", 2, "neither absolute nor a pool's POOL/FS"},
+		{"/a *(rw)\ntank/home/sub *(rw)\n", 2, "neither absolute nor a pool's POOL/FS"},
+		{"tank/.. *(rw)\n", 1, "neither absolute nor a pool's POOL/FS"},
+		{"tank/home *(rw)\n/tank/home *(ro)\n", 2, "duplicate export of /tank/home"},
 		{"/a *(rw)\n\n*(rw)\n", 3, "missing export path"},
 		{"/a *(rw)\n/a/ *(ro)\n", 2, "duplicate export of /a (first on line 1)"},
 		{"/a\n", 1, "names no client"},
@@ -257,6 +280,7 @@ int main(void)
 {
 	TAP_RUN(test_full_file);
 	TAP_RUN(test_load_file);
+	TAP_RUN(test_dataset_exports);
 	test_malformed();
 	TAP_RUN(test_match);
 	TAP_RUN(test_squash);

@@ -1,0 +1,836 @@
+/* pool_fs.c: the pool's fs.h back end ("poolfs"): the zpl on a pool dataset, behind the
+ * asynchronous file-system interface, with NFSv3's durability made from the intent log and txgs.
+ *
+ * ---- Model ----
+ * Two objects, with different lives:
+ *   - The owner (struct pfs_owner): what the pool knows about. It holds the zpl of one dataset and
+ *     the zpl_env that maps zpl's block needs onto the pool (get/release: the ARC through
+ *     pool_block_get/release; write: pool_sync_write of POOL_BT_DATA blocks; free: pool_ds_free;
+ *     space: pool_space; now: CLOCK_REALTIME). It is attached by pool_fs_open or, at import, by
+ *     pool_fs_attach (po_attach) so that log records replay through zpl_replay. The pool calls it
+ *     at every txg (do_sync: zpl_sync), for dirty accounting, replay, block walks (check,
+ *     destroy) and finally do_detach (zpl_close), when the dataset leaves memory: after its last
+ *     close and sync, or when the pool closes. An owner whose dataset was never formatted has no
+ *     zpl yet (po_zpl NULL); pool_fs_open formats it (root 0:0 mode 0755) and waits until the
+ *     format's txg is durable, so that no log record can ever precede the format on disk.
+ *   - The file system (struct pool_fs): one pool_fs_open; the struct fs the NFS layer uses. It
+ *     holds a dataset open (so the owner stays), the write verifier, two helper threads and the
+ *     free list of slow-path contexts. fo_destroy closes the dataset.
+ *
+ * ---- A request's path (pfs_run), always on the caller's thread first ----
+ *   1. Under the pool lock. A change (SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE,
+ *      RMDIR, RENAME, LINK) first passes pool_tx_throttle: POOL_THROTTLED parks the request until
+ *      pw_done (then it starts over), -EIO (suspended pool) fails it. WRITE and the creates then
+ *      need pool_space_would_fit(their bytes plus one tree node) or fail with -ENOSPC; removes
+ *      always go on, so a full pool can be emptied.
+ *   2. zpl_execute. -SH_ENEEDBLOCK: unlock, pool_block_load; POOL_LOADED starts over at once; 0
+ *      means the load callback (blk engine thread, where the pool lock may not be taken) starts
+ *      the request over: posted to fr_loop, or to this fs's runner thread when fr_loop is NULL.
+ *      zpl guarantees that a run that misses changed nothing and produced no output to keep
+ *      (READDIR loads its first batch before emitting anything), so starting over is exact.
+ *   3. Success of a change that must be stable (every change but an UNSTABLE WRITE): the record
+ *      (zpl_record_encode) is appended to the intent log in the same locked section as the change
+ *      (so log order is change order), then, unlocked, pool_log_commit: ILOG_DONE completes at
+ *      once, 0 completes from the log's waiter callback. A record above POOL_LOG_PAYLOAD_MAX (a
+ *      1 MiB FILE_SYNC write) is not logged: the request waits for a txg sync instead (step 4).
+ *      A stable WRITE answers wr_committed = FS_FILE_SYNC; an UNSTABLE one FS_UNSTABLE, no record.
+ *   4. COMMIT (after zpl_execute validated the handle and filled its wcc) and oversize stable
+ *      writes go to the committer thread, which takes everything queued, calls
+ *      pool_txg_wait_synced(p, 0) once for that batch (group commit) and completes them. UNSTABLE
+ *      data lives in zpl's dirty buffers until a txg writes it, so a durable txg that was open at
+ *      or after the COMMIT makes every earlier write durable.
+ *
+ * ---- Rules ----
+ *   F1 fr_done runs exactly once: every path ends in exactly one pfs_finish, and a request that
+ *      leaves pfs_run without finishing has handed itself to exactly one callback (load,
+ *      throttle, log commit, or a queue of a helper thread), which resumes or finishes it.
+ *   F2 The fast path allocates nothing: a read-only operation that hits in memory uses no
+ *      context. A change needs a pool_waiter for the throttle before it knows whether it will
+ *      wait, so changes take a context from the free list (allocated only when the list is empty;
+ *      at most POOL_FS_CTX_FREE_MAX are kept) and return it when they finish.
+ *   F3 The pool lock is never taken on the blk engine thread or the sync thread: callbacks only
+ *      post work (fr_loop or the runner) or finish the request (fs_req_complete is safe anywhere).
+ *   F4 A record is appended in the locked section of its change; nothing blocks under the lock.
+ *   F5 pfs_finish returns the context before fs_req_complete, so nothing of this fs is touched
+ *      after the request's completion (the caller may destroy the fs right after the last one).
+ *
+ * ---- Locks ----
+ * The pool lock (pool_lock) guards the zpl and its tree. pf_lock (a leaf, may be taken under the
+ * pool lock) guards the helper threads' queues, the stopping flag and the context free list.
+ * pool_space takes the pool lock itself, so FSSTAT reads it just before locking, into a
+ * thread-local snapshot that ze_space returns (the pool offers owners no locked variant).
+ * zpl copies its env at zpl_open, fsid included: pool_fs_open reopens a zpl that
+ * pool_fs_attach opened with fsid 0 (exact while it has no dirty buffers, as after import).
+ *
+ * ---- Log record (pool_log_append type POOL_FS_REC_ZPL = 1) ----
+ *   offset  size  field
+ *        0     n  the zpl record exactly as zpl_record_encode wrote it (its format: zpl_log.c)
+ *
+ * ---- Tree entries named to the pool (do_visit_blocks), per zpl.c's key table ----
+ *   key: objid(8) | kind(1) [| index(8)]; kind 0x03 (extent, 17-byte key) holds a 64-byte block
+ *   pointer (blk_ptr_encode); all-zero means "being written" (no block yet). Every other entry
+ *   holds no block pointer. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "store/pool_fs.h"
+#include "store/pool_impl.h"
+#include "store/zpl.h"
+
+#define POOL_FS_REC_ZPL 1u
+#define POOL_FS_OWNER_MAGIC 0x706f6f6c66737a31ull /* "poolfsz1" */
+#define POOL_FS_CTX_FREE_MAX 64u                 /* contexts kept for reuse */
+#define POOL_FS_REC_KEEP_BYTES (16u * 1024u)     /* larger record buffers are not kept */
+/* Space a change may add to the tree before the next sync: one dataset tree node. */
+#define POOL_FS_NODE_SLACK_BYTES POOL_DS_NODE_BYTES
+/* Per zpl.c's key table: extent entries. */
+#define POOL_FS_KIND_EXTENT 0x03u
+#define POOL_FS_LONG_KEY 17u
+
+struct pfs_owner {
+	uint64_t po_magic;       /* POOL_FS_OWNER_MAGIC */
+	struct pool *po_pool;
+	struct pool_ds *po_ds;
+	struct zpl *po_zpl;      /* NULL until the dataset is formatted */
+	struct zpl_env po_env;
+};
+
+struct pool_fs;
+
+/* Per-request state of the slow paths (rule F2). */
+struct pfs_ctx {
+	struct pool_fs *pc_fs;
+	struct fs_req *pc_req;
+	struct pfs_ctx *pc_next;     /* free list or a helper's queue */
+	struct loop_task pc_task;    /* the re-run on fr_loop */
+	struct pool_waiter pc_pw;    /* the throttle */
+	struct ilog_waiter pc_iw;    /* the log commit */
+	uint8_t *pc_rec;             /* the log record */
+	size_t pc_rec_cap;
+};
+
+struct pool_fs {
+	struct fs pf_fs;             /* first: struct fs * converts */
+	struct pool *pf_pool;
+	struct pool_ds *pf_ds;
+	struct pfs_owner *pf_owner;
+	uint8_t pf_verf[8];
+
+	pthread_mutex_t pf_lock;     /* the fields below */
+	pthread_cond_t pf_run_cv;
+	pthread_cond_t pf_commit_cv;
+	bool pf_stopping;
+	struct pfs_ctx *pf_runq, *pf_runq_tail;       /* re-runs of requests without fr_loop */
+	struct pfs_ctx *pf_commitq, *pf_commitq_tail; /* waiting for a txg sync */
+	struct pfs_ctx *pf_free;
+	unsigned pf_nfree;
+	pthread_t pf_runner, pf_committer;
+
+	_Atomic uint64_t pf_restarts, pf_throttled, pf_log_commits, pf_txg_waits, pf_txg_waited_reqs,
+		pf_ctx_allocs;
+};
+
+static struct pool_fs *pfs_of(struct fs *fs)
+{
+	return SH_CONTAINER_OF(fs, struct pool_fs, pf_fs);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The zpl environment over the pool */
+
+static int pfs_env_get(void *ctx, const struct blk_ptr *bp, const void **image_out, void **hold_out)
+{
+	struct pfs_owner *o = ctx;
+	return pool_block_get(o->po_pool, bp, image_out, hold_out);
+}
+
+static void pfs_env_release(void *ctx, void *hold)
+{
+	struct pfs_owner *o = ctx;
+	pool_block_release(o->po_pool, hold);
+}
+
+static int pfs_env_write(void *ctx, const void *data, uint32_t lsize, struct blk_ptr *bp_out)
+{
+	struct pfs_owner *o = ctx;
+	return pool_sync_write(o->po_pool, data, lsize, POOL_BT_DATA, 0, 1, bp_out);
+}
+
+static void pfs_env_free(void *ctx, const struct blk_ptr *bp)
+{
+	struct pfs_owner *o = ctx;
+	/* A refusal means a damaged tree; the pool logs and counts it (ps_free_errors). */
+	(void)!pool_ds_free(o->po_ds, bp);
+}
+
+/* pool_space takes the pool lock, which zpl's callers hold, and the pool offers no locked
+ * variant to owners: an FSSTAT therefore reads the space just before it takes the lock
+ * (pfs_run), into this thread's snapshot, which the callback hands to zpl. */
+struct pfs_space_snap {
+	bool ss_valid;
+	uint64_t ss_total, ss_free, ss_avail;
+};
+static _Thread_local struct pfs_space_snap pfs_space_snap;
+
+static int pfs_env_space(void *ctx, uint64_t *total_bytes, uint64_t *free_bytes, uint64_t *avail_bytes)
+{
+	(void)ctx;
+	if (!pfs_space_snap.ss_valid)
+		return -EIO;
+	*total_bytes = pfs_space_snap.ss_total;
+	*free_bytes = pfs_space_snap.ss_free;
+	*avail_bytes = pfs_space_snap.ss_avail;
+	return 0;
+}
+
+static void pfs_env_now(void *ctx, struct fs_time *now_out)
+{
+	(void)ctx;
+	uint64_t ns = clock_realtime_ns();
+	now_out->ft_sec = (int64_t)(ns / 1000000000u);
+	now_out->ft_nsec = (uint32_t)(ns % 1000000000u);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The owner */
+
+/* Under the pool lock: opens the zpl if it is not open, formatting an empty dataset first when
+ * format is set (*formatted then says so). 0, -SH_ENEEDBLOCK (*missing), -ENOENT (unformatted and
+ * !format), or zpl's error. */
+static int pfs_owner_load_locked(struct pfs_owner *o, bool format, struct blk_ptr *missing, bool *formatted)
+{
+	if (o->po_zpl)
+		return 0;
+	struct btree *tree = pool_ds_tree(o->po_ds);
+	uint32_t record_bytes = pool_ds_record_bytes(o->po_ds);
+	int rc = zpl_open(tree, &o->po_env, record_bytes, &o->po_zpl, missing);
+	if (rc != -ENOENT || !format)
+		return rc;
+	const struct fs_cred root = {0};
+	rc = zpl_format(tree, &o->po_env, &root, 0755, NULL, missing);
+	if (rc != 0)
+		return rc;
+	if (formatted)
+		*formatted = true;
+	return zpl_open(tree, &o->po_env, record_bytes, &o->po_zpl, missing);
+}
+
+/* The same, blocking: takes the pool lock and reads missing blocks synchronously. */
+static int pfs_owner_load_sync(struct pfs_owner *o, bool format, bool *formatted)
+{
+	for (;;) {
+		struct blk_ptr missing;
+		pool_lock(o->po_pool);
+		int rc = pfs_owner_load_locked(o, format, &missing, formatted);
+		pool_unlock(o->po_pool);
+		if (rc != -SH_ENEEDBLOCK)
+			return rc;
+		rc = pool_block_read_sync(o->po_pool, &missing);
+		if (rc != 0)
+			return rc;
+	}
+}
+
+static int pfs_do_sync(void *owner, uint64_t txg)
+{
+	(void)txg;
+	struct pfs_owner *o = owner;
+	return o->po_zpl ? zpl_sync(o->po_zpl, NULL) : 0;
+}
+
+static uint64_t pfs_do_dirty_bytes(void *owner)
+{
+	struct pfs_owner *o = owner;
+	return o->po_zpl ? zpl_dirty_bytes(o->po_zpl) : 0;
+}
+
+static int pfs_do_replay(void *owner, uint16_t type, const void *rec, uint32_t len, struct blk_ptr *missing_out)
+{
+	struct pfs_owner *o = owner;
+	if (type != POOL_FS_REC_ZPL)
+		return -EINVAL;
+	/* pool_fs_open makes the format durable before any record exists; formatting here only
+	 * covers a log written by an older opener that did not. */
+	int rc = pfs_owner_load_locked(o, true, missing_out, NULL);
+	if (rc != 0)
+		return rc;
+	return zpl_replay(o->po_zpl, rec, len, missing_out);
+}
+
+static int pfs_do_visit_blocks(void *owner, const void *key, uint32_t klen, const void *val, uint32_t vlen,
+			       pool_bp_fn fn, void *arg)
+{
+	(void)owner;
+	const uint8_t *k = key;
+	if (klen < 9 || k[8] != POOL_FS_KIND_EXTENT)
+		return 0;
+	if (klen != POOL_FS_LONG_KEY || vlen != BLK_PTR_DISK_BYTES)
+		return -EIO;
+	static const uint8_t zero[BLK_PTR_DISK_BYTES];
+	if (memcmp(val, zero, BLK_PTR_DISK_BYTES) == 0)
+		return 0; /* being written: its block does not exist yet */
+	struct blk_ptr bp;
+	if (blk_ptr_decode(val, &bp) != 0)
+		return -EIO;
+	if (blk_ptr_is_hole(&bp))
+		return 0;
+	return fn(arg, &bp);
+}
+
+static void pfs_do_detach(void *owner)
+{
+	struct pfs_owner *o = owner;
+	zpl_close(o->po_zpl);
+	mem_free(o);
+}
+
+static const struct pool_ds_owner pfs_owner_ops = {
+	.do_sync = pfs_do_sync,
+	.do_dirty_bytes = pfs_do_dirty_bytes,
+	.do_replay = pfs_do_replay,
+	.do_visit_blocks = pfs_do_visit_blocks,
+	.do_detach = pfs_do_detach,
+};
+
+int pool_fs_attach(void *arg, struct pool_ds *ds)
+{
+	(void)arg;
+	struct pfs_owner *o = mem_zalloc(sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->po_magic = POOL_FS_OWNER_MAGIC;
+	o->po_pool = pool_ds_pool(ds);
+	o->po_ds = ds;
+	o->po_env = (struct zpl_env){
+		.ze_ctx = o,
+		.ze_get_block = pfs_env_get,
+		.ze_release = pfs_env_release,
+		.ze_write_block = pfs_env_write,
+		.ze_free_block = pfs_env_free,
+		.ze_space = pfs_env_space,
+		.ze_now = pfs_env_now,
+		.ze_fsid = 0,
+	};
+	/* Opened now when formatted (the reads may block: po_attach runs where they may). An
+	 * unformatted dataset keeps po_zpl NULL: checking or destroying it must not format it. */
+	int rc = pfs_owner_load_sync(o, false, NULL);
+	if (rc != 0 && rc != -ENOENT) {
+		mem_free(o);
+		return rc == -ENOMEM ? rc : -EIO;
+	}
+	rc = pool_ds_set_owner(ds, &pfs_owner_ops, o);
+	if (rc != 0) {
+		pfs_do_detach(o);
+		return rc == -EBUSY ? 0 : rc;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Contexts and helper queues */
+
+static void pfs_task_fn(struct loop_task *task);
+static void pfs_load_cb(void *arg, int status);
+static void pfs_throttle_cb(struct pool_waiter *w, int status);
+static void pfs_commit_cb(struct ilog_waiter *w, int status);
+
+/* A context for req, from the free list or new. NULL: out of memory. */
+static struct pfs_ctx *pfs_ctx_get(struct pool_fs *pf, struct fs_req *req)
+{
+	pthread_mutex_lock(&pf->pf_lock);
+	struct pfs_ctx *c = pf->pf_free;
+	if (c) {
+		pf->pf_free = c->pc_next;
+		pf->pf_nfree--;
+	}
+	pthread_mutex_unlock(&pf->pf_lock);
+	if (!c) {
+		c = mem_zalloc(sizeof(*c));
+		if (!c)
+			return NULL;
+		atomic_fetch_add(&pf->pf_ctx_allocs, 1);
+	}
+	c->pc_fs = pf;
+	c->pc_req = req;
+	c->pc_next = NULL;
+	c->pc_task = (struct loop_task){.lt_fn = pfs_task_fn};
+	c->pc_pw = (struct pool_waiter){.pw_done = pfs_throttle_cb, .pw_arg = c};
+	c->pc_iw = (struct ilog_waiter){.iw_done = pfs_commit_cb, .iw_arg = c};
+	return c;
+}
+
+static void pfs_ctx_put(struct pool_fs *pf, struct pfs_ctx *c)
+{
+	if (c->pc_rec_cap > POOL_FS_REC_KEEP_BYTES) {
+		mem_free(c->pc_rec);
+		c->pc_rec = NULL;
+		c->pc_rec_cap = 0;
+	}
+	pthread_mutex_lock(&pf->pf_lock);
+	if (pf->pf_nfree < POOL_FS_CTX_FREE_MAX) {
+		c->pc_next = pf->pf_free;
+		pf->pf_free = c;
+		pf->pf_nfree++;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&pf->pf_lock);
+	if (c) {
+		mem_free(c->pc_rec);
+		mem_free(c);
+	}
+}
+
+/* Ends a request (rule F5: the context goes back before the completion). */
+static void pfs_finish(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
+{
+	if (c)
+		pfs_ctx_put(pf, c);
+	fs_req_complete(req);
+}
+
+static void pfs_fail(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c, int status)
+{
+	req->fr_status = status;
+	pfs_finish(pf, req, c);
+}
+
+static void pfs_enqueue(struct pool_fs *pf, struct pfs_ctx **head, struct pfs_ctx **tail, pthread_cond_t *cv,
+			struct pfs_ctx *c)
+{
+	pthread_mutex_lock(&pf->pf_lock);
+	c->pc_next = NULL;
+	if (*tail)
+		(*tail)->pc_next = c;
+	else
+		*head = c;
+	*tail = c;
+	pthread_cond_signal(cv);
+	pthread_mutex_unlock(&pf->pf_lock);
+}
+
+/* Starts a request over from any thread (rule F3). */
+static void pfs_resume(struct pfs_ctx *c)
+{
+	struct pool_fs *pf = c->pc_fs;
+	if (c->pc_req->fr_loop)
+		loop_post(c->pc_req->fr_loop, &c->pc_task);
+	else
+		pfs_enqueue(pf, &pf->pf_runq, &pf->pf_runq_tail, &pf->pf_run_cv, c);
+}
+
+static void pfs_wait_txg(struct pool_fs *pf, struct pfs_ctx *c)
+{
+	pfs_enqueue(pf, &pf->pf_commitq, &pf->pf_commitq_tail, &pf->pf_commit_cv, c);
+}
+
+static void pfs_load_cb(void *arg, int status)
+{
+	struct pfs_ctx *c = arg;
+	if (status != 0)
+		pfs_fail(c->pc_fs, c->pc_req, c, -EIO);
+	else
+		pfs_resume(c);
+}
+
+static void pfs_throttle_cb(struct pool_waiter *w, int status)
+{
+	struct pfs_ctx *c = w->pw_arg;
+	if (status != 0)
+		pfs_fail(c->pc_fs, c->pc_req, c, -EIO);
+	else
+		pfs_resume(c);
+}
+
+static void pfs_commit_cb(struct ilog_waiter *w, int status)
+{
+	struct pfs_ctx *c = w->iw_arg;
+	if (status != 0)
+		c->pc_req->fr_status = -EIO;
+	pfs_finish(c->pc_fs, c->pc_req, c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The request path */
+
+static bool pfs_op_changes(enum fs_op op)
+{
+	switch (op) {
+	case FS_OP_SETATTR:
+	case FS_OP_WRITE:
+	case FS_OP_CREATE:
+	case FS_OP_MKDIR:
+	case FS_OP_SYMLINK:
+	case FS_OP_MKNOD:
+	case FS_OP_REMOVE:
+	case FS_OP_RMDIR:
+	case FS_OP_RENAME:
+	case FS_OP_LINK:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* New space a change needs before it may start (0: none checked). */
+static uint64_t pfs_space_need(const struct fs_req *req)
+{
+	switch (req->fr_op) {
+	case FS_OP_WRITE:
+		return (uint64_t)req->u.write.wr_len + POOL_FS_NODE_SLACK_BYTES;
+	case FS_OP_CREATE:
+	case FS_OP_MKDIR:
+	case FS_OP_SYMLINK:
+	case FS_OP_MKNOD:
+		return POOL_FS_NODE_SLACK_BYTES;
+	default:
+		return 0;
+	}
+}
+
+static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
+{
+	struct pool *p = pf->pf_pool;
+	enum fs_op op = req->fr_op;
+	bool change = pfs_op_changes(op);
+	bool stable = change && (op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE);
+	size_t rec_bytes = stable ? zpl_record_bytes(req) : 0;
+	bool oversize = rec_bytes > POOL_LOG_PAYLOAD_MAX;
+
+	/* Everything that can fail to allocate happens before the lock (rule F4). */
+	if (change && !c && !(c = pfs_ctx_get(pf, req))) {
+		pfs_fail(pf, req, NULL, -ENOMEM);
+		return;
+	}
+	if (stable && !oversize && c->pc_rec_cap < rec_bytes) {
+		uint8_t *buf = mem_alloc(rec_bytes);
+		if (!buf) {
+			pfs_fail(pf, req, c, -ENOMEM);
+			return;
+		}
+		mem_free(c->pc_rec);
+		c->pc_rec = buf;
+		c->pc_rec_cap = rec_bytes;
+	}
+
+	for (;;) {
+		struct blk_ptr missing;
+		pfs_space_snap.ss_valid = op == FS_OP_FSSTAT;
+		if (op == FS_OP_FSSTAT)
+			pool_space(p, &pfs_space_snap.ss_total, &pfs_space_snap.ss_free, &pfs_space_snap.ss_avail);
+		pool_lock(p);
+		if (change) {
+			int rc = pool_tx_throttle(p, &c->pc_pw);
+			if (rc == POOL_THROTTLED) {
+				pool_unlock(p);
+				atomic_fetch_add(&pf->pf_throttled, 1);
+				return; /* pfs_throttle_cb resumes or fails it */
+			}
+			if (rc != 0) {
+				pool_unlock(p);
+				pfs_fail(pf, req, c, -EIO);
+				return;
+			}
+			uint64_t need = pfs_space_need(req);
+			if (need != 0 && !pool_space_would_fit(p, need)) {
+				pool_unlock(p);
+				pfs_fail(pf, req, c, -ENOSPC);
+				return;
+			}
+		}
+		int rc = zpl_execute(pf->pf_owner->po_zpl, req, &missing);
+		if (rc == -SH_ENEEDBLOCK) {
+			pool_unlock(p);
+			atomic_fetch_add(&pf->pf_restarts, 1);
+			if (!c && !(c = pfs_ctx_get(pf, req))) {
+				pfs_fail(pf, req, NULL, -ENOMEM);
+				return;
+			}
+			rc = pool_block_load(p, &missing, pfs_load_cb, c);
+			if (rc == POOL_LOADED)
+				continue;
+			if (rc != 0)
+				pfs_fail(pf, req, c, -EIO);
+			return; /* 0: pfs_load_cb resumes or fails it */
+		}
+		if (rc != 0) { /* zpl_execute promises nothing else */
+			pool_unlock(p);
+			pfs_fail(pf, req, c, -EIO);
+			return;
+		}
+		if (req->fr_status != 0 || (!stable && op != FS_OP_COMMIT)) {
+			pool_unlock(p);
+			pfs_finish(pf, req, c);
+			return;
+		}
+		if (op == FS_OP_COMMIT) {
+			pool_unlock(p);
+			if (!c && !(c = pfs_ctx_get(pf, req))) {
+				pfs_fail(pf, req, NULL, -ENOMEM);
+				return;
+			}
+			pfs_wait_txg(pf, c);
+			return;
+		}
+		/* A stable change that succeeded: make it durable (theory, step 3). */
+		if (op == FS_OP_WRITE)
+			req->u.write.wr_committed = FS_FILE_SYNC;
+		uint64_t lsn = 0;
+		size_t len = 0;
+		rc = -EMSGSIZE;
+		if (!oversize) {
+			rc = zpl_record_encode(req, c->pc_rec, c->pc_rec_cap, &len);
+			if (rc == 0)
+				rc = pool_log_append(p, pf->pf_ds, POOL_FS_REC_ZPL, c->pc_rec, (uint32_t)len, &lsn);
+		}
+		pool_unlock(p);
+		if (rc == -EIO) {
+			pfs_fail(pf, req, c, -EIO);
+			return;
+		}
+		if (rc != 0) {
+			/* Too large for a log record (or the log could not take it): the txg that
+			 * holds the change makes it durable. */
+			pfs_wait_txg(pf, c);
+			return;
+		}
+		atomic_fetch_add(&pf->pf_log_commits, 1);
+		rc = pool_log_commit(p, lsn, &c->pc_iw);
+		if (rc == ILOG_DONE)
+			pfs_finish(pf, req, c);
+		else if (rc != 0)
+			pfs_fail(pf, req, c, -EIO);
+		return; /* 0: pfs_commit_cb finishes it */
+	}
+}
+
+static void pfs_task_fn(struct loop_task *task)
+{
+	struct pfs_ctx *c = SH_CONTAINER_OF(task, struct pfs_ctx, pc_task);
+	pfs_run(c->pc_fs, c->pc_req, c);
+}
+
+/* Re-runs requests that have no loop (tests, tools). */
+static void *pfs_runner_main(void *arg)
+{
+	struct pool_fs *pf = arg;
+	pthread_mutex_lock(&pf->pf_lock);
+	for (;;) {
+		struct pfs_ctx *c = pf->pf_runq;
+		if (!c) {
+			if (pf->pf_stopping)
+				break;
+			pthread_cond_wait(&pf->pf_run_cv, &pf->pf_lock);
+			continue;
+		}
+		pf->pf_runq = c->pc_next;
+		if (!pf->pf_runq)
+			pf->pf_runq_tail = NULL;
+		pthread_mutex_unlock(&pf->pf_lock);
+		pfs_run(pf, c->pc_req, c);
+		pthread_mutex_lock(&pf->pf_lock);
+	}
+	pthread_mutex_unlock(&pf->pf_lock);
+	return NULL;
+}
+
+/* Group commit of COMMITs and oversize stable writes: one txg wait per batch. */
+static void *pfs_committer_main(void *arg)
+{
+	struct pool_fs *pf = arg;
+	pthread_mutex_lock(&pf->pf_lock);
+	for (;;) {
+		struct pfs_ctx *batch = pf->pf_commitq;
+		if (!batch) {
+			if (pf->pf_stopping)
+				break;
+			pthread_cond_wait(&pf->pf_commit_cv, &pf->pf_lock);
+			continue;
+		}
+		pf->pf_commitq = pf->pf_commitq_tail = NULL;
+		pthread_mutex_unlock(&pf->pf_lock);
+		/* Every request of the batch made its change before this call: the txg open now
+		 * holds it or a txg before it does. */
+		int rc = pool_txg_wait_synced(pf->pf_pool, 0);
+		atomic_fetch_add(&pf->pf_txg_waits, 1);
+		while (batch) {
+			struct pfs_ctx *c = batch;
+			batch = c->pc_next;
+			atomic_fetch_add(&pf->pf_txg_waited_reqs, 1);
+			if (rc != 0)
+				c->pc_req->fr_status = -EIO;
+			pfs_finish(pf, c->pc_req, c);
+		}
+		pthread_mutex_lock(&pf->pf_lock);
+	}
+	pthread_mutex_unlock(&pf->pf_lock);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * struct fs_ops */
+
+static void pfs_submit(struct fs *fs, struct fs_req *req)
+{
+	pfs_run(pfs_of(fs), req, NULL);
+}
+
+static int pfs_root(struct fs *fs, struct fs_obj_id *root_out)
+{
+	struct pool_fs *pf = pfs_of(fs);
+	pool_lock(pf->pf_pool);
+	zpl_root(pf->pf_owner->po_zpl, root_out);
+	pool_unlock(pf->pf_pool);
+	return 0;
+}
+
+static void pfs_info(struct fs *fs, struct fs_info *info_out)
+{
+	struct pool_fs *pf = pfs_of(fs);
+	pool_lock(pf->pf_pool);
+	zpl_info(pf->pf_owner->po_zpl, info_out);
+	pool_unlock(pf->pf_pool);
+}
+
+static void pfs_write_verifier(struct fs *fs, uint8_t verf_out[8])
+{
+	memcpy(verf_out, pfs_of(fs)->pf_verf, 8);
+}
+
+static void pfs_stop_threads(struct pool_fs *pf, bool runner, bool committer)
+{
+	pthread_mutex_lock(&pf->pf_lock);
+	pf->pf_stopping = true;
+	pthread_cond_broadcast(&pf->pf_run_cv);
+	pthread_cond_broadcast(&pf->pf_commit_cv);
+	pthread_mutex_unlock(&pf->pf_lock);
+	if (runner)
+		pthread_join(pf->pf_runner, NULL);
+	if (committer)
+		pthread_join(pf->pf_committer, NULL);
+}
+
+static void pfs_free(struct pool_fs *pf)
+{
+	while (pf->pf_free) {
+		struct pfs_ctx *c = pf->pf_free;
+		pf->pf_free = c->pc_next;
+		mem_free(c->pc_rec);
+		mem_free(c);
+	}
+	pthread_cond_destroy(&pf->pf_commit_cv);
+	pthread_cond_destroy(&pf->pf_run_cv);
+	pthread_mutex_destroy(&pf->pf_lock);
+	mem_free(pf);
+}
+
+/* Every submitted request has completed (fs_destroy's contract): the queues are empty. */
+static void pfs_destroy(struct fs *fs)
+{
+	struct pool_fs *pf = pfs_of(fs);
+	pfs_stop_threads(pf, true, true);
+	VERIFY(pf->pf_runq == NULL && pf->pf_commitq == NULL);
+	pool_ds_close(pf->pf_ds);
+	pfs_free(pf);
+}
+
+static const struct fs_ops pfs_ops = {
+	.fo_name = "pool",
+	.fo_submit = pfs_submit,
+	.fo_root = pfs_root,
+	.fo_info = pfs_info,
+	.fo_write_verifier = pfs_write_verifier,
+	.fo_destroy = pfs_destroy,
+};
+
+int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs **fs_out)
+{
+	*fs_out = NULL;
+	struct pool_ds *ds;
+	int rc = pool_ds_open(p, dataset, &ds);
+	if (rc != 0)
+		return rc;
+	struct pfs_owner *o = pool_ds_owner(ds);
+	if (!o) {
+		rc = pool_fs_attach(NULL, ds);
+		if (rc != 0)
+			goto out_close;
+		o = pool_ds_owner(ds);
+	}
+	if (!o || o->po_magic != POOL_FS_OWNER_MAGIC) {
+		rc = -EBUSY;
+		goto out_close;
+	}
+	/* Attributes carry this open's fsid; zpl keeps its own copy of the env, so a zpl opened
+	 * with another one (by pool_fs_attach at import) is reopened, which is exact while it holds
+	 * no dirty buffers (the tree, dirty nodes included, is its whole state then). */
+	pool_lock(p);
+	if (o->po_zpl && o->po_env.ze_fsid != fsid) {
+		if (zpl_dirty_bytes(o->po_zpl) != 0) {
+			rc = -EBUSY;
+		} else {
+			zpl_close(o->po_zpl);
+			o->po_zpl = NULL;
+		}
+	}
+	if (rc == 0)
+		o->po_env.ze_fsid = fsid;
+	pool_unlock(p);
+	if (rc != 0)
+		goto out_close;
+	bool formatted = false;
+	rc = pfs_owner_load_sync(o, true, &formatted);
+	if (rc != 0) {
+		rc = rc == -ENOMEM ? rc : -EIO;
+		goto out_close;
+	}
+	/* Rule: no log record may reach the disk before the format it applies to. */
+	if (formatted && (rc = pool_txg_wait_synced(p, 0)) != 0) {
+		rc = -EIO;
+		goto out_close;
+	}
+	struct pool_fs *pf = mem_zalloc(sizeof(*pf));
+	if (!pf) {
+		rc = -ENOMEM;
+		goto out_close;
+	}
+	pf->pf_fs.fs_ops = &pfs_ops;
+	pf->pf_fs.fs_fsid = fsid;
+	pf->pf_pool = p;
+	pf->pf_ds = ds;
+	pf->pf_owner = o;
+	VERIFY(pthread_mutex_init(&pf->pf_lock, NULL) == 0);
+	VERIFY(pthread_cond_init(&pf->pf_run_cv, NULL) == 0);
+	VERIFY(pthread_cond_init(&pf->pf_commit_cv, NULL) == 0);
+	rc = sh_random_bytes(pf->pf_verf, sizeof(pf->pf_verf));
+	if (rc != 0)
+		goto out_free;
+	rc = -pthread_create(&pf->pf_runner, NULL, pfs_runner_main, pf);
+	if (rc != 0)
+		goto out_free;
+	rc = -pthread_create(&pf->pf_committer, NULL, pfs_committer_main, pf);
+	if (rc != 0) {
+		pfs_stop_threads(pf, true, false);
+		goto out_free;
+	}
+	*fs_out = &pf->pf_fs;
+	return 0;
+
+out_free:
+	pfs_free(pf);
+out_close:
+	pool_ds_close(ds);
+	return rc;
+}
+
+void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st)
+{
+	struct pool_fs *pf = pfs_of(fs);
+	st->ps_restarts = atomic_load(&pf->pf_restarts);
+	st->ps_throttled = atomic_load(&pf->pf_throttled);
+	st->ps_log_commits = atomic_load(&pf->pf_log_commits);
+	st->ps_txg_waits = atomic_load(&pf->pf_txg_waits);
+	st->ps_txg_waited_reqs = atomic_load(&pf->pf_txg_waited_reqs);
+	st->ps_slow_ctx_allocs = atomic_load(&pf->pf_ctx_allocs);
+}
