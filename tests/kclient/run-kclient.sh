@@ -35,7 +35,9 @@
 #   meson test -C BUILD --suite kclient                             (what the build registers)
 #   tests/kclient/run-kclient.sh --server ganesha                   (same checks against
 #                                                                    NFS-Ganesha + rpcbind)
-#   Options: --server shale|ganesha|cmd, --server-cmd 'CMD' (run with sh -c; it gets
+#   tests/kclient/run-kclient.sh --backend pool                    (Shale serving a file system
+#                                                                    of its own pool, tank/home)
+#   Options: --server shale|ganesha|cmd, --backend posix|pool (shale only), --server-cmd 'CMD' (run with sh -c; it gets
 #   KC_EXPORTS_FILE, KC_EXPORT_DIR, KC_STATE_DIR, KC_READY_FILE in its environment and must
 #   serve NFSv3, MOUNT v3 and portmap on 2049/111), --cache DIR, --work DIR (kept afterwards),
 #   --timeout SECONDS (guest run, default 480), --mount-opts OPTS, --no-netns.
@@ -47,6 +49,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 server=shale
+backend=posix
 server_cmd=
 shale=${SHALE:-}
 cache=${KCLIENT_CACHE:-$top/build-cache/kclient}
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--shale) shale=$2; shift 2 ;;
 	--server) server=$2; shift 2 ;;
+	--backend) backend=$2; shift 2 ;;
 	--server-cmd) server=cmd; server_cmd=$2; shift 2 ;;
 	--cache) cache=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
@@ -96,6 +100,11 @@ shale)
 ganesha | cmd) ;;
 *) bail "unknown --server $server" ;;
 esac
+case "$backend" in
+posix | pool) ;;
+*) bail "unknown --backend $backend" ;;
+esac
+[ "$backend" = posix ] || [ "$server" = shale ] || bail "--backend pool needs --server shale"
 
 if [ -z "$work" ]; then
 	work=$(mktemp -d /tmp/kclient.XXXXXX)
@@ -157,9 +166,21 @@ done
 # ---- server ---------------------------------------------------------------------------------
 export_dir="$work/export"
 state_dir="$work/state"
+pool_dir="$work/pool"
 mkdir -p "$export_dir" "$state_dir"
 exports_file="$work/exports"
-echo "$export_dir 127.0.0.1(rw,insecure,no_root_squash)" >"$exports_file"
+if [ "$backend" = pool ]; then
+	# A pool on a file with one file system; the guest mounts /tank/home.
+	mkdir -p "$pool_dir"
+	"$shale" pool create tank "$pool_dir/tank0.img" --size 512M >"$work/pool.log" 2>&1 &&
+		"$shale" fs create tank/home -d "$pool_dir" >>"$work/pool.log" 2>&1 ||
+		{ sed 's/^/# /' "$work/pool.log"; bail "shale pool create / fs create"; }
+	guest_export=/tank/home
+	echo "tank/home 127.0.0.1(rw,insecure,no_root_squash)" >"$exports_file"
+else
+	guest_export=$export_dir
+	echo "$export_dir 127.0.0.1(rw,insecure,no_root_squash)" >"$exports_file"
+fi
 ready_file="$work/ready"
 rm -f "$ready_file"
 
@@ -176,7 +197,7 @@ wait_listening() { # $1: port, $2: seconds, $3: pid that must stay alive
 case "$server" in
 shale)
 	"$shale" serve --exports "$exports_file" --state "$state_dir" --ready-file "$ready_file" \
-		>"$work/server.log" 2>&1 &
+		--pool-dir "$pool_dir" >"$work/server.log" 2>&1 &
 	server_pid=$!
 	pids+=("$server_pid")
 	for ((i = 0; i < 300; i++)); do
@@ -275,7 +296,7 @@ for attempt in 1 2; do
 	timeout --kill-after=10 "$guest_timeout" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 2 \
 		-nographic -no-reboot -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
 		-kernel "$work/image/vmlinuz" -initrd "$work/image/initrd.img" \
-		-append "console=ttyS0 quiet panic=-1 kcexport=$export_dir kcopts=$mount_opts" \
+		-append "console=ttyS0 quiet panic=-1 kcexport=$guest_export kcopts=$mount_opts" \
 		</dev/null 2>"$work/qemu.err" |
 		while IFS= read -r line; do
 			line=${line%$'\r'}
@@ -311,6 +332,17 @@ else
 	notok "guest ran to completion and reported ($why)"
 	tail -n 30 "$console" | sed 's/^/# console: /'
 	sed 's/^/# qemu: /' "$work/qemu.err" | tail -n 5
+fi
+
+# ---- host-side view of a pool's file system, through libnfs while the server still runs -------
+# (a pool's files cannot be read beside the server; the posix export is read directly below)
+if [ "$backend" = pool ]; then
+	view="$work/view"
+	mkdir -p "$view"
+	nfs_url="nfs://127.0.0.1/tank/home/kc"
+	nfs-cp "$nfs_url/big" "$view/big" >"$view/cp.log" 2>&1 || sed 's/^/# nfs-cp: /' "$view/cp.log"
+	nfs-ls "$nfs_url/many" >"$view/many.ls" 2>&1
+	nfs-ls "$nfs_url" >"$view/kc.ls" 2>&1
 fi
 
 # ---- capture decode -------------------------------------------------------------------------
@@ -363,30 +395,61 @@ note "NFSv3 error replies (procedure:nfsstat3:count): ${errs:-none}"
 
 # ---- host-side view of the export -------------------------------------------------------------
 guest_hash=$(sed -n 's/^# kclient-hash big \([0-9a-f]*\).*/\1/p' "$console" | head -n 1)
-host_line=$("$work/guest_fsops" hash "$export_dir/kc/big" 2>&1)
-host_hash=${host_line%% *}
 want_line=$("$work/guest_fsops" big-hash)
+if [ "$backend" = pool ]; then
+	host_line=$("$work/guest_fsops" hash "$view/big" 2>&1)
+	many_left=$(awk '{print $NF}' "$view/many.ls" | grep -c '^f')
+	ls_field() { # $1: name, $2: field of nfs-ls's line (1 mode, 2 nlink, 3 uid, 4 gid)
+		awk -v n="$1" -v f="$2" '$NF == n {print $f}' "$view/kc.ls"
+	}
+	if [ "$(ls_field link_orig 2)" = 2 ] && [ "$(ls_field link_other 2)" = 2 ] &&
+		[ "$(ls_field sym_rel 1 | cut -c1)" = l ] &&
+		[ "$(ls_field owned 3):$(ls_field owned 4) $(ls_field owned 1)" = "4321:8765 -rw-r--r--" ] &&
+		[ "$(ls_field modes 1)" = -rwxr-x--x ]; then
+		attrs_ok=1
+	else
+		attrs_ok=0
+		sed 's/^/# nfs-ls: /' "$view/kc.ls" | head -n 30
+	fi
+else
+	host_line=$("$work/guest_fsops" hash "$export_dir/kc/big" 2>&1)
+	many_left=$(find "$export_dir/kc/many" -mindepth 1 -maxdepth 1 -name 'f*' 2>/dev/null | wc -l)
+	if [ "$(stat -c '%h %i' "$export_dir/kc/link_orig" 2>/dev/null)" = \
+		"$(stat -c '%h %i' "$export_dir/kc/link_other" 2>/dev/null)" ] &&
+		[ "$(stat -c %h "$export_dir/kc/link_orig" 2>/dev/null)" = 2 ] &&
+		[ "$(readlink "$export_dir/kc/sym_rel")" = link_orig ] &&
+		[ "$(stat -c '%u:%g %a' "$export_dir/kc/owned" 2>/dev/null)" = "4321:8765 644" ] &&
+		[ "$(stat -c '%a' "$export_dir/kc/modes" 2>/dev/null)" = 751 ]; then
+		attrs_ok=1
+	else
+		attrs_ok=0
+		ls -la "$export_dir/kc" 2>&1 | head -n 30 | sed 's/^/# /'
+	fi
+fi
+host_hash=${host_line%% *}
 if [ -n "$guest_hash" ] && [ "$host_line" = "$want_line" ] && [ "$host_hash" = "$guest_hash" ]; then
 	ok "host reads the 64 MiB file with the guest's hash ($host_hash)"
 else
 	notok "host reads the 64 MiB file with the guest's hash (guest '${guest_hash}', host '$host_line', expected '$want_line')"
 fi
-many_left=$(find "$export_dir/kc/many" -mindepth 1 -maxdepth 1 -name 'f*' 2>/dev/null | wc -l)
 if [ "$many_left" -eq 1000 ]; then
 	ok "host sees the 2000-entry directory reduced to 1000 entries"
 else
 	notok "host sees the 2000-entry directory reduced to 1000 entries (found $many_left)"
 fi
-if [ "$(stat -c '%h %i' "$export_dir/kc/link_orig" 2>/dev/null)" = \
-	"$(stat -c '%h %i' "$export_dir/kc/link_other" 2>/dev/null)" ] &&
-	[ "$(stat -c %h "$export_dir/kc/link_orig" 2>/dev/null)" = 2 ] &&
-	[ "$(readlink "$export_dir/kc/sym_rel")" = link_orig ] &&
-	[ "$(stat -c '%u:%g %a' "$export_dir/kc/owned" 2>/dev/null)" = "4321:8765 644" ] &&
-	[ "$(stat -c '%a' "$export_dir/kc/modes" 2>/dev/null)" = 751 ]; then
+if [ "$attrs_ok" -eq 1 ]; then
 	ok "host sees the links, symlink, owner and mode the guest set"
 else
 	notok "host sees the links, symlink, owner and mode the guest set"
-	ls -la "$export_dir/kc" 2>&1 | head -n 30 | sed 's/^/# /'
+fi
+if [ "$backend" = pool ]; then
+	if "$shale" pool check tank -d "$pool_dir" >"$work/check.log" 2>&1 &&
+		grep -q "pool tank: 0 problems" "$work/check.log"; then
+		ok "shale pool check after the run: every block verified, 0 problems"
+	else
+		notok "shale pool check after the run"
+		sed 's/^/# check: /' "$work/check.log" | tail -n 20
+	fi
 fi
 
 note "kclient: $pass_count passed, $fail_count failed"
