@@ -8,6 +8,9 @@
 # Kernel command line parameters read here:
 #   kcexport=PATH   the exported directory on the host (required)
 #   kcopts=OPTS     mount options (default vers=3,nolock)
+#   kcmode=crash    instead of the phases: the crash workload (guest_fsops crashload), during
+#                   which the host kills and restarts the server, then a fresh mount and
+#                   guest_fsops crashcheck
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
 mount -t proc proc /proc
@@ -23,10 +26,12 @@ done
 
 EXPORT=
 OPTS=vers=3,nolock
+MODE=phases
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	kcexport=*) EXPORT=${w#kcexport=} ;;
 	kcopts=*) OPTS=${w#kcopts=} ;;
+	kcmode=*) MODE=${w#kcmode=} ;;
 	esac
 done
 
@@ -61,6 +66,22 @@ if [ $rc -ne 0 ]; then
 	finish
 fi
 grep ' /mnt ' /proc/mounts | sed 's/^/# mounted: /'
+
+if [ "$MODE" = crash ]; then
+	guest_fsops crashload /mnt /tmp/crash.state
+	tap $? "crash workload ran to its end across the server's restart"
+	umount /mnt
+	tap $? "umount after the crash workload"
+	echo 3 >/proc/sys/vm/drop_caches
+	mount -t nfs -o "$OPTS" "10.0.2.2:$EXPORT" /mnt
+	rc=$?
+	tap $rc "mount again after the crash workload"
+	if [ $rc -eq 0 ]; then
+		guest_fsops crashcheck /mnt /tmp/crash.state
+		umount /mnt
+	fi
+	finish
+fi
 
 guest_fsops phase1 /mnt
 echo "# kclient: phase1 exit $?"

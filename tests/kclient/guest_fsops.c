@@ -10,6 +10,13 @@
  *                            owners, times, symlink targets, directory listings)
  *   guest_fsops hash FILE    prints the 64-bit FNV-1a hash of FILE; the host runs this on the
  *                            exported directory to compare with what the guest wrote
+ *   guest_fsops crashload MNT STATE   a workload of creates (each fsync'd), renames and removes
+ *                            during which the host kills the server (kill -9) and restarts it;
+ *                            prints "# crash acked ..." per completed operation and records in
+ *                            the file STATE what each name must be: acknowledged, or uncertain
+ *                            (its operation failed across the crash)
+ *   guest_fsops crashcheck MNT STATE  after a fresh mount: every acknowledged create, rename and
+ *                            remove is there as the client saw it complete
  *
  * Each case prints one TAP line (`ok - NAME` / `not ok - NAME`) through tests/lib/tap.h; the exit
  * status is non-zero when any case failed.
@@ -869,6 +876,139 @@ static int run_phase(int phase, const char *mnt)
 	return tap_finish();
 }
 
+/* --- the crash workload ---------------------------------------------------------------------- */
+
+#define KC_CRASH_FILES 300
+#define KC_CRASH_SEED 5000u
+
+/* What name i must be after the crash, as far as the client saw its operations complete. */
+enum crash_state {
+	CRASH_NONE = 0,      /* never created */
+	CRASH_AT_F = 1,      /* f<i> holds pattern i; g<i> absent */
+	CRASH_AT_G = 2,      /* renamed: g<i> holds pattern i; f<i> absent */
+	CRASH_REMOVED = 3,   /* neither exists */
+	CRASH_UNCERTAIN = 4, /* an operation on it failed (its reply was lost in the crash): not checked */
+};
+
+static uint64_t crash_len(unsigned i)
+{
+	return 1000u + (uint64_t)(i * 7919u) % 60000u;
+}
+
+static int crashload(const char *mnt, const char *state_path)
+{
+	static unsigned char state[KC_CRASH_FILES];
+	char dir[4200], a[4300], b[4300];
+	snprintf(dir, sizeof(dir), "%s/crash", mnt);
+	if (mkdir(dir, 0755) != 0) {
+		printf("not ok - crash: mkdir %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	unsigned acked = 0, failed = 0;
+	for (unsigned i = 0; i < KC_CRASH_FILES; i++) {
+		snprintf(a, sizeof(a), "%s/f%u", dir, i);
+		int rc = write_pattern_file(a, KC_CRASH_SEED + i, crash_len(i), O_TRUNC);
+		state[i] = rc == 0 ? CRASH_AT_F : CRASH_UNCERTAIN;
+		printf("# crash %s create f%u\n", rc == 0 ? "acked" : "failed", i);
+		rc == 0 ? acked++ : failed++;
+		if (i % 3 == 2 && state[i - 1] == CRASH_AT_F) {
+			snprintf(a, sizeof(a), "%s/f%u", dir, i - 1);
+			snprintf(b, sizeof(b), "%s/g%u", dir, i - 1);
+			rc = rename(a, b) == 0 ? 0 : -errno;
+			state[i - 1] = rc == 0 ? CRASH_AT_G : CRASH_UNCERTAIN;
+			printf("# crash %s rename f%u g%u\n", rc == 0 ? "acked" : "failed", i - 1, i - 1);
+			rc == 0 ? acked++ : failed++;
+		}
+		if (i % 5 == 4 && i >= 7 && state[i - 7] == CRASH_AT_G) {
+			snprintf(b, sizeof(b), "%s/g%u", dir, i - 7);
+			rc = unlink(b) == 0 ? 0 : -errno;
+			state[i - 7] = rc == 0 ? CRASH_REMOVED : CRASH_UNCERTAIN;
+			printf("# crash %s remove g%u\n", rc == 0 ? "acked" : "failed", i - 7);
+			rc == 0 ? acked++ : failed++;
+		}
+	}
+	printf("# crash workload done: %u operations acknowledged, %u failed\n", acked, failed);
+	FILE *f = fopen(state_path, "w");
+	if (!f || fwrite(state, 1, sizeof(state), f) != sizeof(state) || fclose(f) != 0) {
+		printf("not ok - crash: cannot save the state to %s\n", state_path);
+		return 1;
+	}
+	return 0;
+}
+
+static const char *crash_mnt;
+static unsigned char crash_state_saved[KC_CRASH_FILES];
+
+/* Whether the name exists (1), not (0), or cannot be told (-errno). */
+static int crash_exists(const char *name)
+{
+	char path[4300];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/crash/%s", crash_mnt, name);
+	if (lstat(path, &st) == 0)
+		return 1;
+	return errno == ENOENT ? 0 : -errno;
+}
+
+static void crash_check_state(enum crash_state want_state)
+{
+	unsigned checked = 0;
+	for (unsigned i = 0; i < KC_CRASH_FILES; i++) {
+		if (crash_state_saved[i] != want_state)
+			continue;
+		char f[32], g[32], path[4300];
+		snprintf(f, sizeof(f), "f%u", i);
+		snprintf(g, sizeof(g), "g%u", i);
+		int fe = crash_exists(f), ge = crash_exists(g);
+		switch (want_state) {
+		case CRASH_AT_F:
+			CHECKF(fe == 1 && ge == 0, "f%u: exists %d, g%u exists %d", i, fe, i, ge);
+			snprintf(path, sizeof(path), "%s/crash/%s", crash_mnt, f);
+			if (fe == 1)
+				check_pattern_file(path, KC_CRASH_SEED + i, crash_len(i));
+			break;
+		case CRASH_AT_G:
+			CHECKF(fe == 0 && ge == 1, "renamed %u: f exists %d, g exists %d", i, fe, ge);
+			snprintf(path, sizeof(path), "%s/crash/%s", crash_mnt, g);
+			if (ge == 1)
+				check_pattern_file(path, KC_CRASH_SEED + i, crash_len(i));
+			break;
+		case CRASH_REMOVED:
+			CHECKF(fe == 0 && ge == 0, "removed %u: f exists %d, g exists %d", i, fe, ge);
+			break;
+		default: break;
+		}
+		checked++;
+	}
+	printf("# crash: %u names in this state checked\n", checked);
+	CHECK(checked > 0);
+}
+
+static void crash_check_creates(void) { crash_check_state(CRASH_AT_F); }
+static void crash_check_renames(void) { crash_check_state(CRASH_AT_G); }
+static void crash_check_removes(void) { crash_check_state(CRASH_REMOVED); }
+
+static int crashcheck(const char *mnt, const char *state_path)
+{
+	crash_mnt = mnt;
+	FILE *f = fopen(state_path, "r");
+	size_t n = f ? fread(crash_state_saved, 1, sizeof(crash_state_saved), f) : 0;
+	if (f)
+		fclose(f);
+	if (n != sizeof(crash_state_saved)) {
+		printf("not ok - crash: the workload's state file %s is missing\n", state_path);
+		return 1;
+	}
+	unsigned uncertain = 0;
+	for (unsigned i = 0; i < KC_CRASH_FILES; i++)
+		uncertain += crash_state_saved[i] == CRASH_UNCERTAIN;
+	printf("# crash: %u names uncertain (their operation failed across the crash)\n", uncertain);
+	tap_run_case("crash: every acknowledged create is there with its fsync'd data", crash_check_creates);
+	tap_run_case("crash: every acknowledged rename is there, with the file's data", crash_check_renames);
+	tap_run_case("crash: every acknowledged remove stays removed", crash_check_removes);
+	return tap_finish();
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -886,10 +1026,15 @@ int main(int argc, char **argv)
 		printf("%016" PRIx64 " %" PRIu64 "\n", h, size);
 		return 0;
 	}
+	if (argc == 4 && strcmp(argv[1], "crashload") == 0)
+		return crashload(argv[2], argv[3]);
+	if (argc == 4 && strcmp(argv[1], "crashcheck") == 0)
+		return crashcheck(argv[2], argv[3]);
 	if (argc == 2 && strcmp(argv[1], "big-hash") == 0) {
 		printf("%016" PRIx64 " %u\n", pattern_hash(SEED_BIG, KC_BIG_BYTES), KC_BIG_BYTES);
 		return 0;
 	}
-	fprintf(stderr, "usage: guest_fsops phase1|phase2 MNT | hash FILE | big-hash\n");
+	fprintf(stderr, "usage: guest_fsops phase1|phase2 MNT | hash FILE | big-hash | "
+			"crashload|crashcheck MNT STATE\n");
 	return 2;
 }

@@ -37,7 +37,14 @@
 #                                                                    NFS-Ganesha + rpcbind)
 #   tests/kclient/run-kclient.sh --backend pool                    (Shale serving a file system
 #                                                                    of its own pool, tank/home)
-#   Options: --server shale|ganesha|cmd, --backend posix|pool (shale only), --server-cmd 'CMD' (run with sh -c; it gets
+#   tests/kclient/run-kclient.sh --backend pool --crash            (the crash run: the guest runs
+#                                                                    a workload of fsync'd creates,
+#                                                                    renames and removes; the host
+#                                                                    kills the server with kill -9
+#                                                                    after 40 acknowledged ones and
+#                                                                    restarts it; a fresh mount then
+#                                                                    checks every acknowledged one)
+#   Options: --server shale|ganesha|cmd, --backend posix|pool (shale only), --crash (shale only), --server-cmd 'CMD' (run with sh -c; it gets
 #   KC_EXPORTS_FILE, KC_EXPORT_DIR, KC_STATE_DIR, KC_READY_FILE in its environment and must
 #   serve NFSv3, MOUNT v3 and portmap on 2049/111), --cache DIR, --work DIR (kept afterwards),
 #   --timeout SECONDS (guest run, default 480), --mount-opts OPTS, --no-netns.
@@ -50,6 +57,8 @@ top=$(cd "$here/../.." && pwd)
 
 server=shale
 backend=posix
+crash=0
+crash_after=40 # acknowledged guest operations before the kill
 server_cmd=
 shale=${SHALE:-}
 cache=${KCLIENT_CACHE:-$top/build-cache/kclient}
@@ -65,6 +74,7 @@ while [ $# -gt 0 ]; do
 	--shale) shale=$2; shift 2 ;;
 	--server) server=$2; shift 2 ;;
 	--backend) backend=$2; shift 2 ;;
+	--crash) crash=1; shift ;;
 	--server-cmd) server=cmd; server_cmd=$2; shift 2 ;;
 	--cache) cache=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
@@ -105,6 +115,7 @@ posix | pool) ;;
 *) bail "unknown --backend $backend" ;;
 esac
 [ "$backend" = posix ] || [ "$server" = shale ] || bail "--backend pool needs --server shale"
+[ "$crash" -eq 0 ] || [ "$server" = shale ] || bail "--crash needs --server shale"
 
 if [ -z "$work" ]; then
 	work=$(mktemp -d /tmp/kclient.XXXXXX)
@@ -194,11 +205,41 @@ wait_listening() { # $1: port, $2: seconds, $3: pid that must stay alive
 	return 1
 }
 
+# Starts `shale serve` in the background under a small watcher that records its exit status in
+# $work/server.rc.PID (the crash run restarts the server from inside the console loop, a subshell
+# that cannot wait for it); the server's pid goes to $work/server.pid.
+start_shale() {
+	rm -f "$work/server.pid"
+	(
+		"$shale" serve --exports "$exports_file" --state "$state_dir" --ready-file "$ready_file" \
+			--pool-dir "$pool_dir" >>"$work/server.log" 2>&1 &
+		p=$!
+		echo "$p" >"$work/server.pid.tmp" && mv "$work/server.pid.tmp" "$work/server.pid"
+		wait "$p"
+		echo $? >"$work/server.rc.$p"
+	) </dev/null >>"$work/server.log" 2>&1 & # not the caller's stdout: a pipe it holds would never close
+	local i
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$work/server.pid" ] && return 0
+		sleep 0.05
+	done
+	return 1
+}
+# Stops the server with SIGTERM and returns its exit status (124 when it did not stop in 60 s).
+stop_shale() {
+	local p=$1 i
+	kill "$p" 2>/dev/null
+	for ((i = 0; i < 1200; i++)); do
+		[ -s "$work/server.rc.$p" ] && return "$(cat "$work/server.rc.$p")"
+		sleep 0.05
+	done
+	return 124
+}
+
 case "$server" in
 shale)
-	"$shale" serve --exports "$exports_file" --state "$state_dir" --ready-file "$ready_file" \
-		--pool-dir "$pool_dir" >"$work/server.log" 2>&1 &
-	server_pid=$!
+	start_shale
+	server_pid=$(cat "$work/server.pid")
 	pids+=("$server_pid")
 	for ((i = 0; i < 300; i++)); do
 		[ -s "$ready_file" ] && grep -q '^port=' "$ready_file" && break
@@ -286,6 +327,31 @@ done
 grep -q "Capturing on" "$work/tshark.log" || { sed 's/^/# /' "$work/tshark.log"; bail "tshark capture started"; }
 
 # ---- guest ----------------------------------------------------------------------------------
+kcmode=
+[ "$crash" -eq 1 ] && kcmode=kcmode=crash
+# The crash run: once the guest has seen crash_after operations complete, the server is killed
+# with SIGKILL (no chance to write anything more) and started again at once, on the same pool;
+# the guest's hard mount retries what was in flight. Called from the console loop below.
+crash_server() {
+	local old
+	old=$(cat "$work/server.pid")
+	kill -9 "$old" 2>/dev/null
+	while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
+	echo "# host: killed shale serve (pid $old) with SIGKILL after $crash_after acknowledged operations"
+	rm -f "$ready_file"
+	start_shale
+	local i
+	for ((i = 0; i < 300; i++)); do
+		grep -q '^port=' "$ready_file" 2>/dev/null && break
+		sleep 0.05
+	done
+	if grep -q '^port=2049$' "$ready_file" 2>/dev/null; then
+		echo "ok - shale serve restarted on the same pool after kill -9 (log replayed)"
+	else
+		echo "not ok - shale serve restarted on the same pool after kill -9"
+		tail -n 20 "$work/server.log" | sed 's/^/# server: /'
+	fi
+}
 console="$work/console.log"
 start=$(date +%s)
 # A kernel that panics while booting under TCG, before the guest has run a single check, is an
@@ -296,13 +362,20 @@ for attempt in 1 2; do
 	timeout --kill-after=10 "$guest_timeout" qemu-system-x86_64 -accel tcg -cpu max -m 1024 -smp 2 \
 		-nographic -no-reboot -netdev user,id=n0 -device virtio-net-pci,netdev=n0 \
 		-kernel "$work/image/vmlinuz" -initrd "$work/image/initrd.img" \
-		-append "console=ttyS0 quiet panic=-1 kcexport=$guest_export kcopts=$mount_opts" \
+		-append "console=ttyS0 quiet panic=-1 kcexport=$guest_export kcopts=$mount_opts $kcmode" \
 		</dev/null 2>"$work/qemu.err" |
 		while IFS= read -r line; do
 			line=${line%$'\r'}
 			printf '%s\n' "$line" >>"$console"
 			case "$line" in
 			"ok - "* | "not ok - "*) printf '%s\n' "$line" ;;
+			"# crash acked "*)
+				acked=$((${acked:-0} + 1))
+				if [ "$acked" -eq "$crash_after" ]; then
+					crash_server | tee -a "$console"
+				fi
+				;;
+			"# crash "*) ;; # one line per guest operation: kept in the console log only
 			"# "*) printf '%s\n' "$line" ;;
 			esac
 		done
@@ -316,6 +389,10 @@ for attempt in 1 2; do
 	break
 done
 elapsed=$(($(date +%s) - start))
+if [ "$server" = shale ]; then
+	server_pid=$(cat "$work/server.pid") # a new one after a crash run's restart
+	pids+=("$server_pid")
+fi
 guest_ok=$(grep -c '^ok - ' "$console")
 guest_notok=$(grep -c '^not ok - ' "$console")
 pass_count=$((pass_count + guest_ok))
@@ -336,7 +413,7 @@ fi
 
 # ---- host-side view of a pool's file system, through libnfs while the server still runs -------
 # (a pool's files cannot be read beside the server; the posix export is read directly below)
-if [ "$backend" = pool ]; then
+if [ "$backend" = pool ] && [ "$crash" -eq 0 ]; then
 	view="$work/view"
 	mkdir -p "$view"
 	nfs_url="nfs://127.0.0.1/tank/home/kc"
@@ -349,9 +426,14 @@ fi
 sleep 1 # let the last packets reach the capture file
 kill -INT "$tshark_pid" 2>/dev/null
 wait "$tshark_pid" 2>/dev/null
-kill "$server_pid" 2>/dev/null
-wait "$server_pid" 2>/dev/null
-server_rc=$?
+if [ "$server" = shale ]; then
+	stop_shale "$server_pid"
+	server_rc=$?
+else
+	kill "$server_pid" 2>/dev/null
+	wait "$server_pid" 2>/dev/null
+	server_rc=$?
+fi
 if [ "$server" = shale ]; then
 	# SIGTERM is the documented way to stop the server: it must exit 0, and a sanitizer build
 	# must have nothing to report about the whole run.
@@ -394,6 +476,8 @@ errs=$(tshark -r "$capture" -Y 'nfs && rpc.msgtyp == 1 && nfs.status3 != 0' -T f
 note "NFSv3 error replies (procedure:nfsstat3:count): ${errs:-none}"
 
 # ---- host-side view of the export -------------------------------------------------------------
+# (the crash run checks its own state in the guest; the phases' files are not there)
+if [ "$crash" -eq 0 ]; then
 guest_hash=$(sed -n 's/^# kclient-hash big \([0-9a-f]*\).*/\1/p' "$console" | head -n 1)
 want_line=$("$work/guest_fsops" big-hash)
 if [ "$backend" = pool ]; then
@@ -441,6 +525,7 @@ if [ "$attrs_ok" -eq 1 ]; then
 	ok "host sees the links, symlink, owner and mode the guest set"
 else
 	notok "host sees the links, symlink, owner and mode the guest set"
+fi
 fi
 if [ "$backend" = pool ]; then
 	if "$shale" pool check tank -d "$pool_dir" >"$work/check.log" 2>&1 &&
