@@ -53,6 +53,9 @@
  *   F4 A record is appended in the locked section of its change; nothing blocks under the lock.
  *   F5 pfs_finish returns the context before fs_req_complete, so nothing of this fs is touched
  *      after the request's completion (the caller may destroy the fs right after the last one).
+ *   F6 Every block a request loads stays held (up to POOL_FS_PINS_MAX) until the request ends:
+ *      with a cache smaller than what one operation touches, blocks loaded for one restart would
+ *      otherwise be evicted before the next, and the request would restart forever.
  *
  * ---- Locks ----
  * The pool lock (pool_lock) guards the zpl and its tree. pf_lock (a leaf, may be taken under the
@@ -99,6 +102,11 @@ struct pfs_owner {
 
 struct pool_fs;
 
+/* Most blocks one request keeps held across its restarts (rule F6); beyond this, loads are not
+ * pinned (a request touching more blocks than this and than the cache holds may then restart
+ * many times, and still finishes when the cache is large enough for those beyond the pins). */
+#define POOL_FS_PINS_MAX 64u
+
 /* Per-request state of the slow paths (rule F2). */
 struct pfs_ctx {
 	struct pool_fs *pc_fs;
@@ -109,6 +117,12 @@ struct pfs_ctx {
 	struct ilog_waiter pc_iw;    /* the log commit */
 	uint8_t *pc_rec;             /* the log record */
 	size_t pc_rec_cap;
+	/* Blocks this request loaded, held until it completes, so that a cache too small for what
+	 * one operation touches cannot evict them between its restarts: each restart then gets
+	 * further than the last, and a large READDIRPLUS on a tiny cache finishes (rule F6). */
+	struct blk_ptr pc_missing;   /* the block being loaded */
+	void *pc_pins[POOL_FS_PINS_MAX];
+	unsigned pc_npins;
 };
 
 struct pool_fs {
@@ -361,8 +375,27 @@ static struct pfs_ctx *pfs_ctx_get(struct pool_fs *pf, struct fs_req *req)
 	return c;
 }
 
+/* Holds the block just loaded for c (rule F6). Any thread. */
+static void pfs_pin(struct pfs_ctx *c)
+{
+	if (c->pc_npins >= POOL_FS_PINS_MAX)
+		return;
+	const void *image;
+	void *hold;
+	if (pool_block_get(c->pc_fs->pf_pool, &c->pc_missing, &image, &hold) == 0)
+		c->pc_pins[c->pc_npins++] = hold;
+}
+
+static void pfs_unpin(struct pfs_ctx *c)
+{
+	for (unsigned i = 0; i < c->pc_npins; i++)
+		pool_block_release(c->pc_fs->pf_pool, c->pc_pins[i]);
+	c->pc_npins = 0;
+}
+
 static void pfs_ctx_put(struct pool_fs *pf, struct pfs_ctx *c)
 {
+	pfs_unpin(c);
 	if (c->pc_rec_cap > POOL_FS_REC_KEEP_BYTES) {
 		mem_free(c->pc_rec);
 		c->pc_rec = NULL;
@@ -428,10 +461,12 @@ static void pfs_wait_txg(struct pool_fs *pf, struct pfs_ctx *c)
 static void pfs_load_cb(void *arg, int status)
 {
 	struct pfs_ctx *c = arg;
-	if (status != 0)
+	if (status != 0) {
 		pfs_fail(c->pc_fs, c->pc_req, c, -EIO);
-	else
+	} else {
+		pfs_pin(c);
 		pfs_resume(c);
+	}
 }
 
 static void pfs_throttle_cb(struct pool_waiter *w, int status)
@@ -547,9 +582,12 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 				pfs_fail(pf, req, NULL, -ENOMEM);
 				return;
 			}
+			c->pc_missing = missing;
 			rc = pool_block_load(p, &missing, pfs_load_cb, c);
-			if (rc == POOL_LOADED)
+			if (rc == POOL_LOADED) {
+				pfs_pin(c);
 				continue;
+			}
 			if (rc != 0)
 				pfs_fail(pf, req, c, -EIO);
 			return; /* 0: pfs_load_cb resumes or fails it */
