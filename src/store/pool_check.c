@@ -557,10 +557,15 @@ static void pool_space_locked(struct pool *p, uint64_t *total, uint64_t *free_no
 
 void pool_space(struct pool *p, uint64_t *total_out, uint64_t *free_out, uint64_t *avail_out)
 {
-	uint64_t total, free_now, freeing, reserve;
 	pool_lock(p);
-	pool_space_locked(p, &total, &free_now, &freeing, &reserve);
+	pool_space_held(p, total_out, free_out, avail_out);
 	pool_unlock(p);
+}
+
+void pool_space_held(struct pool *p, uint64_t *total_out, uint64_t *free_out, uint64_t *avail_out)
+{
+	uint64_t total, free_now, freeing, reserve;
+	pool_space_locked(p, &total, &free_now, &freeing, &reserve);
 	uint64_t free_all = free_now + freeing;
 	if (total_out)
 		*total_out = total;

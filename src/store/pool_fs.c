@@ -60,8 +60,7 @@
  * ---- Locks ----
  * The pool lock (pool_lock) guards the zpl and its tree. pf_lock (a leaf, may be taken under the
  * pool lock) guards the helper threads' queues, the stopping flag and the context free list.
- * pool_space takes the pool lock itself, so FSSTAT reads it just before locking, into a
- * thread-local snapshot that ze_space returns (the pool offers owners no locked variant).
+ * FSSTAT's space comes from pool_space_held, under the pool lock zpl's caller holds.
  * zpl copies its env at zpl_open, fsid included: pool_fs_open reopens a zpl that
  * pool_fs_attach opened with fsid 0 (exact while it has no dirty buffers, as after import).
  *
@@ -179,23 +178,11 @@ static void pfs_env_free(void *ctx, const struct blk_ptr *bp)
 	(void)!pool_ds_free(o->po_ds, bp);
 }
 
-/* pool_space takes the pool lock, which zpl's callers hold, and the pool offers no locked
- * variant to owners: an FSSTAT therefore reads the space just before it takes the lock
- * (pfs_run), into this thread's snapshot, which the callback hands to zpl. */
-struct pfs_space_snap {
-	bool ss_valid;
-	uint64_t ss_total, ss_free, ss_avail;
-};
-static _Thread_local struct pfs_space_snap pfs_space_snap;
-
+/* FSSTAT's space: zpl calls this under the pool lock (pfs_run holds it). */
 static int pfs_env_space(void *ctx, uint64_t *total_bytes, uint64_t *free_bytes, uint64_t *avail_bytes)
 {
-	(void)ctx;
-	if (!pfs_space_snap.ss_valid)
-		return -EIO;
-	*total_bytes = pfs_space_snap.ss_total;
-	*free_bytes = pfs_space_snap.ss_free;
-	*avail_bytes = pfs_space_snap.ss_avail;
+	struct pfs_owner *o = ctx;
+	pool_space_held(o->po_pool, total_bytes, free_bytes, avail_bytes);
 	return 0;
 }
 
@@ -551,9 +538,6 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 
 	for (;;) {
 		struct blk_ptr missing;
-		pfs_space_snap.ss_valid = op == FS_OP_FSSTAT;
-		if (op == FS_OP_FSSTAT)
-			pool_space(p, &pfs_space_snap.ss_total, &pfs_space_snap.ss_free, &pfs_space_snap.ss_avail);
 		pool_lock(p);
 		if (change) {
 			int rc = pool_tx_throttle(p, &c->pc_pw);

@@ -147,6 +147,8 @@ SH_MUST_CHECK int pool_ds_free(struct pool_ds *ds, const struct blk_ptr *bp);
 /* ---------------------------------------------------------------------------------------------
  * Space and throttling */
 
+/* pool_space for a caller that holds the pool lock (an owner's FSSTAT). */
+void pool_space_held(struct pool *p, uint64_t *total_out, uint64_t *free_out, uint64_t *avail_out);
 /* Whether bytes more of new data fit, counting what is dirty and not yet allocated (under the
  * lock). Owners refuse writes and creates with -ENOSPC when it does not; removes go on. */
 bool pool_space_would_fit(struct pool *p, uint64_t bytes);
