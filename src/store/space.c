@@ -295,54 +295,14 @@ static bool bp_is_hole(const struct blk_ptr *bp)
 
 static void bp_encode(const struct blk_ptr *bp, uint8_t *out)
 {
-	memset(out, 0, BP_BYTES);
-	if (bp_is_hole(bp))
-		return;
-	put_u64(out + 0, bp->bp_offset);
-	put_u32(out + 8, bp->bp_vdev);
-	put_u32(out + 12, bp->bp_asize);
-	put_u32(out + 16, bp->bp_psize);
-	put_u32(out + 20, bp->bp_lsize);
-	out[24] = bp->bp_compress;
-	out[25] = bp->bp_checksum;
-	out[26] = bp->bp_type;
-	out[27] = bp->bp_level;
-	put_u64(out + 32, bp->bp_birth_txg);
-	memcpy(out + 40, bp->bp_cksum, 16);
-	put_u64(out + 56, bp->bp_fill);
+	blk_ptr_encode(bp, out);
 }
 
-/* Decodes a pointer read from disk; -EIO for anything a writer could not have produced. */
+/* Decodes a pointer read from disk (blk_ptr_decode's checks); -EIO for anything a writer could
+ * not have produced. */
 static int bp_decode(const uint8_t *in, struct blk_ptr *bp)
 {
-	memset(bp, 0, sizeof(*bp));
-	bool zero = true;
-	for (unsigned i = 0; i < BP_BYTES; i++)
-		zero = zero && in[i] == 0;
-	if (zero)
-		return 0;
-	bp->bp_offset = get_u64(in + 0);
-	bp->bp_vdev = get_u32(in + 8);
-	bp->bp_asize = get_u32(in + 12);
-	bp->bp_psize = get_u32(in + 16);
-	bp->bp_lsize = get_u32(in + 20);
-	bp->bp_compress = in[24];
-	bp->bp_checksum = in[25];
-	bp->bp_type = in[26];
-	bp->bp_level = in[27];
-	bp->bp_birth_txg = get_u64(in + 32);
-	memcpy(bp->bp_cksum, in + 40, 16);
-	bp->bp_fill = get_u64(in + 56);
-	if (get_u32(in + 28) != 0 || bp->bp_birth_txg == 0 || bp->bp_asize == 0 ||
-	    bp->bp_asize % SECTOR != 0 || bp->bp_asize > BLK_MAX_BLOCK_BYTES ||
-	    bp->bp_offset % SECTOR != 0 || bp->bp_psize == 0 || bp->bp_psize > bp->bp_asize ||
-	    bp->bp_lsize == 0 || bp->bp_lsize > BLK_MAX_BLOCK_BYTES ||
-	    bp->bp_compress > BLK_COMPRESS_ZSTD ||
-	    (bp->bp_compress == BLK_COMPRESS_OFF ? bp->bp_psize != bp->bp_lsize
-	                                         : bp->bp_psize > bp->bp_lsize) ||
-	    bp->bp_checksum != BLK_CHECKSUM_XXH3_128)
-		return -EIO;
-	return 0;
+	return blk_ptr_decode(in, bp) == 0 ? 0 : -EIO;
 }
 
 /* ---------------------------------------------------------------------------------------------
