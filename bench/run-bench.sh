@@ -22,7 +22,9 @@
 #      1 MiB writes, three times before the workloads and three times right after seq (the
 #      median is used).
 #   5. Runs `shale bench` in --vs mode (Shale as A, Ganesha as B, --rounds rounds: A B A B A B)
-#      for sfs2008 (with --points), varmail, seq and meta. Each workload's text report, JSON and
+#      for sfs2008 (with --points), varmail, seq and meta, and for "sfs2008-pool": sfs2008 with A
+#      = the same Shale serving a file system of its own pool (tank/bench, on a file in WORK/pool,
+#      exported by the same process beside the posix directory). Each workload's text report, JSON and
 #      SVG go to RESULTS (bench/results by default).
 #   6. Prints the summary table (bench/summarize.py): each speed goal of the comparison, the
 #      measured ratio Shale/Ganesha as median and range over the rounds, PASS or MISS; saves it
@@ -61,7 +63,7 @@ work=$top/build/bench
 quick=${BENCH_QUICK:-0}
 keep=0
 servers_only=0
-workloads="sfs2008 varmail seq meta"
+workloads="sfs2008 sfs2008-pool varmail seq meta"
 inside=0
 orig_args=("$@")
 while [ $# -gt 0 ]; do
@@ -136,7 +138,7 @@ if [ "$inside" -eq 0 ]; then
 		die "$shale has no working 'bench' command"
 	fi
 	for w in $workloads; do
-		case "$w" in sfs2008 | varmail | seq | meta) ;; *) die "unknown workload $w" ;; esac
+		case "$w" in sfs2008 | sfs2008-pool | varmail | seq | meta) ;; *) die "unknown workload $w" ;; esac
 	done
 	shale=$(cd "$(dirname "$shale")" && pwd)/$(basename "$shale")
 	mkdir -p "$work" "$results" || die "cannot create $work or $results"
@@ -220,8 +222,18 @@ pin() { # $1: pid, $2: name
 }
 
 # ---- Shale ------------------------------------------------------------------------------------
-echo "$shale_export 127.0.0.1(rw,insecure,no_root_squash)" >"$work/state/exports"
+# The pool for sfs2008-pool: a file in WORK/pool, made fresh each run, one file system.
+rm -rf "$work/pool"
+mkdir -p "$work/pool" || die "cannot create $work/pool"
+"$shale" pool create tank "$work/pool/tank0.img" --size "${BENCH_POOL_SIZE:-4G}" >"$logs/pool.log" 2>&1 &&
+	"$shale" fs create tank/bench -d "$work/pool" >>"$logs/pool.log" 2>&1 ||
+	{ cat "$logs/pool.log" >&2; fail "shale pool create / fs create"; }
+{
+	echo "$shale_export 127.0.0.1(rw,insecure,no_root_squash)"
+	echo "tank/bench 127.0.0.1(rw,insecure,no_root_squash)"
+} >"$work/state/exports"
 taskset -c "$SERVER_CPU" "$shale" serve --exports "$work/state/exports" --state "$work/state" \
+	--pool-dir "$work/pool" \
 	--port "$SHALE_PORT" --no-portmap --threads "$shale_threads" \
 	--ready-file "$work/state/ready" --log-level warn >"$logs/shale.log" 2>&1 &
 shale_pid=$!
@@ -324,20 +336,28 @@ if [ "$servers_only" -eq 1 ]; then
 fi
 
 # ---- workloads --------------------------------------------------------------------------------
-vs_args=(--server "127.0.0.1:$SHALE_PORT" --mount-port "$SHALE_PORT" --export "$shale_export"
-	--server-pid "$shale_pid" --label shale
-	--vs "127.0.0.1:$GANESHA_NFS_PORT" --vs-mount-port "$GANESHA_MNT_PORT" --vs-export "$ganesha_export"
+ganesha_args=(--vs "127.0.0.1:$GANESHA_NFS_PORT" --vs-mount-port "$GANESHA_MNT_PORT" --vs-export "$ganesha_export"
 	--vs-pid "$ganesha_pid" --vs-label ganesha --rounds "$rounds" --spin-us "$spin_us")
+vs_args=(--server "127.0.0.1:$SHALE_PORT" --mount-port "$SHALE_PORT" --export "$shale_export"
+	--server-pid "$shale_pid" --label shale "${ganesha_args[@]}")
+pool_vs_args=(--server "127.0.0.1:$SHALE_PORT" --mount-port "$SHALE_PORT" --export /tank/bench
+	--server-pid "$shale_pid" --label shale-pool "${ganesha_args[@]}")
 bench_failed=()
 for w in $workloads; do
+	w_vs=("${vs_args[@]}")
+	w_tool=$w
 	case "$w" in
-	sfs2008) w_args=(--rate "$rate" --points "$points" --warmup "$warmup" --runtime "$runtime"
-		--procs "$procs" --conns "$conns" --depth "$depth" --fileset-mb "$fileset_mb") ;;
+	sfs2008 | sfs2008-pool)
+		w_tool=sfs2008
+		w_args=(--rate "$rate" --points "$points" --warmup "$warmup" --runtime "$runtime"
+			--procs "$procs" --conns "$conns" --depth "$depth" --fileset-mb "$fileset_mb")
+		[ "$w" = sfs2008-pool ] && w_vs=("${pool_vs_args[@]}")
+		;;
 	varmail) w_args=(--runtime "$phase_s" --warmup "$phase_warmup") ;;
 	seq) w_args=(--size-mb "$seq_mb") ;;
 	meta) w_args=(--files "$meta_files") ;;
 	esac
-	cmd=("$shale" bench "$w" "${vs_args[@]}" "${w_args[@]}"
+	cmd=("$shale" bench "$w_tool" "${w_vs[@]}" "${w_args[@]}"
 		--json "$results/$w.json" --svg "$results/$w.svg")
 	rm -f "$results/$w.json" "$results/$w.svg" "$results/$w.txt" "$results/$w.err"
 	say "$w: taskset -c $LOAD_CPU ${cmd[*]}"
