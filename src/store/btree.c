@@ -59,7 +59,7 @@
  *                             encoded as in blk.h (0 u64 offset, 8 u32 vdev, 12 u32 asize,
  *                             16 u32 psize, 20 u32 lsize, 24 u8 compress, 25 u8 checksum, 26 u8
  *                             type, 27 u8 level, 28 u32 reserved, 32 u64 birth txg, 40 u8[16]
- *                             checksum, 56 u64 fill) by this module's own codec (btree_node.c)
+ *                             checksum, 56 u64 fill) by blk_ptr_encode / blk_ptr_decode
  *
  * An internal node's entry i routes keys in [key_i, key_{i+1}) to child i; key_0 is empty, meaning
  * minus infinity. Written images are compact (garbage 0, free space zero) so equal contents give

@@ -21,26 +21,11 @@ uint32_t btree_entry_max_bytes(uint32_t node_bytes)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Block pointers (blk.h's 64-byte table, encoded here so the tree does not need blk's code) */
+ * Block pointers (blk.h's 64-byte codec, with the tree's own rules on top) */
 
 void bt_ptr_encode(const struct blk_ptr *bp, uint8_t out[BT_PTR_BYTES])
 {
-	memset(out, 0, BT_PTR_BYTES);
-	if (bp->bp_birth_txg == 0)
-		return; /* a hole is 64 zero bytes */
-	bt_put64(out + 0, bp->bp_offset);
-	bt_put32(out + 8, bp->bp_vdev);
-	bt_put32(out + 12, bp->bp_asize);
-	bt_put32(out + 16, bp->bp_psize);
-	bt_put32(out + 20, bp->bp_lsize);
-	out[24] = bp->bp_compress;
-	out[25] = bp->bp_checksum;
-	out[26] = bp->bp_type;
-	out[27] = bp->bp_level;
-	/* 28..31 reserved, zero */
-	bt_put64(out + 32, bp->bp_birth_txg);
-	memcpy(out + 40, bp->bp_cksum, 16);
-	bt_put64(out + 56, bp->bp_fill);
+	blk_ptr_encode(bp, out); /* a hole is 64 zero bytes */
 }
 
 uint64_t bt_ptr_fill_of(const uint8_t in[BT_PTR_BYTES])
@@ -61,20 +46,8 @@ int bt_ptr_check(const struct btree *t, const struct blk_ptr *bp, uint8_t level)
 int bt_ptr_decode(const struct btree *t, const uint8_t in[BT_PTR_BYTES], uint8_t level,
                   struct blk_ptr *bp_out)
 {
-	struct blk_ptr bp = {0};
-	bp.bp_offset = bt_get64(in + 0);
-	bp.bp_vdev = bt_get32(in + 8);
-	bp.bp_asize = bt_get32(in + 12);
-	bp.bp_psize = bt_get32(in + 16);
-	bp.bp_lsize = bt_get32(in + 20);
-	bp.bp_compress = in[24];
-	bp.bp_checksum = in[25];
-	bp.bp_type = in[26];
-	bp.bp_level = in[27];
-	bp.bp_birth_txg = bt_get64(in + 32);
-	memcpy(bp.bp_cksum, in + 40, 16);
-	bp.bp_fill = bt_get64(in + 56);
-	if (bt_get32(in + 28) != 0)
+	struct blk_ptr bp;
+	if (blk_ptr_decode(in, &bp) != 0)
 		return -EIO;
 	int rc = bt_ptr_check(t, &bp, level);
 	if (rc != 0)
