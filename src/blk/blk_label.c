@@ -174,6 +174,29 @@ int blk_label_write(struct blk_engine *engine, struct blk_dev *dev, const struct
 	return rc;
 }
 
+/* Reads [off_in_label, off_in_label + len) of each of dev's four labels into bufs (label i at
+ * bufs + i * len), all at once; status_out[i] says whether label i's read succeeded. Returns 0, or
+ * -EDEADLK / -EINVAL when the reads could not be made at all (a misuse, not a bad label). */
+static int blk_label_read_regions(struct blk_engine *engine, struct blk_dev *dev, uint64_t off_in_label,
+                                  uint32_t len, uint8_t *bufs, int status_out[BLK_LABELS])
+{
+	struct blk_io ios[BLK_LABELS];
+	struct blk_batch batch;
+	blk_batch_init(&batch);
+	for (unsigned i = 0; i < BLK_LABELS; i++) {
+		ios[i] = (struct blk_io){.bi_op = BLK_IO_READ,
+		                         .bi_dev = dev,
+		                         .bi_offset = blk_label_offset(dev->bd_size, i) + off_in_label,
+		                         .bi_buf = bufs + (size_t)i * len,
+		                         .bi_len = len};
+		blk_batch_submit(&batch, engine, &ios[i]);
+	}
+	int rc = blk_batch_wait(&batch);
+	for (unsigned i = 0; i < BLK_LABELS; i++)
+		status_out[i] = ios[i].bi_status;
+	return rc == -EDEADLK || rc == -EINVAL ? rc : 0;
+}
+
 int blk_label_read(struct blk_engine *engine, struct blk_dev *dev, struct blk_label *label_out)
 {
 	if (!blk_label_dev_ok(dev))
@@ -185,24 +208,14 @@ int blk_label_read(struct blk_engine *engine, struct blk_dev *dev, struct blk_la
 		mem_free(cand);
 		return -ENOMEM;
 	}
-	struct blk_io ios[BLK_LABELS];
-	struct blk_batch batch;
-	blk_batch_init(&batch);
-	for (unsigned i = 0; i < BLK_LABELS; i++) {
-		ios[i] = (struct blk_io){.bi_op = BLK_IO_READ,
-		                         .bi_dev = dev,
-		                         .bi_offset = blk_label_offset(dev->bd_size, i),
-		                         .bi_buf = bufs + (size_t)i * BLK_LABEL_HEADER_BYTES,
-		                         .bi_len = BLK_LABEL_HEADER_BYTES};
-		blk_batch_submit(&batch, engine, &ios[i]);
-	}
-	int rc = blk_batch_wait(&batch);
-	if (rc == -EDEADLK || rc == -EINVAL)
+	int status[BLK_LABELS];
+	int rc = blk_label_read_regions(engine, dev, 0, BLK_LABEL_HEADER_BYTES, bufs, status);
+	if (rc != 0)
 		goto out;
 	/* A label that could not be read is simply not a candidate; the others still count. */
 	rc = -ENOENT;
 	for (unsigned i = 0; i < BLK_LABELS; i++) {
-		if (ios[i].bi_status != 0)
+		if (status[i] != 0)
 			continue;
 		int drc = blk_label_decode(bufs + (size_t)i * BLK_LABEL_HEADER_BYTES, cand);
 		if (drc == -EINVAL && rc == -ENOENT)
@@ -333,24 +346,13 @@ int blk_uberblock_find_best(struct blk_engine *engine, struct blk_dev *dev, uint
 		mem_free(cand);
 		return -ENOMEM;
 	}
-	struct blk_io ios[BLK_LABELS];
-	struct blk_batch batch;
-	blk_batch_init(&batch);
-	for (unsigned i = 0; i < BLK_LABELS; i++) {
-		ios[i] = (struct blk_io){.bi_op = BLK_IO_READ,
-		                         .bi_dev = dev,
-		                         .bi_offset =
-		                             blk_label_offset(dev->bd_size, i) + BLK_LABEL_RING_OFF,
-		                         .bi_buf = rings + (size_t)i * BLK_LABEL_RING_BYTES,
-		                         .bi_len = BLK_LABEL_RING_BYTES};
-		blk_batch_submit(&batch, engine, &ios[i]);
-	}
-	int rc = blk_batch_wait(&batch);
-	if (rc == -EDEADLK || rc == -EINVAL)
+	int status[BLK_LABELS];
+	int rc = blk_label_read_regions(engine, dev, BLK_LABEL_RING_OFF, BLK_LABEL_RING_BYTES, rings, status);
+	if (rc != 0)
 		goto out;
 	rc = -ENOENT;
 	for (unsigned i = 0; i < BLK_LABELS; i++) {
-		if (ios[i].bi_status != 0)
+		if (status[i] != 0)
 			continue; /* an unreadable ring: the others may do */
 		for (unsigned s = 0; s < BLK_UB_RING_SLOTS; s++) {
 			const uint8_t *slot = rings + (size_t)i * BLK_LABEL_RING_BYTES +
