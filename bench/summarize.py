@@ -2,9 +2,12 @@
 """summarize.py: the summary table of a `make bench` run: each speed goal, the measured ratio, PASS/MISS.
 
 Reads the JSON reports that `shale bench ... --vs` wrote into the results directory (one file per
-workload: sfs2008.json, sfs2008-pool.json, varmail.json, seq.json, meta.json; format "shale-bench/1": "runs" in the
-order they ran, A B A B ...) and the loopback TCP limit measured in the same run (iperf3), in MB/s with MB = 2^20 bytes
-as shale bench counts them.
+workload: sfs2008.json, varmail.json, seq.json, meta.json, syncwrite.json and the same with -pool,
+sfs2008-pool.json...; format "shale-bench/1": "runs" in the order they ran, A B A B ...), the
+loopback TCP limit measured in the same run (iperf3), in MB/s with MB = 2^20 bytes as shale bench
+counts them, and memory-pool.json (format "shale-bench-memory/1", written by run-bench.sh: per
+phase the server's peak RSS and the goal, arc-max + 64 MiB), whose rows compare a peak with its
+goal instead of a ratio.
 
 The ratios A/B are the ones shale bench wrote into the report's "comparison" section (median,
 min and max over the rounds of the per-round ratio); a report without that section (written by
@@ -15,10 +18,11 @@ null, and that round is left out of those two ratios. Each goal compares one rat
 median with its target; the range (min..max over rounds) is shown
 so a reader can see how much the rounds agreed. A goal whose figure is missing is MISSING, which
 counts as not reached. Every other ratio is listed below the goals for
-information. Also writes RESULTS/summary.json.
+information. A row whose comparison has no goal (the posix back end's syncwrite) shows its ratio
+with "-" as target and result and is not counted. Also writes RESULTS/summary.json.
 
 Exit status: 0 when every report was found and valid (no failed or unanswered operation in any
-run), 1 otherwise. Reaching the goals does not change the status: a MISS is a result, not an error.
+run, every memory-pool phase completed), 1 otherwise. Reaching the goals does not change the status: a MISS is a result, not an error.
 
 Usage: bench/summarize.py --results DIR --tcp-mbs N[,N...] [--config FILE] [--workloads "W ..."]
 """
@@ -30,8 +34,8 @@ import statistics
 import sys
 
 # (workload, label, how to find the ratio, comparison, target). A ratio is found by its name in
-# the comparison: exact for the fixed ones, a (pattern, pattern to exclude) pair over figure
-# names otherwise.
+# the comparison: exact for the fixed ones and for figures named exactly, a (pattern, pattern to
+# exclude) pair over figure names otherwise. Comparison None: shown for information, no goal.
 SEQ_READ = (r"\bread\b", r"write")
 GOALS = [
     ("sfs2008", "peak throughput", "peak throughput", ">=", 2.0),
@@ -42,11 +46,19 @@ GOALS = [
     ("sfs2008-pool", "peak throughput", "peak throughput", ">=", 6.0),
     ("sfs2008-pool", "overall response time", "overall response time", "<=", 0.2),
     ("sfs2008-pool", "server CPU per op", "server CPU per op", "<=", 0.12),
+    ("varmail-pool", "ops/s", "ops/s", ">=", 3.0),
     ("seq", "read vs Ganesha", SEQ_READ, ">=", 1.0),
     ("seq", "write UNSTABLE+COMMIT", (r"unstable", None), ">=", 1.3),
+    ("seq-pool", "read vs Ganesha", SEQ_READ, ">=", 1.0),
     ("meta", "create", (r"\bcreate\b", None), ">=", 1.5),
     ("meta", "remove", (r"\bremove\b", None), ">=", 1.5),
+    # 4 KiB FILE_SYNC WRITEs, 64 in flight: group commit. The posix back end has no goal here.
+    ("syncwrite", "4 KiB FILE_SYNC writes", "ops/s", None, None),
+    ("syncwrite-pool", "4 KiB FILE_SYNC writes", "ops/s", ">=", 5.0),
 ]
+# seq's and seq-pool's read, each against the same loopback TCP limit.
+READ_OF_TCP = ("seq", "seq-pool")
+MEMORY = "memory-pool"
 SEQ_READ_OF_TCP_TARGET = 0.90
 # shale bench counts MB as 2^20 bytes; the TCP limit is passed in the same unit.
 UNIT_SCALE_TO_MB = {"MB/s": 1.0, "MiB/s": 1.0, "GB/s": 1024.0, "GiB/s": 1024.0, "KiB/s": 1 / 1024}
@@ -155,6 +167,8 @@ def find_ratio(ratios, key):
 
 
 def verdict(value, op, target):
+    if op is None:
+        return "-"
     if value is None:
         return "MISSING"
     return "PASS" if (value >= target if op == ">=" else value <= target) else "MISS"
@@ -189,14 +203,27 @@ def main():
     ap.add_argument("--results", required=True)
     ap.add_argument("--tcp-mbs", required=True, help="loopback TCP limit(s) in MB/s, comma-separated")
     ap.add_argument("--config")
-    ap.add_argument("--workloads", default="sfs2008 sfs2008-pool varmail seq meta")
+    ap.add_argument("--workloads", default="sfs2008 sfs2008-pool varmail varmail-pool seq seq-pool "
+                    "meta meta-pool syncwrite syncwrite-pool memory-pool")
     args = ap.parse_args()
 
     tcp_all = [float(x) for x in args.tcp_mbs.split(",") if x]
     tcp = statistics.median(tcp_all)
     workloads = args.workloads.split()
     docs, problems = {}, []
+    memory = None
+    if MEMORY in workloads:
+        memory, err = load(args.results, MEMORY)
+        if err:
+            problems.append(err)
+        else:
+            for ph in memory.get("phases", []):
+                if ph.get("result") not in ("PASS", "MISS"):
+                    problems.append("memory-pool %s: shale bench exited %s" % (
+                        ph.get("phase"), ph.get("bench_exit")))
     for w in workloads:
+        if w == MEMORY:
+            continue
         doc, err = load(args.results, w)
         docs[w] = doc
         if err:
@@ -223,7 +250,7 @@ def main():
             print(f.read().rstrip())
         print()
 
-    head = "%-12s %-34s %10s %10s %7s %13s %8s %s" % (
+    head = "%-14s %-34s %10s %10s %7s %13s %8s %s" % (
         "workload", "goal: %s/%s" % (a_label, b_label), a_label, b_label, "ratio",
         "range", "target", "result")
     print(head)
@@ -237,9 +264,9 @@ def main():
         if res in counts:
             counts[res] += 1
         rng = "%s..%s" % (fmt(lo), fmt(hi)) if lo is not None else "-"
-        print("%-12s %-34s %10s %10s %7s %13s %8s %s" % (
+        print("%-14s %-34s %10s %10s %7s %13s %8s %s" % (
             workload, "%s (%s)" % (label, unit) if unit else label, fmt(a), fmt(b), fmt(med),
-            rng, "%s %g" % (op, target), res))
+            rng, "%s %g" % (op, target) if op else "-", res))
         summary["goals"].append({"workload": workload, "goal": label, "unit": unit, "a": a,
                                  "b": b, "ratio_median": med, "ratio_min": lo, "ratio_max": hi,
                                  "op": op, "target": target, "result": res})
@@ -251,12 +278,31 @@ def main():
         else:
             row(workload, label, r.get("unit"), r.get("a_median"), r.get("b_median"),
                 r.get("median"), r.get("min"), r.get("max"), op, target)
-        if workload == "seq" and label == "read vs Ganesha":
-            fr = seq_read_of_tcp(docs.get("seq"), tcp)
+        if workload in READ_OF_TCP and label == "read vs Ganesha":
+            fr = seq_read_of_tcp(docs.get(workload), tcp)
             a_read = r.get("a_median") if r else None
-            row("seq", "read / loopback TCP limit", "MB/s", a_read, tcp,
+            row(workload, "read / loopback TCP limit", "MB/s", a_read, tcp,
                 statistics.median(fr) if fr else None, min(fr) if fr else None,
                 max(fr) if fr else None, ">=", SEQ_READ_OF_TCP_TARGET)
+
+    # memory-pool: each phase's peak RSS (in the A column, MiB) against arc-max + 64 MiB.
+    if MEMORY in workloads:
+        phases = (memory or {}).get("phases") or [{"phase": p} for p in ("sfs2008", "write", "list")]
+        for ph in phases:
+            peak, goal = ph.get("peak_rss_kib"), ph.get("goal_kib")
+            res = ph.get("result") if ph.get("result") in ("PASS", "MISS") else "MISSING"
+            counts[res] += 1
+            peak_mib = peak / 1024 if known(peak) else None
+            goal_mib = goal / 1024 if known(goal) else None
+            label = "peak RSS, %s" % ph.get("phase")
+            print("%-14s %-34s %10s %10s %7s %13s %8s %s" % (
+                MEMORY, label + " (MiB)", fmt(peak_mib), "-", "-", "-",
+                "<= %s" % fmt(goal_mib, 0), res))
+            summary["goals"].append({"workload": MEMORY, "goal": label, "unit": "MiB",
+                                     "a": peak_mib, "b": None, "ratio_median": None,
+                                     "ratio_min": None, "ratio_max": None, "op": "<=",
+                                     "target": goal_mib, "result": res,
+                                     "what": ph.get("what"), "seconds": ph.get("seconds")})
 
     print()
     print("loopback TCP limit (the %s column of the read / limit row): %s MB/s, median of %d iperf3 runs: %s" % (
@@ -264,13 +310,17 @@ def main():
         fmt(tcp, 0), len(tcp_all), ", ".join(fmt(x, 0) for x in tcp_all)))
     print("goals: %d PASS, %d MISS, %d MISSING (ratio = median over rounds of %s/%s)" % (
         counts["PASS"], counts["MISS"], counts["MISSING"], a_label, b_label))
+    if MEMORY in workloads:
+        print("memory-pool: a second Shale (pool only, --arc-max %s MiB, no comparison); the %s "
+              "column is its peak RSS (VmHWM) over each phase, the target arc-max + 64 MiB" % (
+                  (memory or {}).get("arc_max_mib", "?"), a_label))
 
     print()
     print("all ratios %s/%s (median, min..max over rounds):" % (a_label, b_label))
     for w in workloads:
         for r in ratios.get(w, []):
             better = "lower is better" if r.get("lower_is_better") else "higher is better"
-            print("  %-12s %-34s %12s %12s %8s  %s..%s  (%s, %s rounds)" % (
+            print("  %-14s %-34s %12s %12s %8s  %s..%s  (%s, %s rounds)" % (
                 w, "%s (%s)" % (r.get("name"), r.get("unit")), fmt(r.get("a_median")),
                 fmt(r.get("b_median")), fmt(r.get("median")), fmt(r.get("min")),
                 fmt(r.get("max")), better, r.get("rounds")))

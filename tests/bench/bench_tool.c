@@ -1,8 +1,11 @@
 /* bench_tool.c: `shale bench` against a private `shale serve`: each workload runs for a few
  * seconds and must exit 0 with zero failed and zero unanswered operations (read back from its
  * JSON report, which must parse), the SVG must be well-formed XML, varmail must print filebench's
- * "IO Summary:" line, and a run that cannot succeed must exit non-zero. Needs $SHALE_BIN and
- * $PYTHON3. */
+ * "IO Summary:" line, syncwrite must report its figures from FILE_SYNC WRITEs only, meta's
+ * READDIRPLUS listing must find every file over several calls, seq and meta must run only the
+ * phases --phases names (and refuse sets that cannot run), and a run that cannot succeed must
+ * exit non-zero. The server exports a posix directory only (the test server has no pool). Needs
+ * $SHALE_BIN and $PYTHON3. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -115,6 +118,9 @@ static const char points_script[] =
 struct wl_case {
 	const char *name;
 	const char *extra[12];
+	const char *check;      /* a further python check of the JSON, or NULL */
+	const char *check_what;
+	const char *out_has;    /* a line the output must contain, or NULL */
 };
 
 static void run_workload(const struct wl_case *wc)
@@ -157,8 +163,48 @@ static void run_workload(const struct wl_case *wc)
 			  "varmail: prints filebench's IO Summary line");
 	if (strcmp(wc->name, "seq") == 0)
 		tap_check(file_has(out, "read") && file_has(out, "MB/s"), "seq: reports MB/s");
+	if (wc->check)
+		tap_check(py_check(wc->check, json, pyout), "%s: %s", wc->name, wc->check_what);
+	if (wc->out_has)
+		tap_check(file_has(out, wc->out_has), "%s: prints \"%s\"", wc->name, wc->out_has);
 	tap_check(ts_alive(&srv), "%s: server still running", wc->name);
 }
+
+/* syncwrite: the four figures, all operations FILE_SYNC WRITEs, as many as ops/s says. */
+static const char syncwrite_script[] =
+	"import json, sys\n"
+	"r = json.load(open(sys.argv[1]))['runs'][0]\n"
+	"f = {x['name']: x for x in r['figures']}\n"
+	"assert set(f) == {'ops/s', 'MB/s', 'mean latency', 'p99 latency'}, f\n"
+	"assert f['ops/s']['value'] > 0 and f['MB/s']['unit'] == 'MB/s', f\n"
+	"assert 0 < f['mean latency']['value'] <= f['p99 latency']['value'] * 1.02, f\n"
+	"p = r['points'][0]\n"
+	"assert [q['name'] for q in p['procs']] == ['WRITE-FILE_SYNC'], p['procs']\n"
+	"n = p['procs'][0]['count']\n"
+	"assert n > 0 and abs(n / p['seconds'] - f['ops/s']['value']) < 0.01 * n, (n, p['seconds'])\n"
+	"# 4 KiB each: MB/s is ops/s x 4096 / 2^20\n"
+	"assert abs(f['MB/s']['value'] - f['ops/s']['value'] / 256) < 0.01 * f['MB/s']['value'], f\n"
+	"assert r['connections_per_process'] == 4 and r['depth'] == 16, r\n"
+	"assert r['warmup_s'] == 0.5 and r['runtime_s'] == 2, r\n";
+
+/* meta with its list phase: the phases asked for, in order, and several READDIRPLUS calls. */
+static const char meta_list_script[] =
+	"import json, sys\n"
+	"r = json.load(open(sys.argv[1]))['runs'][0]\n"
+	"names = [x['name'] for x in r['figures']]\n"
+	"assert names == ['create', 'list', 'remove'], names\n"
+	"lst = [x for x in r['figures'] if x['name'] == 'list'][0]\n"
+	"assert lst['unit'] == 'entries/s' and lst['value'] > 0, lst\n"
+	"calls = r['points'][1]['procs'][0]\n"
+	"assert calls['name'] == 'READDIRPLUS' and calls['count'] >= 2, calls\n";
+
+/* seq --phases unstable,read: no FILE_SYNC phase. */
+static const char seq_phases_script[] =
+	"import json, sys\n"
+	"r = json.load(open(sys.argv[1]))['runs'][0]\n"
+	"names = [x['name'] for x in r['figures']]\n"
+	"assert names == ['write UNSTABLE+COMMIT', 'read'], names\n"
+	"assert len(r['points']) == 2, len(r['points'])\n";
 
 int main(void)
 {
@@ -176,6 +222,15 @@ int main(void)
 		{"varmail", {"--warmup", "0.5", "--runtime", "2", "--files", "200", NULL}},
 		{"seq", {"--size-mb", "16", "--xfer", "256K", NULL}},
 		{"meta", {"--files", "300", NULL}},
+		{"syncwrite", {"--warmup", "0.5", "--runtime", "2", "--files", "16", "--size-mb", "4",
+			       NULL},
+		 syncwrite_script, "figures from 4 KiB FILE_SYNC WRITEs, 4 x 16 in flight", NULL},
+		/* More files than one 256 KiB reply holds: the listing continues from cookies. */
+		{"meta", {"--files", "2500", "--phases", "remove,list,create", NULL},
+		 meta_list_script, "create, list over several READDIRPLUS calls, remove",
+		 "list: 2500 of 2500 files, \".\" 1 and \"..\" 1 times"},
+		{"seq", {"--size-mb", "8", "--xfer", "256K", "--phases", "read,unstable", NULL},
+		 seq_phases_script, "--phases unstable,read runs those two only", NULL},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		run_workload(&cases[i]);
@@ -272,6 +327,21 @@ int main(void)
 			"assert r['valid_points'] == 0 and r['points'][0]['valid'] is False\n"
 			"assert r['points'][0]['achieved_ops'] > 0\n";
 		tap_check(py_check(sat_script, json, pyout), "sfs2008: saturated JSON has null peak");
+	}
+	/* --phases sets that cannot run, or for a workload without phases, are refused. */
+	{
+		static const char *const bad[][2] = {
+			{"seq", "read"}, {"meta", "list"}, {"meta", "create,nosuch"}, {"syncwrite", "create"},
+		};
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			char out[400];
+			snprintf(out, sizeof(out), "%s/phases-%zu.out", srv.ts_root, i);
+			char *argv[] = {getenv("SHALE_BIN"), "bench", (char *)bad[i][0], "--server",
+					port_arg, "--export", srv.ts_export_path[0], "--phases",
+					(char *)bad[i][1], NULL};
+			int rc = run_cmd(argv, out);
+			tap_check(rc == 2, "%s --phases %s is refused (exit %d)", bad[i][0], bad[i][1], rc);
+		}
 	}
 	/* A run that cannot succeed says so. */
 	{

@@ -3,9 +3,11 @@
  * What it is
  *   An NFSv3 load generator that speaks the protocol itself, through the project's asynchronous
  *   RPC client (src/rpc/rpc_aclnt.c) and its own NFSv3/MOUNT codecs (bench_nfs3.c): no kernel
- *   mount, no NFS library. Workloads: sfs2008 (bench_sfs.c), varmail, seq and meta
+ *   mount, no NFS library. Workloads: sfs2008 (bench_sfs.c), varmail, seq, meta and syncwrite
  *   (bench_wl.c). Results go through bench_stats.h: the SPECsfs2008-style text report, JSON,
- *   SVG, and the A/B ratio table of --vs.
+ *   SVG, and the A/B ratio table of --vs. seq and meta run a fixed sequence of phases, of which
+ *   --phases picks a subset (for instance only seq's UNSTABLE+COMMIT write of a very large file,
+ *   or meta's create and READDIRPLUS listing of a very large directory).
  *
  * Threads (bench_engine.c)
  *   --procs P load threads, each running its own struct loop with --conns C TCP connections, each
@@ -51,6 +53,11 @@
  *   sfs2008 curve and its overall response time use it; the intended-start mean and p99 are
  *   reported beside it as the queued response time.
  *
+ * Closed loop (varmail, syncwrite, seq, meta)
+ *   Every slot issues its next operation as soon as its reply is in: the server's speed sets
+ *   the pace, and latency runs from the send. varmail and syncwrite run for --warmup plus
+ *   --runtime seconds; seq and meta run each phase to its end, all of it measured.
+ *
  * Measured window
  *   A load point runs --warmup seconds unmeasured, then --runtime seconds measured: an operation
  *   counts if its reply arrives inside the window. After the window the thread stops issuing and
@@ -61,8 +68,9 @@
  *
  * File sets
  *   Everything lives under <export>/shale-bench/: sfs2008's reusable tree (layout in
- *   bench_sfs.c), and per-run directories and files for varmail, seq and meta, named with a
- *   random run id and removed at the end of a successful run.
+ *   bench_sfs.c), and per-run directories and files for varmail, seq, meta and syncwrite, named
+ *   with a random run id and removed at the end of a successful run (meta's only when its
+ *   remove phase runs).
  *
  * Server cost
  *   With --server-pid (and --vs-pid), the server's CPU seconds (utime+stime of all its threads,
@@ -275,6 +283,9 @@ static void bench_usage(FILE *out)
 		"  varmail   filebench's varmail flow (--files, --flows), prints \"IO Summary:\"\n"
 		"  seq       sequential write (UNSTABLE+COMMIT, FILE_SYNC) and verified read, MB/s\n"
 		"  meta      create, getattr, lookup, remove of --files files in one directory\n"
+		"            (and, asked for with --phases, a READDIRPLUS listing of them all)\n"
+		"  syncwrite FILE_SYNC WRITEs of --xfer (4K) to --files files, --conns x --depth in\n"
+		"            flight, closed loop for --warmup + --runtime: ops/s, MB/s, latency\n"
 		"\n"
 		"target:\n"
 		"  --server HOST[:PORT]   numeric address, port default 2049\n"
@@ -291,7 +302,8 @@ static void bench_usage(FILE *out)
 		"  --valid-pct P          a point counts for peak and ORT only if it achieved P%%\n"
 		"                         of its requested rate (default 95; others: saturated)\n"
 		"  --procs P              load threads (default 1)\n"
-		"  --conns C              connections per thread (default: sfs2008 4, meta 2, else 1)\n"
+		"  --conns C              connections per thread (default: sfs2008 and syncwrite 4,\n"
+		"                         meta 2, else 1)\n"
 		"  --depth B              calls in flight per connection (default: 16; seq 4)\n"
 		"  --warmup S             unmeasured seconds before each point (default 2)\n"
 		"  --runtime S            measured seconds per point (default 10)\n"
@@ -302,10 +314,17 @@ static void bench_usage(FILE *out)
 		"  --fileset-mb MB        sfs2008 file set size (default 64)\n"
 		"  --fileset-spec         SPECsfs2008 rule instead: 120 MB per requested op/s\n"
 		"  --stable-writes        sfs2008 WRITEs as FILE_SYNC (default UNSTABLE)\n"
-		"  --files N              meta files (default 10000); varmail files (default 1000)\n"
+		"  --files N              meta files (default 10000); varmail files (default 1000);\n"
+		"                         syncwrite files (default 64)\n"
 		"  --flows N              varmail flows (default 16, filebench's threads)\n"
-		"  --size-mb MB           seq file size (default 256)\n"
-		"  --xfer BYTES           seq transfer size, 64K..1M, suffix K or M (default 1M)\n"
+		"  --size-mb MB           seq file size; syncwrite: all its files together, each\n"
+		"                         written in turn and wrapping at its share (default 256)\n"
+		"  --xfer BYTES           seq and syncwrite transfer size, 4K..1M in steps of 4K,\n"
+		"                         suffix K or M (default: seq 1M, syncwrite 4K)\n"
+		"  --phases LIST          the phases to run, comma-separated, in the workload's order:\n"
+		"                         seq: unstable,filesync,read (default all; read needs a\n"
+		"                         write); meta: create,getattr,lookup,list,remove (default\n"
+		"                         all but list; create always; without remove the files stay)\n"
 		"output:\n"
 		"  --json FILE  --svg FILE  --quiet\n"
 		"comparison:\n"
@@ -388,7 +407,7 @@ enum {
 	OPT_DEPTH, OPT_WARMUP, OPT_RUNTIME, OPT_FILESET_MB, OPT_FILESET_SPEC, OPT_SERVER_PID,
 	OPT_JSON, OPT_SVG, OPT_LABEL, OPT_VS, OPT_VS_EXPORT, OPT_VS_MOUNT_PORT, OPT_VS_PID,
 	OPT_VS_LABEL, OPT_ROUNDS, OPT_FILES, OPT_FLOWS, OPT_SIZE_MB, OPT_XFER, OPT_TIMEOUT, OPT_SPIN,
-	OPT_STABLE, OPT_QUIET, OPT_HELP, OPT_VALID_PCT,
+	OPT_STABLE, OPT_QUIET, OPT_HELP, OPT_VALID_PCT, OPT_PHASES,
 };
 
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
@@ -425,11 +444,13 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		{"stable-writes", no_argument, NULL, OPT_STABLE},
 		{"quiet", no_argument, NULL, OPT_QUIET},
 		{"valid-pct", required_argument, NULL, OPT_VALID_PCT},
+		{"phases", required_argument, NULL, OPT_PHASES},
 		{"help", no_argument, NULL, OPT_HELP},
 		{NULL, 0, NULL, 0},
 	};
 	unsigned long mount_port = 0, vs_mount_port = 0, v;
 	long conns = -1, depth = -1, files = -1;
+	const char *phases = NULL;
 	bool have_server = false, have_vs = false;
 	const char *bad = NULL;
 	int opt;
@@ -511,6 +532,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		case OPT_STABLE: o->bo_stable_writes = true; break;
 		case OPT_QUIET: o->bo_quiet = true; break;
 		case OPT_JSON: o->bo_json = arg; break;
+		case OPT_PHASES: phases = arg; break;
 		case OPT_SVG: o->bo_svg = arg; break;
 		case OPT_POINTS:
 		case OPT_PROCS:
@@ -589,13 +611,20 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 	const char *w = o->bo_workload;
 	bool is_sfs = strcmp(w, "sfs2008") == 0, is_meta = strcmp(w, "meta") == 0;
 	bool is_seq = strcmp(w, "seq") == 0, is_vm = strcmp(w, "varmail") == 0;
-	if (!is_sfs && !is_meta && !is_seq && !is_vm) {
+	bool is_sw = strcmp(w, "syncwrite") == 0;
+	if (!is_sfs && !is_meta && !is_seq && !is_vm && !is_sw) {
 		fprintf(stderr, "shale bench: unknown workload '%s'\n", w);
 		return -EINVAL;
 	}
-	o->bo_conns = conns > 0 ? (unsigned)conns : is_sfs ? 4 : is_meta ? 2 : 1;
+	if (bench_wl_phases(w, phases, &o->bo_phases) < 0)
+		return -EINVAL;
+	/* syncwrite: 4 x 16 = 64 requests in flight by default, each a 4 KiB FILE_SYNC WRITE to one
+	 * of 64 files. */
+	o->bo_conns = conns > 0 ? (unsigned)conns : is_sfs || is_sw ? 4 : is_meta ? 2 : 1;
 	o->bo_depth = depth > 0 ? (unsigned)depth : is_seq ? 4 : 16;
-	o->bo_files = files > 0 ? (unsigned)files : is_vm ? 1000 : 10000;
+	o->bo_files = files > 0 ? (unsigned)files : is_vm ? 1000 : is_sw ? 64 : 10000;
+	if (o->bo_xfer == 0)
+		o->bo_xfer = is_sw ? 4096u : 1u << 20;
 	return 0;
 }
 
@@ -614,7 +643,8 @@ static int bench_run_once(const struct bench_opts *o, const struct bench_target 
 	run->br_depth = o->bo_depth;
 	run->br_valid_fraction = o->bo_valid_fraction;
 	/* seq and meta run each phase to completion: no warm-up, no fixed run time. */
-	bool timed = strcmp(o->bo_workload, "sfs2008") == 0 || strcmp(o->bo_workload, "varmail") == 0;
+	bool timed = strcmp(o->bo_workload, "sfs2008") == 0 || strcmp(o->bo_workload, "varmail") == 0 ||
+		     strcmp(o->bo_workload, "syncwrite") == 0;
 	run->br_warmup_s = timed ? o->bo_warmup_s : 0;
 	run->br_runtime_s = timed ? o->bo_runtime_s : 0;
 	struct bench_ctx ctx;
@@ -627,6 +657,8 @@ static int bench_run_once(const struct bench_opts *o, const struct bench_target 
 		rc = bench_varmail(&ctx, run);
 	else if (strcmp(o->bo_workload, "seq") == 0)
 		rc = bench_seq(&ctx, run);
+	else if (strcmp(o->bo_workload, "syncwrite") == 0)
+		rc = bench_syncwrite(&ctx, run);
 	else
 		rc = bench_meta(&ctx, run);
 	if (target->bt_pid > 0 && run->br_server_peak_rss_kib == 0)
@@ -679,7 +711,7 @@ int bench_main(int argc, char **argv)
 		.bo_fileset_mb = 64,
 		.bo_flows = 16,
 		.bo_size_mb = 256,
-		.bo_xfer = 1u << 20,
+		.bo_xfer = 0, /* the workload's own default unless --xfer is given */
 		.bo_timeout_ms = 30000,
 	};
 	int rc = bench_parse(argc - 1, argv + 1, &o);

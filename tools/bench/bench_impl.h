@@ -44,10 +44,11 @@ struct bench_opts {
 	double bo_fileset_mb;
 	bool bo_fileset_spec;
 	bool bo_stable_writes;  /* sfs2008 WRITEs as FILE_SYNC instead of UNSTABLE */
-	unsigned bo_files;      /* meta: files; varmail: files */
+	unsigned bo_files;      /* meta, varmail, syncwrite: files */
 	unsigned bo_flows;      /* varmail: concurrent flows (filebench threads) */
-	double bo_size_mb;      /* seq: file size */
-	uint32_t bo_xfer;       /* seq: transfer size */
+	double bo_size_mb;      /* seq: file size; syncwrite: all files together */
+	uint32_t bo_xfer;       /* seq, syncwrite: transfer size */
+	uint32_t bo_phases;     /* seq, meta: bit i runs phase i (bench_wl_phases) */
 	uint32_t bo_timeout_ms; /* per call */
 	uint32_t bo_spin_us;    /* load threads poll this long before sleeping */
 	const char *bo_json;
@@ -238,6 +239,13 @@ SH_MUST_CHECK int bench_sfs2008(const struct bench_ctx *ctx, struct bench_run *r
 SH_MUST_CHECK int bench_varmail(const struct bench_ctx *ctx, struct bench_run *run);
 SH_MUST_CHECK int bench_seq(const struct bench_ctx *ctx, struct bench_run *run);
 SH_MUST_CHECK int bench_meta(const struct bench_ctx *ctx, struct bench_run *run);
+SH_MUST_CHECK int bench_syncwrite(const struct bench_ctx *ctx, struct bench_run *run);
+
+/* --phases of seq and meta: list is a comma-separated list of the workload's phase names (in any
+ * order; they run in the workload's own order), or NULL for the workload's default. Sets *mask
+ * (bit i: phase i) and returns 0, or prints why and returns -EINVAL (an unknown name, a workload
+ * without phases, or a set that cannot run, such as a read without a write). */
+SH_MUST_CHECK int bench_wl_phases(const char *workload, const char *list, uint32_t *mask);
 
 /* Adds a workload figure to run (name and unit static). */
 void bench_run_add_figure(struct bench_run *run, const char *name, double value, const char *unit);

@@ -201,29 +201,49 @@ static void bench_dec_post_op_fh(struct xdr_dec *dec, struct bench_nfs3_res *res
 	}
 }
 
+/* entry3 / entryplus3 (RFC 1813 sections 3.3.16 and 3.3.17), after its "value follows" bool. */
+static void bench_dec_dirent(struct xdr_dec *dec, bool plus, struct bench_dirent *de)
+{
+	de->de_fileid = xdr_get_u64(dec);
+	de->de_name = xdr_get_opaque(dec, BENCH_NAME_MAX, &de->de_name_len);
+	if (de->de_name && de->de_name_len == 0)
+		xdr_dec_fail(dec);
+	de->de_cookie = xdr_get_u64(dec);
+	de->de_has_fh = false;
+	if (plus) {
+		bench_dec_skip_post_op_attr(dec);
+		if (xdr_get_bool(dec)) {
+			struct bench_fh fh;
+			bench_dec_fh(dec, &fh);
+			de->de_has_fh = true;
+		}
+	}
+}
+
+int bench_nfs3_dirent_next(struct xdr_dec *dec, bool plus, struct bench_dirent *de)
+{
+	if (!xdr_get_bool(dec))
+		return xdr_dec_ok(dec) ? 0 : -EBADMSG;
+	bench_dec_dirent(dec, plus, de);
+	return xdr_dec_ok(dec) ? 1 : -EBADMSG;
+}
+
 static void bench_dec_readdir(struct xdr_dec *dec, struct bench_nfs3_res *res, bool plus)
 {
-	(void)xdr_get_u64(dec); /* cookieverf */
+	res->nr_verf = xdr_get_u64(dec); /* cookieverf */
+	res->nr_entries = dec->xd_pos;
 	uint32_t n = 0;
 	while (xdr_get_bool(dec)) {
-		uint32_t name_len;
-		(void)xdr_get_u64(dec); /* fileid */
-		const uint8_t *name = xdr_get_opaque(dec, BENCH_NAME_MAX, &name_len);
-		if (name && name_len == 0)
-			xdr_dec_fail(dec);
-		(void)xdr_get_u64(dec); /* cookie */
-		if (plus) {
-			bench_dec_skip_post_op_attr(dec);
-			if (xdr_get_bool(dec)) {
-				struct bench_fh fh;
-				bench_dec_fh(dec, &fh);
-			}
-		}
+		struct bench_dirent de;
+		bench_dec_dirent(dec, plus, &de);
+		res->nr_cookie = de.de_cookie;
 		if (++n > BENCH_READDIR_MAX_ENTRIES)
 			xdr_dec_fail(dec);
 		if (!xdr_dec_ok(dec))
 			break;
 	}
+	/* The list up to and including its terminating FALSE. */
+	res->nr_entries_len = xdr_dec_ok(dec) ? (size_t)(dec->xd_pos - res->nr_entries) : 0;
 	res->nr_count = n;
 	res->nr_eof = xdr_get_bool(dec);
 }

@@ -77,7 +77,10 @@ struct bench_nfs3_res {
 	bool nr_eof;
 	const uint8_t *nr_data;      /* READ data or READLINK target, into the reply */
 	uint32_t nr_committed;       /* WRITE */
-	uint64_t nr_verf;            /* WRITE, COMMIT */
+	uint64_t nr_verf;            /* WRITE, COMMIT; READDIR(PLUS): the cookie verifier */
+	uint64_t nr_cookie;          /* READDIR(PLUS): the last entry's cookie (0 if none) */
+	const uint8_t *nr_entries;   /* READDIR(PLUS): the entry list, into the reply (walk it */
+	size_t nr_entries_len;       /* with bench_nfs3_dirent_next) */
 	uint32_t nr_access;          /* ACCESS */
 	uint32_t nr_rtmax, nr_wtmax, nr_dtpref; /* FSINFO */
 	uint64_t nr_fbytes;          /* FSSTAT */
@@ -117,6 +120,20 @@ void bench_mount_enc_mnt(struct xdr_enc *enc, const char *path);
 SH_MUST_CHECK int bench_nfs3_decode(uint32_t proc, struct xdr_dec *dec, struct bench_nfs3_res *res);
 /* MOUNT v3 MNT result: status 0 with the root handle, or the mountstat3 in nr_status. */
 SH_MUST_CHECK int bench_mount_decode_mnt(struct xdr_dec *dec, struct bench_nfs3_res *res);
+
+/* One entry of a READDIR or READDIRPLUS reply; de_name points into the reply. */
+struct bench_dirent {
+	uint64_t de_fileid;
+	const uint8_t *de_name;
+	uint32_t de_name_len;
+	uint64_t de_cookie;
+	bool de_has_fh;              /* READDIRPLUS: the entry carried a handle */
+};
+/* Walks the entry list of a decoded READDIR(PLUS) reply: start with
+ * xdr_dec_init(dec, res->nr_entries, res->nr_entries_len), then call until it returns 0 (end of
+ * the list) or -EBADMSG; 1 means *de holds the next entry. The list was already checked by
+ * bench_nfs3_decode, so -EBADMSG only comes from a list not obtained that way. */
+SH_MUST_CHECK int bench_nfs3_dirent_next(struct xdr_dec *dec, bool plus, struct bench_dirent *de);
 
 /* Name of a procedure ("GETATTR"...), static. */
 const char *bench_nfs3_proc_name(uint32_t proc);

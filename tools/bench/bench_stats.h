@@ -78,7 +78,7 @@ struct bench_point {
 /* A whole run of one workload against one server. Strings are owned by the caller. */
 #define BENCH_MAX_FIGURES 32
 struct bench_run {
-	const char *br_workload;  /* "sfs2008", "varmail", "seq", "meta" */
+	const char *br_workload;  /* "sfs2008", "varmail", "seq", "meta", "syncwrite" */
 	const char *br_label;     /* e.g. "shale-posix" or "ganesha" */
 	const char *br_server;    /* host:port */
 	const char *br_export;

@@ -1,5 +1,6 @@
 /* bench_wl.c: the workloads besides sfs2008: seq (large sequential transfers), meta (metadata
- * operations on many files of one directory) and varmail (filebench's mail-server flow).
+ * operations on many files of one directory), syncwrite (small stable writes from many requests
+ * in flight) and varmail (filebench's mail-server flow).
  *
  * seq: one file of --size-mb written with --xfer transfers as UNSTABLE WRITEs then one COMMIT,
  *   written again with FILE_SYNC WRITEs, then read back; every 4 KiB block carries its own file
@@ -7,10 +8,25 @@
  *   misplaced or stale block fails). --conns x --depth transfers are in flight per thread;
  *   --procs threads share the file in interleaved chunks. MB/s per phase (MB = 2^20 bytes),
  *   the COMMIT included in the UNSTABLE phase. A COMMIT verifier different from the WRITEs'
- *   (the server restarted) fails the run.
+ *   (the server restarted) fails the run. --phases unstable,filesync,read picks phases (a read
+ *   needs a write before it); a file too large to write twice is written once that way.
  *
  * meta: --files N files in one fresh directory: CREATE (GUARDED) all, GETATTR all, LOOKUP all,
- *   REMOVE all, each phase closed-loop with every slot busy; ops/s per phase.
+ *   REMOVE all, each phase closed-loop with every slot busy; ops/s per phase. The list phase,
+ *   run only when --phases names it (between lookup and remove), lists the whole directory
+ *   with READDIRPLUS, one call after another from the previous reply's last cookie (dircount
+ *   64 KiB, maxcount 256 KiB), and fails unless it saw each of the N names exactly once, "."
+ *   and ".." once each, and nothing else; its figure is entries/s. Without the remove phase the
+ *   directory and its files stay (the server's file system is thrown away afterwards).
+ *
+ * syncwrite: group commit under load. --files (64) files, each --size-mb/--files long, written
+ *   with --xfer (4 KiB) FILE_SYNC WRITEs: --conns x --depth (4 x 16) calls in flight per thread,
+ *   closed loop, for --warmup then --runtime seconds. A thread owns the files t, t+P, t+2P...
+ *   and sends each write to the next of them in turn, at that file's next offset, wrapping to 0
+ *   at its end; so with as many files as slots each file sees about one write at a time. Every
+ *   reply must say NFS3_OK, count = the transfer and committed = FILE_SYNC, else the operation
+ *   failed. The payload is pseudo-random, so that neither compression nor hole detection makes
+ *   the writes cheaper. Figures: ops/s, MB/s, mean and p99 latency (from the send).
  *
  * varmail: filebench's varmail personality over NFS. --files (1,000) files with sizes uniform
  *   in 1..32 KiB (mean 16 KiB) in one directory, 80% of them present at the start, and --flows
@@ -23,6 +39,7 @@
  *   open is the LOOKUP and close sends nothing; the figures count NFS operations. The summary line
  *   follows filebench's "IO Summary:" format. */
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -50,11 +67,38 @@ static int wl_sync_simple(const struct bench_ctx *ctx, uint32_t proc, const stru
 	return rc;
 }
 
-static void wl_point_from(const struct bench_engine *eng, struct bench_run *run, double ops_s_fig,
-			  const char *fig_name, const char *unit)
+/* CREATE of name in dir, waited for; *fh gets the new file's handle. */
+static int wl_sync_create(const struct bench_ctx *ctx, const struct bench_fh *dir, const char *name,
+			  bool guarded, struct bench_fh *fh)
+{
+	uint8_t args[512];
+	struct xdr_enc enc;
+	xdr_enc_init(&enc, args, sizeof(args));
+	bench_nfs3_enc_create(&enc, dir, name, strlen(name), guarded, 0644);
+	struct bench_nfs3_res res;
+	int rc = bench_sync_nfs(ctx, BENCH_NFS3_CREATE, args, xdr_enc_len(&enc), &res);
+	if (rc == 0 && (res.nr_status != BENCH_NFS3_OK || !res.nr_has_fh))
+		rc = -EREMOTEIO;
+	if (rc == 0)
+		*fh = res.nr_fh;
+	return rc;
+}
+
+/* Adds the engine's one measured phase to run as its next point; returns the point and sets
+ * *secs to the phase's elapsed seconds (never 0). */
+static struct bench_point *wl_add_point(const struct bench_engine *eng, struct bench_run *run, double *secs)
 {
 	struct bench_point *pt = &run->br_points[run->br_npoints++];
 	bench_engine_point(eng, 0, pt);
+	*secs = eng->be_elapsed_s > 0 ? eng->be_elapsed_s : 1e-9;
+	return pt;
+}
+
+static void wl_point_from(const struct bench_engine *eng, struct bench_run *run, double ops_s_fig,
+			  const char *fig_name, const char *unit)
+{
+	double secs;
+	(void)wl_add_point(eng, run, &secs);
 	if (fig_name)
 		bench_run_add_figure(run, fig_name, ops_s_fig, unit);
 }
@@ -77,10 +121,21 @@ static int wl_run_engine(const struct bench_ctx *ctx, struct bench_engine *eng, 
 	return bench_engine_run(eng);
 }
 
+/* "phases: a, b" from a phase mask, for the file set description. */
+static void wl_phase_list(const char *const *names, unsigned n, uint32_t mask, char *buf, size_t cap)
+{
+	size_t len = (size_t)snprintf(buf, cap, "phases:");
+	for (unsigned i = 0; i < n && len < cap; i++)
+		if (mask & (1u << i))
+			len += (size_t)snprintf(buf + len, cap - len, "%s %s", len > 7 ? "," : "", names[i]);
+}
+
 /* ================================ seq ================================ */
 
 enum { SEQ_WRITE_UNSTABLE, SEQ_WRITE_FILESYNC, SEQ_READ, SEQ_NPHASES };
 static const char *const seq_stat_names[SEQ_NPHASES] = {"WRITE-UNSTABLE", "WRITE-FILE_SYNC", "READ"};
+/* --phases names, in the order the phases run. */
+static const char *const seq_phase_names[SEQ_NPHASES] = {"unstable", "filesync", "read"};
 
 struct seq_state {
 	const struct bench_ctx *sq_ctx;
@@ -235,26 +290,20 @@ int bench_seq(const struct bench_ctx *ctx, struct bench_run *run)
 		wl[i] = &sqts[i];
 	}
 	snprintf(name, sizeof(name), "seq-%016" PRIx64 ".dat", ctx->bc_run_id);
-	{
-		uint8_t args[512];
-		struct xdr_enc enc;
-		xdr_enc_init(&enc, args, sizeof(args));
-		bench_nfs3_enc_create(&enc, &ctx->bc_work, name, strlen(name), false, 0644);
-		struct bench_nfs3_res res;
-		rc = bench_sync_nfs(ctx, BENCH_NFS3_CREATE, args, xdr_enc_len(&enc), &res);
-		if (rc == 0 && (res.nr_status != BENCH_NFS3_OK || !res.nr_has_fh))
-			rc = -EREMOTEIO;
-		if (rc < 0) {
-			log_error("bench: seq: cannot create %s: %s", name, sh_strerror(rc));
-			goto out;
-		}
-		s.sq_fh = res.nr_fh;
+	rc = wl_sync_create(ctx, &ctx->bc_work, name, false, &s.sq_fh);
+	if (rc < 0) {
+		log_error("bench: seq: cannot create %s: %s", name, sh_strerror(rc));
+		goto out;
 	}
-	snprintf(text, sizeof(text), "one file of %.0f MB, %u KiB transfers, %u x %u x %u in flight",
-		 o->bo_size_mb, s.sq_xfer / 1024, P, o->bo_conns, o->bo_depth);
+	char phases[64];
+	wl_phase_list(seq_phase_names, SEQ_NPHASES, o->bo_phases, phases, sizeof(phases));
+	snprintf(text, sizeof(text), "one file of %.0f MB, %u KiB transfers, %u x %u x %u in flight; %s",
+		 o->bo_size_mb, s.sq_xfer / 1024, P, o->bo_conns, o->bo_depth, phases);
 	run->br_fileset = bench_keep(text);
 	static const char *const fig_names[SEQ_NPHASES] = {"write UNSTABLE+COMMIT", "write FILE_SYNC", "read"};
 	for (unsigned phase = 0; phase < SEQ_NPHASES; phase++) {
+		if (!(o->bo_phases & (1u << phase)))
+			continue;
 		s.sq_phase = phase;
 		for (unsigned i = 0; i < P; i++)
 			sqts[i].sqt_next_chunk = i;
@@ -319,10 +368,19 @@ out:
 
 /* ================================ meta ================================ */
 
-enum { META_CREATE, META_GETATTR, META_LOOKUP, META_REMOVE, META_NPHASES };
-static const char *const meta_stat_names[META_NPHASES] = {"CREATE", "GETATTR", "LOOKUP", "REMOVE"};
+enum { META_CREATE, META_GETATTR, META_LOOKUP, META_LIST, META_REMOVE, META_NPHASES };
+static const char *const meta_stat_names[META_NPHASES] = {"CREATE", "GETATTR", "LOOKUP",
+							  "READDIRPLUS", "REMOVE"};
+static const char *const meta_phase_names[META_NPHASES] = {"create", "getattr", "lookup", "list",
+							   "remove"};
 static const uint32_t meta_procs[META_NPHASES] = {BENCH_NFS3_CREATE, BENCH_NFS3_GETATTR,
-						  BENCH_NFS3_LOOKUP, BENCH_NFS3_REMOVE};
+						  BENCH_NFS3_LOOKUP, BENCH_NFS3_READDIRPLUS,
+						  BENCH_NFS3_REMOVE};
+/* The list phase's READDIRPLUS sizes: 64 KiB of directory part and 256 KiB of reply, so that
+ * one reply carries over a thousand entries with their attributes and handles, as a client
+ * listing a large directory with big buffers asks for. */
+#define META_LIST_DIRCOUNT 65536u
+#define META_LIST_MAXCOUNT 262144u
 
 struct meta_state {
 	struct bench_fh ms_dir;
@@ -330,18 +388,93 @@ struct meta_state {
 	unsigned ms_files;
 	unsigned ms_phase;
 	unsigned ms_nthreads;
+	/* list phase (one thread, one call in flight: each call continues from the last cookie) */
+	uint64_t ms_cookie;
+	uint64_t ms_cookieverf;
+	bool ms_eof;
+	uint8_t *ms_seen;         /* one bit per file: its name came back */
+	uint64_t ms_listed;       /* distinct file names seen */
+	uint64_t ms_dot, ms_dotdot;
+	uint64_t ms_dups;         /* a file name seen twice */
+	uint64_t ms_strangers;    /* a name that is none of ours */
+	uint64_t ms_no_fh;        /* entries without a handle */
 };
 struct meta_thread {
 	struct meta_state *mt_s;
 	unsigned mt_next;
 };
 
+/* A name this run created: "m" and seven digits below the file count; its index or -1. */
+static long meta_name_index(const struct meta_state *s, const uint8_t *name, uint32_t len)
+{
+	if (len != 8 || name[0] != 'm')
+		return -1;
+	unsigned long v = 0;
+	for (uint32_t i = 1; i < len; i++) {
+		if (name[i] < '0' || name[i] > '9')
+			return -1;
+		v = v * 10 + (unsigned long)(name[i] - '0');
+	}
+	return v < s->ms_files ? (long)v : -1;
+}
+
+static void meta_list_done(struct bench_thread *t, struct bench_op *op, const struct bench_nfs3_res *res)
+{
+	struct meta_thread *mt = t->bt_wl;
+	struct meta_state *s = mt->mt_s;
+	struct xdr_dec dec;
+	struct bench_dirent de;
+	int rc;
+	xdr_dec_init(&dec, res->nr_entries, res->nr_entries_len);
+	while ((rc = bench_nfs3_dirent_next(&dec, true, &de)) > 0) {
+		if (de.de_name_len == 1 && de.de_name[0] == '.') {
+			s->ms_dot++;
+			continue;
+		}
+		if (de.de_name_len == 2 && de.de_name[0] == '.' && de.de_name[1] == '.') {
+			s->ms_dotdot++;
+			continue;
+		}
+		if (!de.de_has_fh)
+			s->ms_no_fh++;
+		long i = meta_name_index(s, de.de_name, de.de_name_len);
+		if (i < 0) {
+			s->ms_strangers++;
+		} else if (s->ms_seen[i / 8] & (1u << (i % 8))) {
+			s->ms_dups++;
+		} else {
+			s->ms_seen[i / 8] |= (uint8_t)(1u << (i % 8));
+			s->ms_listed++;
+		}
+	}
+	if (rc < 0 || (res->nr_count == 0 && !res->nr_eof)) {
+		/* A reply that cannot be walked, or one that neither ends the listing nor moves it
+		 * on (the next call would ask for the same again): the listing cannot finish. */
+		log_ratelimited(LOG_ERROR, "bench: meta: READDIRPLUS %s",
+				rc < 0 ? "entries do not decode" : "returned no entry before the end");
+		t->bt_stats[op->op_stat].bs_failed++;
+		s->ms_eof = true;
+		return;
+	}
+	if (res->nr_count > 0)
+		s->ms_cookie = res->nr_cookie;
+	s->ms_cookieverf = res->nr_verf;
+	s->ms_eof = res->nr_eof;
+}
+
 static void meta_done(struct bench_thread *t, struct bench_op *op, int status,
 		      const struct bench_nfs3_res *res)
 {
 	struct meta_thread *mt = t->bt_wl;
-	if (status < 0)
+	if (status < 0) {
+		if (op->op_proc == BENCH_NFS3_READDIRPLUS)
+			mt->mt_s->ms_eof = true; /* cannot continue without the reply's cookie */
 		return;
+	}
+	if (op->op_proc == BENCH_NFS3_READDIRPLUS) {
+		meta_list_done(t, op, res);
+		return;
+	}
 	if (op->op_proc == BENCH_NFS3_CREATE || op->op_proc == BENCH_NFS3_LOOKUP) {
 		if (!res->nr_has_fh) {
 			log_ratelimited(LOG_ERROR, "bench: meta: %s returned no handle",
@@ -358,10 +491,23 @@ static int meta_next(struct bench_thread *t)
 {
 	struct meta_thread *mt = t->bt_wl;
 	struct meta_state *s = mt->mt_s;
+	struct xdr_enc *enc;
+	if (s->ms_phase == META_LIST) {
+		if (s->ms_eof)
+			return 0;
+		/* The one slot is busy until the reply, whose completion calls here again. */
+		struct bench_op *op = bench_op_begin(t, BENCH_NFS3_READDIRPLUS, META_LIST, 256, 0, &enc);
+		if (!op)
+			return t->bt_error ? t->bt_error : 0;
+		op->op_done = meta_done;
+		bench_nfs3_enc_readdirplus(enc, &s->ms_dir, s->ms_cookie, s->ms_cookieverf,
+					   META_LIST_DIRCOUNT, META_LIST_MAXCOUNT);
+		int rc = bench_op_send(t, op, NULL, 0);
+		return rc < 0 ? rc : 1;
+	}
 	if (mt->mt_next >= s->ms_files)
 		return 0;
 	unsigned i = mt->mt_next;
-	struct xdr_enc *enc;
 	struct bench_op *op = bench_op_begin(t, meta_procs[s->ms_phase], (uint16_t)s->ms_phase, 512, 0, &enc);
 	if (!op)
 		return t->bt_error ? t->bt_error : 0;
@@ -387,6 +533,29 @@ static int meta_next(struct bench_thread *t)
 	return 1;
 }
 
+/* After the list phase: whether the listing held exactly this run's files, each once, and "."
+ * and ".." once each. Returns the number of problems found (each logged). */
+static uint64_t meta_list_check(const struct meta_state *s)
+{
+	uint64_t bad = 0;
+	if (s->ms_listed != s->ms_files) {
+		log_error("bench: meta: the listing held %" PRIu64 " of the %u files", s->ms_listed,
+			  s->ms_files);
+		bad++;
+	}
+	if (s->ms_dups || s->ms_strangers) {
+		log_error("bench: meta: the listing held %" PRIu64 " names twice and %" PRIu64
+			  " names this run did not create", s->ms_dups, s->ms_strangers);
+		bad++;
+	}
+	if (s->ms_dot != 1 || s->ms_dotdot != 1) {
+		log_error("bench: meta: the listing held \".\" %" PRIu64 " times and \"..\" %" PRIu64
+			  " times, not once each", s->ms_dot, s->ms_dotdot);
+		bad++;
+	}
+	return bad;
+}
+
 int bench_meta(const struct bench_ctx *ctx, struct bench_run *run)
 {
 	const struct bench_opts *o = ctx->bc_opts;
@@ -395,10 +564,11 @@ int bench_meta(const struct bench_ctx *ctx, struct bench_run *run)
 	struct meta_thread *mts = mem_zalloc(sizeof(*mts) * P);
 	void **wl = mem_zalloc(sizeof(*wl) * P);
 	s.ms_fhs = mem_zalloc(sizeof(*s.ms_fhs) * s.ms_files);
+	s.ms_seen = mem_zalloc((s.ms_files + 7) / 8);
 	run->br_points = mem_zalloc(sizeof(*run->br_points) * META_NPHASES);
-	char dname[64], text[128];
+	char dname[64], text[160], phases[80];
 	int rc;
-	if (!mts || !wl || !s.ms_fhs || !run->br_points) {
+	if (!mts || !wl || !s.ms_fhs || !s.ms_seen || !run->br_points) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -412,39 +582,292 @@ int bench_meta(const struct bench_ctx *ctx, struct bench_run *run)
 		log_error("bench: meta: cannot create %s: %s", dname, sh_strerror(rc));
 		goto out;
 	}
-	snprintf(text, sizeof(text), "%u files in one directory", s.ms_files);
+	wl_phase_list(meta_phase_names, META_NPHASES, o->bo_phases, phases, sizeof(phases));
+	snprintf(text, sizeof(text), "%u files in one directory; %s", s.ms_files, phases);
 	run->br_fileset = bench_keep(text);
-	static const char *const figs[META_NPHASES] = {"create", "getattr", "lookup", "remove"};
+	static const char *const figs[META_NPHASES] = {"create", "getattr", "lookup", "list", "remove"};
 	bool failed = false;
 	for (unsigned phase = 0; phase < META_NPHASES && !failed; phase++) {
+		if (!(o->bo_phases & (1u << phase)))
+			continue;
 		s.ms_phase = phase;
 		for (unsigned i = 0; i < P; i++)
 			mts[i].mt_next = i;
 		struct bench_engine eng = {0};
+		if (phase == META_LIST) {
+			/* One listing, call after call: one thread, one connection, one slot. */
+			eng.be_nthreads = 1;
+			eng.be_nconns = 1;
+			eng.be_depth = 1;
+		}
 		rc = wl_run_engine(ctx, &eng, wl, meta_stat_names, META_NPHASES, meta_next);
 		if (rc < 0)
 			goto out;
-		double ops = eng.be_elapsed_s > 0 ? (double)eng.be_ops / eng.be_elapsed_s : 0;
-		wl_point_from(&eng, run, ops, figs[phase], "ops/s");
-		if (!o->bo_quiet)
-			fprintf(stderr, "meta: %-8s %10.0f ops/s (%" PRIu64 " ops, %" PRIu64 " failed)\n",
-				figs[phase], ops, eng.be_ops, eng.be_failed + eng.be_unanswered);
+		uint64_t done = eng.be_ops;
+		const char *unit = "ops/s";
+		if (phase == META_LIST) {
+			eng.be_failed += meta_list_check(&s);
+			done = s.ms_listed + s.ms_dot + s.ms_dotdot;
+			unit = "entries/s";
+		}
+		double rate = eng.be_elapsed_s > 0 ? (double)done / eng.be_elapsed_s : 0;
+		wl_point_from(&eng, run, rate, figs[phase], unit);
+		if (!o->bo_quiet) {
+			fprintf(stderr, "meta: %-8s %10.0f %s (%" PRIu64 " ops, %" PRIu64 " failed)\n",
+				figs[phase], rate, unit, eng.be_ops, eng.be_failed + eng.be_unanswered);
+			if (phase == META_LIST)
+				fprintf(stderr, "meta: list: %" PRIu64 " of %u files, \".\" %" PRIu64
+					" and \"..\" %" PRIu64 " times, %" PRIu64 " entries without a handle,"
+					" in %" PRIu64 " READDIRPLUS calls\n", s.ms_listed, s.ms_files,
+					s.ms_dot, s.ms_dotdot, s.ms_no_fh, eng.be_ops);
+		}
 		failed = eng.be_failed + eng.be_unanswered > 0;
 		rc = eng.be_error;
 		bench_engine_fini(&eng);
 		if (rc < 0)
 			goto out;
 	}
-	if (!failed) {
+	if (!failed && (o->bo_phases & (1u << META_REMOVE))) {
 		rc = wl_sync_simple(ctx, BENCH_NFS3_RMDIR, &ctx->bc_work, dname, BENCH_NFS3_OK);
 		if (rc < 0)
 			log_error("bench: meta: cannot remove %s: %s", dname, sh_strerror(rc));
+	} else if (!failed && !o->bo_quiet) {
+		fprintf(stderr, "meta: without the remove phase, shale-bench/%s and its %u files stay\n",
+			dname, s.ms_files);
 	}
 out:
 	mem_free(mts);
 	mem_free(wl);
 	mem_free(s.ms_fhs);
+	mem_free(s.ms_seen);
 	return rc;
+}
+
+/* ================================ syncwrite ================================ */
+
+/* One statistic: the FILE_SYNC WRITEs. */
+static const char *const sw_stat_names[1] = {"WRITE-FILE_SYNC"};
+
+struct sw_file {
+	struct bench_fh swf_fh;
+	uint64_t swf_next_off;    /* where its next write goes; wraps at sws_file_size */
+};
+struct sw_state {
+	struct sw_file *sws_files;
+	unsigned sws_nfiles;
+	unsigned sws_nthreads;
+	uint64_t sws_file_size;   /* a multiple of sws_xfer */
+	uint32_t sws_xfer;
+	uint8_t *sws_buf;         /* sws_xfer bytes, the payload of every write (only read) */
+};
+struct sw_thread {
+	struct sw_state *swt_s;
+	unsigned swt_nmine;       /* files t, t + P, t + 2P ... are this thread's */
+	unsigned swt_turn;        /* which of them the next write goes to */
+};
+
+static void sw_done(struct bench_thread *t, struct bench_op *op, int status,
+		    const struct bench_nfs3_res *res)
+{
+	if (status < 0)
+		return;
+	if (res->nr_count != op->op_u32[0] || res->nr_committed != BENCH_FILE_SYNC) {
+		log_ratelimited(LOG_ERROR, "bench: syncwrite: WRITE at %" PRIu64 " answered count %u of"
+				" %u, committed %u (FILE_SYNC is %u)", op->op_u64[0], res->nr_count,
+				op->op_u32[0], res->nr_committed, (unsigned)BENCH_FILE_SYNC);
+		t->bt_stats[op->op_stat].bs_failed++;
+		return;
+	}
+	if (t->bt_measuring)
+		t->bt_bytes_written += res->nr_count;
+}
+
+static int sw_next(struct bench_thread *t)
+{
+	struct sw_thread *swt = t->bt_wl;
+	struct sw_state *s = swt->swt_s;
+	/* Closed loop until the measured window ends; the calls in flight then drain. */
+	if (clock_monotonic_ns() >= t->bt_eng->be_measure_end_ns)
+		return 0;
+	struct xdr_enc *enc;
+	struct bench_op *op = bench_op_begin(t, BENCH_NFS3_WRITE, 0, 256, 0, &enc);
+	if (!op)
+		return t->bt_error ? t->bt_error : 0;
+	struct sw_file *f = &s->sws_files[t->bt_index + swt->swt_turn * s->sws_nthreads];
+	swt->swt_turn = (swt->swt_turn + 1) % swt->swt_nmine;
+	uint64_t off = f->swf_next_off;
+	f->swf_next_off = (off + s->sws_xfer) % s->sws_file_size;
+	op->op_u32[0] = s->sws_xfer;
+	op->op_u64[0] = off;
+	op->op_done = sw_done;
+	bench_nfs3_enc_write(enc, &f->swf_fh, off, s->sws_xfer, BENCH_FILE_SYNC);
+	int rc = bench_op_send(t, op, s->sws_buf, s->sws_xfer);
+	return rc < 0 ? rc : 1;
+}
+
+int bench_syncwrite(const struct bench_ctx *ctx, struct bench_run *run)
+{
+	const struct bench_opts *o = ctx->bc_opts;
+	unsigned P = o->bo_procs;
+	/* Every thread needs a file of its own; files are never shared between threads. */
+	struct sw_state s = {.sws_nfiles = SH_MAX(o->bo_files, P), .sws_nthreads = P,
+			     .sws_xfer = SH_MIN(o->bo_xfer, ctx->bc_wtmax)};
+	uint64_t total = (uint64_t)(o->bo_size_mb * 1048576.0);
+	s.sws_file_size = total / s.sws_nfiles / s.sws_xfer * s.sws_xfer;
+	struct sw_thread *swts = mem_zalloc(sizeof(*swts) * P);
+	void **wl = mem_zalloc(sizeof(*wl) * P);
+	s.sws_files = mem_zalloc(sizeof(*s.sws_files) * s.sws_nfiles);
+	s.sws_buf = mem_alloc(s.sws_xfer);
+	run->br_points = mem_zalloc(sizeof(*run->br_points));
+	char dname[64], name[32], text[200];
+	unsigned created = 0;
+	int rc;
+	if (!swts || !wl || !s.sws_files || !s.sws_buf || !run->br_points) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (s.sws_file_size == 0) {
+		log_error("bench: syncwrite: --size-mb %.2f over %u files leaves less than one %u-byte "
+			  "transfer per file", o->bo_size_mb, s.sws_nfiles, s.sws_xfer);
+		rc = -EINVAL;
+		goto out;
+	}
+	/* Data that neither compresses nor reads as a hole. */
+	uint64_t x = 0x9E3779B97F4A7C15ull ^ ctx->bc_run_id;
+	for (uint32_t i = 0; i < s.sws_xfer; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		s.sws_buf[i] = (uint8_t)(x >> 24);
+	}
+	for (unsigned i = 0; i < P; i++) {
+		swts[i].swt_s = &s;
+		swts[i].swt_nmine = (s.sws_nfiles - i + P - 1) / P;
+		wl[i] = &swts[i];
+	}
+	snprintf(dname, sizeof(dname), "syncwrite-%016" PRIx64, ctx->bc_run_id);
+	struct bench_fh dir;
+	rc = bench_sync_mkdir(ctx, &ctx->bc_work, dname, &dir);
+	if (rc < 0) {
+		log_error("bench: syncwrite: cannot create %s: %s", dname, sh_strerror(rc));
+		goto out;
+	}
+	for (; created < s.sws_nfiles; created++) {
+		snprintf(name, sizeof(name), "sw%05u", created);
+		rc = wl_sync_create(ctx, &dir, name, true, &s.sws_files[created].swf_fh);
+		if (rc < 0) {
+			log_error("bench: syncwrite: cannot create %s: %s", name, sh_strerror(rc));
+			goto out;
+		}
+	}
+	snprintf(text, sizeof(text), "%u files of %.2f MB written in turn, each sequentially and "
+		 "wrapping; %u KiB FILE_SYNC WRITEs, %u x %u x %u in flight", s.sws_nfiles,
+		 (double)s.sws_file_size / 1048576.0, s.sws_xfer / 1024, P, o->bo_conns, o->bo_depth);
+	run->br_fileset = bench_keep(text);
+
+	struct bench_engine eng = {
+		.be_warmup_s = o->bo_warmup_s,
+		.be_runtime_s = o->bo_runtime_s,
+	};
+	rc = wl_run_engine(ctx, &eng, wl, sw_stat_names, 1, sw_next);
+	if (rc < 0)
+		goto out;
+	double secs;
+	struct bench_point *pt = wl_add_point(&eng, run, &secs);
+	double ops_s = (double)eng.be_ops / secs;
+	double mbs = (double)eng.be_bytes_written / 1048576.0 / secs;
+	bench_run_add_figure(run, "ops/s", ops_s, "ops/s");
+	bench_run_add_figure(run, "MB/s", mbs, "MB/s");
+	bench_run_add_figure(run, "mean latency", pt->bp_mean_ms, "ms");
+	bench_run_add_figure(run, "p99 latency", pt->bp_p99_ms, "ms");
+	if (!o->bo_quiet)
+		fprintf(stderr, "syncwrite: %.0f ops/s, %.1f MB/s, latency mean %.3f ms, p99 %.3f ms "
+			"(%" PRIu64 " ops, %" PRIu64 " failed)\n", ops_s, mbs, pt->bp_mean_ms,
+			pt->bp_p99_ms, eng.be_ops, eng.be_failed + eng.be_unanswered);
+	bool failed = eng.be_failed + eng.be_unanswered > 0;
+	rc = eng.be_error;
+	bench_engine_fini(&eng);
+	if (rc < 0 || failed)
+		goto out;
+	/* Clean-up: the files, then the directory. */
+	for (unsigned i = 0; i < created && rc == 0; i++) {
+		snprintf(name, sizeof(name), "sw%05u", i);
+		rc = wl_sync_simple(ctx, BENCH_NFS3_REMOVE, &dir, name, BENCH_NFS3_OK);
+	}
+	if (rc == 0)
+		rc = wl_sync_simple(ctx, BENCH_NFS3_RMDIR, &ctx->bc_work, dname, BENCH_NFS3_OK);
+	if (rc < 0)
+		log_error("bench: syncwrite: clean-up of %s failed: %s", dname, sh_strerror(rc));
+out:
+	mem_free(swts);
+	mem_free(wl);
+	mem_free(s.sws_files);
+	mem_free(s.sws_buf);
+	return rc;
+}
+
+/* ================================ --phases ================================ */
+
+int bench_wl_phases(const char *workload, const char *list, uint32_t *mask)
+{
+	const char *const *names;
+	unsigned n;
+	uint32_t dflt;
+	if (strcmp(workload, "seq") == 0) {
+		names = seq_phase_names;
+		n = SEQ_NPHASES;
+		dflt = (1u << SEQ_NPHASES) - 1;
+	} else if (strcmp(workload, "meta") == 0) {
+		names = meta_phase_names;
+		n = META_NPHASES;
+		dflt = (1u << META_NPHASES) - 1 - (1u << META_LIST); /* the listing is asked for */
+	} else {
+		if (list) {
+			fprintf(stderr, "shale bench: %s has no --phases\n", workload);
+			return -EINVAL;
+		}
+		*mask = 0;
+		return 0;
+	}
+	if (!list) {
+		*mask = dflt;
+		return 0;
+	}
+	uint32_t m = 0;
+	const char *p = list;
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		unsigned i = 0;
+		while (i < n && !(strlen(names[i]) == len && strncmp(p, names[i], len) == 0))
+			i++;
+		if (i == n) {
+			fprintf(stderr, "shale bench: %s has no phase '%.*s' (phases:", workload, (int)len, p);
+			for (unsigned j = 0; j < n; j++)
+				fprintf(stderr, " %s", names[j]);
+			fprintf(stderr, ")\n");
+			return -EINVAL;
+		}
+		m |= 1u << i;
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	if (m == 0) {
+		fprintf(stderr, "shale bench: --phases names no phase\n");
+		return -EINVAL;
+	}
+	/* seq reads back what it wrote; meta's other phases work on the files it creates. */
+	if (names == seq_phase_names && (m & (1u << SEQ_READ)) &&
+	    !(m & ((1u << SEQ_WRITE_UNSTABLE) | (1u << SEQ_WRITE_FILESYNC)))) {
+		fprintf(stderr, "shale bench: seq's read phase needs a write phase before it\n");
+		return -EINVAL;
+	}
+	if (names == meta_phase_names && !(m & (1u << META_CREATE))) {
+		fprintf(stderr, "shale bench: meta's phases need its create phase\n");
+		return -EINVAL;
+	}
+	*mask = m;
+	return 0;
 }
 
 /* ================================ varmail ================================ */
@@ -838,9 +1261,8 @@ int bench_varmail(const struct bench_ctx *ctx, struct bench_run *run)
 	rc = wl_run_engine(ctx, &feng, wl, vm_stat_names, VM_NSTATS, vm_next);
 	if (rc < 0)
 		goto out;
-	struct bench_point *pt = &run->br_points[run->br_npoints++];
-	bench_engine_point(&feng, 0, pt);
-	double secs = feng.be_elapsed_s > 0 ? feng.be_elapsed_s : 1e-9;
+	double secs;
+	struct bench_point *pt = wl_add_point(&feng, run, &secs);
 	double ops_s = (double)feng.be_ops / secs;
 	double rd = (double)feng.be_total[VM_READ].bs_hist.bh_count / secs;
 	double wr = (double)feng.be_total[VM_WRITE].bs_hist.bh_count / secs;
