@@ -67,10 +67,17 @@
  * Durability (RFC 1813 section 3.3: metadata changes are stable before the reply). After a
  * change we fsync what changed: the directory for CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR
  * and LINK, both directories for RENAME across directories, the object itself after SETATTR.
- * A new object is created in the same journal transaction as its directory entry, so the
- * directory's fsync commits it; attributes set on it afterwards are made durable by fsyncing the
- * object (or, for objects that cannot be opened for I/O, such as symlinks and device nodes, by
- * syncfs). Directory fsyncs are group-committed (posix_dir_sync): requests changing the same
+ * A new object is made durable itself first (fsync, or syncfs for objects that cannot be opened
+ * for I/O, such as symlinks and device nodes), then its directory entry; LINK fsyncs the object
+ * for its link count. On a file system that journals namespace changes (pf_journal: ext4 with a
+ * journal, found by its jbd2 entry in /proc/fs/jbd2, and XFS) the object's own fsync is skipped
+ * when nothing was set on it after the creating call: the creating call (or the link) and the
+ * directory entry are one transaction, and the directory's fsync commits it. Attributes set
+ * afterwards (an EXCLUSIVE create's verifier, a mode the umask cut, a size) are later
+ * transactions that the directory's fsync need not cover, so the object is then fsynced too.
+ * On a file system without a journal (ext2, ext4 made without one) the directory's fsync does
+ * not write the new inode, and an acknowledged CREATE could otherwise come back after a crash as
+ * an entry without a valid inode. Directory fsyncs are group-committed (posix_dir_sync): requests changing the same
  * directory at about the same time share one fsync that started after all their changes. WRITE with DATA_SYNC or FILE_SYNC uses pwritev2 with RWF_DSYNC or RWF_SYNC (one system
  * call for the write and its flush); COMMIT is an fdatasync of the file.
  */
@@ -79,9 +86,14 @@
 #include <pthread.h>
 #include <stdalign.h>
 #include <string.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "posix/posix_impl.h"
@@ -315,6 +327,47 @@ static uint32_t posix_cache_limit(unsigned wanted)
 	return (uint32_t)max;
 }
 
+/* File system magic numbers (statfs f_type) of the journalling file systems recognised. */
+#define POSIX_EXT4_MAGIC 0xEF53u     /* ext2, ext3 and ext4 share it */
+#define POSIX_XFS_MAGIC 0x58465342u
+
+/* Whether the block device holding dev has a jbd2 journal: jbd2 lists each journal it runs in
+ * /proc/fs/jbd2 as "<device name>-<journal inode>", and the device's name is the last
+ * component of its /sys/dev/block/MAJOR:MINOR link. */
+static bool posix_dev_has_jbd2(dev_t dev)
+{
+	char link[64], target[PATH_MAX];
+	snprintf(link, sizeof(link), "/sys/dev/block/%u:%u", major(dev), minor(dev));
+	ssize_t n = readlink(link, target, sizeof(target) - 1);
+	if (n <= 0)
+		return false;
+	target[n] = '\0';
+	const char *name = strrchr(target, '/');
+	name = name ? name + 1 : target;
+	size_t len = strlen(name);
+	DIR *dir = opendir("/proc/fs/jbd2");
+	if (dir == NULL)
+		return false;
+	bool found = false;
+	struct dirent *e;
+	while (!found && (e = readdir(dir)) != NULL)
+		found = strncmp(e->d_name, name, len) == 0 && e->d_name[len] == '-';
+	(void)closedir(dir);
+	return found;
+}
+
+/* Whether the file system of fd journals namespace changes, so that a directory's fsync commits
+ * the objects created in it (see Durability above). Unknown file systems are assumed not to. */
+static bool posix_fs_journals(int fd, dev_t dev)
+{
+	struct statfs sfs;
+	if (fstatfs(fd, &sfs) != 0)
+		return false;
+	if ((unsigned long)sfs.f_type == POSIX_XFS_MAGIC)
+		return true;
+	return (unsigned long)sfs.f_type == POSIX_EXT4_MAGIC && posix_dev_has_jbd2(dev);
+}
+
 int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 {
 	struct posix_fs *pf;
@@ -344,6 +397,7 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 		goto out_close;
 	pf->pf_root_dev = st.st_dev;
 	pf->pf_root_ino = st.st_ino;
+	pf->pf_journal = posix_fs_journals(pf->pf_root_fd, st.st_dev);
 	rc = posix_probe_handles(pf);
 	if (rc != 0)
 		goto out_close;
@@ -383,9 +437,11 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 			goto out_workers;
 		}
 	}
-	log_info("posix: exporting %s (fsid %llu, %u workers, %u cached fds)",
+	log_info("posix: exporting %s (fsid %llu, %u workers, %u cached fds, %s)",
 		 config->pfc_root_path, (unsigned long long)config->pfc_fsid, pf->pf_nworkers,
-		 pf->pf_cache.pc_max_fds);
+		 pf->pf_cache.pc_max_fds,
+		 pf->pf_journal ? "journalling file system: new objects durable with their directory"
+				: "new objects fsynced before their directory");
 	*out = &pf->pf_fs;
 	return 0;
 

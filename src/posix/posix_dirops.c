@@ -169,6 +169,7 @@ static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, st
 		posix_verf_times(req->u.create.cr_verf, ts);
 		if (futimens(fd, ts) != 0)
 			rc = -errno;
+		changed = true;
 	} else {
 		/* The mode was given to openat; set it again only where the process umask
 		 * cleared bits the client asked for. */
@@ -180,14 +181,16 @@ static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, st
 				rc = -EFBIG;
 			else if (ftruncate(fd, (off_t)sa->fs_size) != 0)
 				rc = -errno;
+			changed = true;
 		}
 	}
-	/* The new inode is fsynced itself, then (by the caller) its directory. On a journalling
-	 * file system the first fsync commits the transaction holding both the inode and its entry
-	 * and the directory's is then nearly free; on one without a journal (ext2, or ext4 made
-	 * without one) the inode would otherwise reach the disk only at the next writeback, and an
-	 * acknowledged CREATE could come back after a crash as an entry without a valid inode. */
-	if (rc == 0)
+	/* The new inode is fsynced itself, then (by the caller) its directory. Without a journal
+	 * (ext2, or ext4 made without one) the directory's fsync does not write the inode, and an
+	 * acknowledged CREATE could come back after a crash as an entry without a valid inode. On
+	 * a journalling file system the directory's fsync commits the creating transaction, which
+	 * holds both, so only what was set afterwards needs the file's own fsync (posix.c,
+	 * Durability). */
+	if (rc == 0 && (!pf->pf_journal || changed))
 		rc = posix_fsync_fd(fd);
 	if (rc == 0)
 		rc = posix_stat_fd(fd, st);
@@ -256,10 +259,10 @@ static int posix_create_other(struct posix_fs *pf, struct fs_req *req, int dfd, 
 	rest.fs_mode = (uint32_t)mode;
 	bool changed = false;
 	rc = posix_apply_sattr(ofd, type, true, &rest, &changed);
-	if (rc == 0) {
-		/* The new object is made durable itself, whatever the file system's journalling (see
-		 * posix_create_reg): a new directory through a real fd; symlinks and device nodes
-		 * cannot be opened for I/O, so the file system is synced (both are rare). */
+	if (rc == 0 && (!pf->pf_journal || changed)) {
+		/* The new object is made durable itself unless its directory's fsync will commit it
+		 * (see posix_create_reg): a new directory through a real fd; symlinks and device
+		 * nodes cannot be opened for I/O, so the file system is synced (both are rare). */
 		if (type == FS_DIR) {
 			char path[64];
 			snprintf(path, sizeof(path), "/proc/self/fd/%d", ofd);
@@ -439,9 +442,12 @@ int posix_do_link(struct posix_fs *pf, struct fs_req *req)
 		goto out_post;
 	}
 	/* The file's new link count is made durable with the file (syncfs for objects that cannot
-	 * be fsynced through their O_PATH fd), the entry with its directory; on a journalling file
-	 * system the first commit covers both. */
-	if (o->pfd_type == FS_REG)
+	 * be fsynced through their O_PATH fd), the entry with its directory. On a journalling file
+	 * system the link count and the entry are one transaction, which the directory's fsync
+	 * commits. */
+	if (pf->pf_journal)
+		rc = 0;
+	else if (o->pfd_type == FS_REG)
 		rc = posix_fsync_fd(o->pfd_fd);
 	else
 		rc = syncfs(pf->pf_root_fd) == 0 ? 0 : -errno;

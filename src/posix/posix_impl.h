@@ -129,6 +129,10 @@ struct posix_fs {
 	uint32_t pf_tag;
 	uint8_t pf_write_verf[8];
 	mode_t pf_umask; /* the process umask at creation; created objects get their exact mode */
+	/* The host file system journals namespace changes (ext4 with a journal, XFS): a new
+	 * object, or a new link, is committed in the same transaction as its directory entry, so
+	 * the directory's fsync makes both durable (posix.c, Durability). */
+	bool pf_journal;
 	struct fs_info pf_info;
 	struct posix_fdcache pf_cache;
 	struct posix_idcache pf_idcache;

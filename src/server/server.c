@@ -158,6 +158,9 @@ int server_run(const struct server_config *config)
 	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 	/* A client that vanishes mid-reply must not kill the server. */
 	signal(SIGPIPE, SIG_IGN);
+	/* Objects get exactly the mode the client asks for: the client has applied its own umask,
+	 * as knfsd and Ganesha assume. The server's own files name their modes explicitly. */
+	umask(0);
 
 	rc = server_mkdir_p(config->sc_state_dir);
 	if (rc < 0) {
