@@ -13,6 +13,7 @@
  *     close and sync, or when the pool closes. An owner whose dataset was never formatted has no
  *     zpl yet (po_zpl NULL); pool_fs_open formats it (root 0:0 mode 0755) and waits until the
  *     format's txg is durable, so that no log record can ever precede the format on disk.
+ *     The owner also keeps the dataset's pending writes (below), since every open shares them.
  *   - The file system (struct pool_fs): one pool_fs_open; the struct fs the NFS layer uses. It
  *     holds a dataset open (so the owner stays), the write verifier, two helper threads and the
  *     free list of slow-path contexts. fo_destroy closes the dataset.
@@ -28,17 +29,27 @@
  *      the request over: posted to fr_loop, or to this fs's runner thread when fr_loop is NULL.
  *      zpl guarantees that a run that misses changed nothing and produced no output to keep
  *      (READDIR loads its first batch before emitting anything), so starting over is exact.
- *   3. Success of a change that must be stable (every change but an UNSTABLE WRITE): the record
- *      (zpl_record_encode) is appended to the intent log in the same locked section as the change
- *      (so log order is change order), then, unlocked, pool_log_commit: ILOG_DONE completes at
- *      once, 0 completes from the log's waiter callback. A record above POOL_LOG_PAYLOAD_MAX (a
- *      1 MiB FILE_SYNC write) is not logged: the request waits for a txg sync instead (step 4).
- *      A stable WRITE answers wr_committed = FS_FILE_SYNC; an UNSTABLE one FS_UNSTABLE, no record.
- *   4. COMMIT (after zpl_execute validated the handle and filled its wcc) and oversize stable
- *      writes go to the committer thread, which takes everything queued, calls
+ *   3. A change that must be stable (every change but an UNSTABLE WRITE): first, in the locked
+ *      section and before zpl_execute, the pending writes of the files it changes are appended to
+ *      the log (rule F8). On success the change's record (zpl_record_encode) is appended in the
+ *      same locked section (so log order is change order), then, unlocked, pool_log_commit:
+ *      ILOG_DONE completes at once, 0 completes from the log's waiter callback. A record above
+ *      POOL_LOG_PAYLOAD_MAX (a 1 MiB FILE_SYNC write) is not logged: the request waits for a txg
+ *      sync instead (step 5). A stable WRITE answers wr_committed = FS_FILE_SYNC. An UNSTABLE
+ *      WRITE answers FS_UNSTABLE and leaves no record: it only notes its range as pending (F7).
+ *   4. COMMIT of file X (after zpl_execute validated the handle and filled its wcc; its offset and
+ *      count are ignored: the whole file is committed, as knfsd mostly does): in the same locked
+ *      section, X's pending writes are appended to the log as WRITE records of their ranges'
+ *      current bytes (zpl_record_encode_range reads them from zpl's dirty buffers) and forgotten;
+ *      unlocked, pool_log_commit up to the last of them, or, when X had none, up to the log's end
+ *      (records an earlier COMMIT or change of X appended may not be durable yet). The reply comes
+ *      with that group commit's flush; no txg is written. When the log cannot take them (rule F9:
+ *      X has more than POOL_FS_COMMIT_LOG_MAX_BYTES pending, a loss of X or of the table is not
+ *      durable yet, a range needs a block not in memory, no memory) the COMMIT goes to step 5.
+ *   5. The committer thread takes every COMMIT and oversize stable write queued, calls
  *      pool_txg_wait_synced(p, 0) once for that batch (group commit) and completes them. UNSTABLE
  *      data lives in zpl's dirty buffers until a txg writes it, so a durable txg that was open at
- *      or after the COMMIT makes every earlier write durable.
+ *      or after the COMMIT makes every earlier write durable (pending records or not).
  *
  * ---- Rules ----
  *   F1 fr_done runs exactly once: every path ends in exactly one pfs_finish, and a request that
@@ -46,27 +57,86 @@
  *      throttle, log commit, or a queue of a helper thread), which resumes or finishes it.
  *   F2 The fast path allocates nothing: a read-only operation that hits in memory uses no
  *      context. A change needs a pool_waiter for the throttle before it knows whether it will
- *      wait, so changes take a context from the free list (allocated only when the list is empty;
- *      at most POOL_FS_CTX_FREE_MAX are kept) and return it when they finish.
+ *      wait, so changes (and COMMIT, for its log waiter) take a context from the free list
+ *      (allocated only when the list is empty; at most POOL_FS_CTX_FREE_MAX are kept) and return
+ *      it when they finish. An UNSTABLE WRITE's pending range allocates only for an object new to
+ *      the table (from a free list of POOL_FS_PEND_FREE_MAX entries first).
  *   F3 The pool lock is never taken on the blk engine thread or the sync thread: callbacks only
  *      post work (fr_loop or the runner) or finish the request (fs_req_complete is safe anywhere).
- *   F4 A record is appended in the locked section of its change; nothing blocks under the lock.
+ *   F4 A change's record is appended in the locked section of its change, a pending write's in
+ *      the locked section of a later COMMIT or logged change of its file (F8); nothing blocks
+ *      under the lock.
  *   F5 pfs_finish returns the context before fs_req_complete, so nothing of this fs is touched
  *      after the request's completion (the caller may destroy the fs right after the last one).
  *   F6 Every block a request loads stays held (up to POOL_FS_PINS_MAX) until the request ends:
  *      with a cache smaller than what one operation touches, blocks loaded for one restart would
  *      otherwise be evicted before the next, and the request would restart forever.
  *
+ * ---- Pending writes (ZFS's itxs of WR_NEED_COPY writes, made at zil_commit) ----
+ * The owner (shared by every open of the dataset) keeps, under the pool lock, a hash of entries
+ * per object with UNSTABLE writes not known durable: up to POOL_FS_PEND_RANGES disjoint byte
+ * ranges, each with the newest txg that wrote into it, and a "loss" txg. An UNSTABLE WRITE adds
+ * its range (merged with ranges it overlaps or touches; with all slots taken, with the nearest
+ * one, gap included): no data is copied, nothing allocated unless the object is new to the table.
+ * Bounds: POOL_FS_PEND_OBJS_MAX entries; an object above POOL_FS_COMMIT_LOG_MAX_BYTES pending
+ * trades its ranges for a loss. Entries are pruned at every txg's do_sync (every txg before the
+ * one syncing is durable then: syncs do not overlap) and lazily when a flush looks at them.
+ *
+ * Rules (all under the pool lock):
+ *   F7 Every successful UNSTABLE WRITE to X in txg T is, until T is durable, either inside a range
+ *      of X's entry whose txg is >= T, or covered by a loss >= T (X's, or the table's when X
+ *      could not get an entry), or its bytes' later contents were logged by a flush that came
+ *      after it, or X is gone. So what COMMIT logs is everything of X that no durable txg holds.
+ *   F8 A range is forgotten only when logged, when its txg is durable, or with its object. Before
+ *      a change of X that is logged (stable WRITE, SETATTR, LINK of X; REMOVE of a name of X and
+ *      RENAME from it; RENAME over X; CREATE UNCHECKED of X's name, which may truncate X: the
+ *      last four are found with zpl_lookup_name), X's pending writes are appended first. Their
+ *      records therefore precede every later logged change of X, which keeps the mtime, ctime
+ *      and set-id bits a range record sets equal to the original's (zpl_log.c).
+ *   F9 A write or range that cannot go through the log becomes a loss: a txg number. While it is
+ *      not durable, COMMIT of X (of any file, for the table's loss) waits for a txg (step 5).
+ *   F10 A range record sets bytes [off, off + n) of X, clipped to X's size, to what they held
+ *      when it was encoded, at absolute offsets: applied to any earlier state of X it yields those
+ *      bytes, and applying it again changes nothing. Logging more than was written (a merged gap,
+ *      a range logged twice) is therefore harmless.
+ *   F11 Pending writes of a file removed with its last link are not logged (ZFS's
+ *      zil_remove_async): the change that removed it is logged, and a flush that finds its object
+ *      gone (zpl_record_encode_range: -ESTALE) forgets the entry. No range record of X is ever
+ *      appended after the record that removed X: both happen under the pool lock, the flush
+ *      reading X as it is then.
+ *
+ * Why replay restores every acknowledged COMMIT exactly. Let COMMIT of X append its records in
+ * txg M (pool_log_append tags them M) and be acknowledged, then a crash leave the uberblock of
+ * txg U. If U >= M, the records are skipped (R5 of pool.c), and U's state holds X as it was when
+ * M began to sync, after the COMMIT: the committed bytes or newer. If U < M, replay starts from
+ * U's state and applies, in order, every record tagged above U, through the COMMIT's (all
+ * durable: the COMMIT waited for its LSN, and the log is durable in order). In U's state X holds
+ * every change made before U began to sync; the changes of X made since are (a) logged changes,
+ * replayed in order, and (b) UNSTABLE writes in txgs above U, none durable, so by F7 each is in a
+ * range logged by this COMMIT or an earlier flush (F8 forgets ranges only when logged or durable,
+ * and a durable txg is <= U). F8 puts a flush of X right before each logged change of X, so X's
+ * records are its logged changes in change order with flushes between them; by induction over
+ * them, replay leaves X after each record as X was when that record was appended: a logged change
+ * re-runs on the same state, and a flush (F10) restores the bytes of every write since the
+ * previous record, these being in its ranges. So after the COMMIT's records X is as it was at the
+ * COMMIT, attributes included (zpl_log.c: times and set-id bits). Records appended
+ * after the txg of their writes began to sync (tag M > T) are covered by the same argument: U >=
+ * M skips them and U's state is newer; U in [T, M) replays them onto a state that holds the
+ * writes already, which F10 makes harmless; U < T is the ordinary case.
+ *
  * ---- Locks ----
- * The pool lock (pool_lock) guards the zpl and its tree. pf_lock (a leaf, may be taken under the
- * pool lock) guards the helper threads' queues, the stopping flag and the context free list.
+ * The pool lock (pool_lock) guards the zpl, its tree and the owner's pending writes (a flush
+ * reads the durable txg under it: p_state_lock nests inside). pf_lock (a leaf, may be taken under
+ * the pool lock) guards the helper threads' queues, the stopping flag and the context free list.
  * FSSTAT's space comes from pool_space_held, under the pool lock zpl's caller holds.
  * zpl copies its env at zpl_open, fsid included: pool_fs_open reopens a zpl that
  * pool_fs_attach opened with fsid 0 (exact while it has no dirty buffers, as after import).
  *
  * ---- Log record (pool_log_append type POOL_FS_REC_ZPL = 1) ----
  *   offset  size  field
- *        0     n  the zpl record exactly as zpl_record_encode wrote it (its format: zpl_log.c)
+ *        0     n  the zpl record exactly as zpl_record_encode (a change) or
+ *                 zpl_record_encode_range (a pending range, a WRITE record of at most
+ *                 POOL_FS_RANGE_REC_DATA bytes) wrote it (its format: zpl_log.c)
  *
  * ---- Tree entries named to the pool (do_visit_blocks), per zpl.c's key table ----
  *   key: objid(8) | kind(1) [| index(8)]; kind 0x03 (extent, 17-byte key) holds a 64-byte block
@@ -91,12 +161,50 @@
 #define POOL_FS_KIND_EXTENT 0x03u
 #define POOL_FS_LONG_KEY 17u
 
+/* ---- Pending writes (the theory's "Pending writes") ---- */
+#define POOL_FS_PEND_RANGES 8u      /* ranges per object; more are merged across their gaps */
+#define POOL_FS_PEND_OBJS_MAX 4096u /* objects with pending writes (~250 KiB of entries) */
+#define POOL_FS_PEND_BUCKETS 1024u  /* hash chains (a power of two) */
+#define POOL_FS_PEND_FREE_MAX 64u   /* entries kept for reuse */
+/* A file with more pending bytes than this is committed by a txg, not copied into the log: large
+ * writes are cheaper written once, by the txg, than twice. */
+#define POOL_FS_COMMIT_LOG_MAX_BYTES (1024u * 1024u)
+/* Data bytes per WRITE record of a pending range (several records for a longer one): well below
+ * POOL_LOG_PAYLOAD_MAX, so that records of several files share log blocks. */
+#define POOL_FS_RANGE_REC_DATA (128u * 1024u)
+/* pfs_pend_flush: the file's pending writes cannot go through the log; a txg must carry them. */
+#define POOL_FS_USE_TXG 1
+
+struct pfs_prange {
+	uint64_t pr_off, pr_end; /* bytes [pr_off, pr_end) */
+	uint64_t pr_txg;         /* the newest txg that wrote into the range */
+};
+
+/* One object's pending writes: a hash entry, under the pool lock. */
+struct pfs_pobj {
+	struct pfs_pobj *pp_next;  /* hash chain, or the free list */
+	uint64_t pp_objid, pp_gen; /* the object id (zpl.h: id, generation) */
+	uint64_t pp_bytes;         /* sum of the ranges' lengths */
+	uint64_t pp_lost_txg;      /* 0, or the newest txg with a write of this object that the
+	                            * ranges do not hold (rule F9) */
+	uint32_t pp_nranges;
+	struct pfs_prange pp_ranges[POOL_FS_PEND_RANGES]; /* disjoint, not adjacent */
+};
+
 struct pfs_owner {
 	uint64_t po_magic;       /* POOL_FS_OWNER_MAGIC */
 	struct pool *po_pool;
 	struct pool_ds *po_ds;
 	struct zpl *po_zpl;      /* NULL until the dataset is formatted */
 	struct zpl_env po_env;
+	/* Pending writes, under the pool lock. */
+	struct pfs_pobj **po_pend; /* POOL_FS_PEND_BUCKETS chains */
+	uint32_t po_npend;         /* entries in the chains */
+	struct pfs_pobj *po_pend_free;
+	uint32_t po_npend_free;
+	uint64_t po_pend_lost_txg; /* 0, or the newest txg with a write no entry holds (F9) */
+	uint8_t *po_rec;           /* the buffer range records are encoded in */
+	size_t po_rec_cap;
 };
 
 struct pool_fs;
@@ -234,10 +342,368 @@ static int pfs_owner_load_sync(struct pfs_owner *o, bool format, bool *formatted
 	}
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Pending writes (theory: "Pending writes"; all under the pool lock) */
+
+/* The (id, generation) of a zpl object id; false for one that is not a zpl id. */
+static bool pfs_obj_key(const struct fs_obj_id *id, uint64_t *objid, uint64_t *gen)
+{
+	if (id->foi_len != ZPL_OBJ_ID_BYTES)
+		return false;
+	*objid = pool_get_le64(id->foi_bytes);
+	*gen = pool_get_le64(id->foi_bytes + 8);
+	return true;
+}
+
+static struct pfs_pobj **pfs_pend_chain(struct pfs_owner *o, uint64_t objid)
+{
+	/* Fibonacci hashing: consecutive object ids spread over the chains. */
+	uint64_t h = (objid * 0x9e3779b97f4a7c15ull) >> 32;
+	return &o->po_pend[h & (POOL_FS_PEND_BUCKETS - 1u)];
+}
+
+/* The link that points at objid's entry (whatever its generation), or at the chain's end. */
+static struct pfs_pobj **pfs_pend_link(struct pfs_owner *o, uint64_t objid)
+{
+	struct pfs_pobj **link = pfs_pend_chain(o, objid);
+	while (*link && (*link)->pp_objid != objid)
+		link = &(*link)->pp_next;
+	return link;
+}
+
+/* Unlinks the entry *link points at and frees it (to the free list while it is short). */
+static void pfs_pend_unlink(struct pfs_owner *o, struct pfs_pobj **link)
+{
+	struct pfs_pobj *pp = *link;
+	*link = pp->pp_next;
+	o->po_npend--;
+	if (o->po_npend_free < POOL_FS_PEND_FREE_MAX) {
+		pp->pp_next = o->po_pend_free;
+		o->po_pend_free = pp;
+		o->po_npend_free++;
+	} else {
+		mem_free(pp);
+	}
+}
+
+static void pfs_pobj_recount(struct pfs_pobj *pp)
+{
+	uint64_t bytes = 0;
+	for (uint32_t i = 0; i < pp->pp_nranges; i++)
+		bytes += pp->pp_ranges[i].pr_end - pp->pp_ranges[i].pr_off;
+	pp->pp_bytes = bytes;
+}
+
+/* Forgets the ranges and the loss whose txg is durable (rule F8); true when nothing is left. */
+static bool pfs_pobj_prune(struct pfs_pobj *pp, uint64_t synced)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < pp->pp_nranges; i++)
+		if (pp->pp_ranges[i].pr_txg > synced)
+			pp->pp_ranges[n++] = pp->pp_ranges[i];
+	if (n != pp->pp_nranges) {
+		pp->pp_nranges = n;
+		pfs_pobj_recount(pp);
+	}
+	if (pp->pp_lost_txg <= synced)
+		pp->pp_lost_txg = 0;
+	return pp->pp_nranges == 0 && pp->pp_lost_txg == 0;
+}
+
+static void pfs_pend_prune_all(struct pfs_owner *o, uint64_t synced)
+{
+	if (o->po_pend_lost_txg <= synced)
+		o->po_pend_lost_txg = 0;
+	if (o->po_npend == 0)
+		return;
+	for (uint32_t b = 0; b < POOL_FS_PEND_BUCKETS; b++) {
+		struct pfs_pobj **link = &o->po_pend[b];
+		while (*link) {
+			if (pfs_pobj_prune(*link, synced))
+				pfs_pend_unlink(o, link);
+			else
+				link = &(*link)->pp_next;
+		}
+	}
+}
+
+/* Replaces the ranges by a loss: a txg must carry them (rule F9). */
+static void pfs_pobj_lose(struct pfs_pobj *pp)
+{
+	for (uint32_t i = 0; i < pp->pp_nranges; i++)
+		pp->pp_lost_txg = SH_MAX(pp->pp_lost_txg, pp->pp_ranges[i].pr_txg);
+	pp->pp_nranges = 0;
+	pp->pp_bytes = 0;
+}
+
+/* Adds [off, off + len) written in txg to the entry, merging it with the ranges it overlaps or
+ * touches; with all POOL_FS_PEND_RANGES taken, also with the range nearest to it (their gap is
+ * then logged too, with its current bytes, which is harmless: rule F10). */
+static void pfs_pobj_add(struct pfs_pobj *pp, uint64_t off, uint64_t end, uint64_t txg)
+{
+	struct pfs_prange nr = {off, end, txg};
+	for (;;) {
+		uint32_t i = 0;
+		while (i < pp->pp_nranges) {
+			struct pfs_prange *r = &pp->pp_ranges[i];
+			if (r->pr_off <= nr.pr_end && nr.pr_off <= r->pr_end) {
+				nr.pr_off = SH_MIN(nr.pr_off, r->pr_off);
+				nr.pr_end = SH_MAX(nr.pr_end, r->pr_end);
+				nr.pr_txg = SH_MAX(nr.pr_txg, r->pr_txg);
+				*r = pp->pp_ranges[--pp->pp_nranges];
+				i = 0; /* the grown range may now reach ranges already passed */
+				continue;
+			}
+			i++;
+		}
+		if (pp->pp_nranges < POOL_FS_PEND_RANGES)
+			break;
+		uint32_t best = 0;
+		uint64_t best_gap = UINT64_MAX;
+		for (i = 0; i < pp->pp_nranges; i++) {
+			const struct pfs_prange *r = &pp->pp_ranges[i];
+			uint64_t gap =
+			    r->pr_end < nr.pr_off ? nr.pr_off - r->pr_end : r->pr_off - nr.pr_end;
+			if (gap < best_gap) {
+				best_gap = gap;
+				best = i;
+			}
+		}
+		const struct pfs_prange *r = &pp->pp_ranges[best];
+		nr.pr_off = SH_MIN(nr.pr_off, r->pr_off);
+		nr.pr_end = SH_MAX(nr.pr_end, r->pr_end);
+		nr.pr_txg = SH_MAX(nr.pr_txg, r->pr_txg);
+		pp->pp_ranges[best] = pp->pp_ranges[--pp->pp_nranges];
+	}
+	pp->pp_ranges[pp->pp_nranges++] = nr;
+	pfs_pobj_recount(pp);
+}
+
+/* An UNSTABLE WRITE of [off, off + len) to id succeeded in the open txg (rule F7). */
+static void pfs_pend_note(struct pfs_owner *o, const struct fs_obj_id *id, uint64_t off,
+                          uint32_t len)
+{
+	uint64_t objid, gen, txg = pool_open_txg(o->po_pool);
+	if (len == 0 || !pfs_obj_key(id, &objid, &gen))
+		return;
+	struct pfs_pobj **link = pfs_pend_link(o, objid);
+	struct pfs_pobj *pp = *link;
+	if (pp && pp->pp_gen != gen) {
+		pfs_pend_unlink(o, link); /* an entry of an object gone (ids are never reused) */
+		link = pfs_pend_link(o, objid);
+		pp = NULL;
+	}
+	if (!pp) {
+		if (o->po_npend >= POOL_FS_PEND_OBJS_MAX) {
+			pfs_pend_prune_all(o, pool_synced_txg(o->po_pool));
+			link = pfs_pend_link(o, objid);
+		}
+		if (o->po_npend < POOL_FS_PEND_OBJS_MAX) {
+			pp = o->po_pend_free;
+			if (pp) {
+				o->po_pend_free = pp->pp_next;
+				o->po_npend_free--;
+			} else {
+				pp = mem_alloc(sizeof(*pp));
+			}
+		}
+		if (!pp) { /* the table is full, or no memory: every COMMIT waits for this txg */
+			o->po_pend_lost_txg = SH_MAX(o->po_pend_lost_txg, txg);
+			return;
+		}
+		memset(pp, 0, sizeof(*pp));
+		pp->pp_objid = objid;
+		pp->pp_gen = gen;
+		*link = pp;
+		o->po_npend++;
+	}
+	pfs_pobj_add(pp, off, off + len, txg);
+	if (pp->pp_bytes > POOL_FS_COMMIT_LOG_MAX_BYTES)
+		pfs_pobj_lose(pp); /* its COMMIT takes a txg anyway: stop tracking its ranges */
+}
+
+/* Drops id's entry: the object is gone (its last link removed). */
+static void pfs_pend_forget(struct pfs_owner *o, const struct fs_obj_id *id)
+{
+	uint64_t objid, gen;
+	if (o->po_npend == 0 || !pfs_obj_key(id, &objid, &gen))
+		return;
+	struct pfs_pobj **link = pfs_pend_link(o, objid);
+	if (*link && (*link)->pp_gen == gen)
+		pfs_pend_unlink(o, link);
+}
+
+static void pfs_prange_sort(struct pfs_prange *r, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++) {
+		struct pfs_prange x = r[i];
+		uint32_t j = i;
+		for (; j > 0 && r[j - 1].pr_off > x.pr_off; j--)
+			r[j] = r[j - 1];
+		r[j] = x;
+	}
+}
+
+/* Appends one record per POOL_FS_RANGE_REC_DATA bytes of the range, with their current bytes
+ * (rule F10). 0; -ENOENT: the object is gone or is no regular file; or the error. */
+static int pfs_pend_log_range(struct pfs_owner *o, const struct fs_obj_id *id,
+                              const struct pfs_prange *r, uint64_t *lsn_out)
+{
+	struct pool *p = o->po_pool;
+	for (uint64_t pos = r->pr_off; pos < r->pr_end;) {
+		uint32_t n = (uint32_t)SH_MIN(r->pr_end - pos, (uint64_t)POOL_FS_RANGE_REC_DATA);
+		size_t need = zpl_record_range_bytes(n), len = 0;
+		if (o->po_rec_cap < need) {
+			size_t cap = zpl_record_range_bytes(POOL_FS_RANGE_REC_DATA);
+			uint8_t *buf = mem_alloc(cap);
+			if (!buf)
+				return -ENOMEM;
+			mem_free(o->po_rec);
+			o->po_rec = buf;
+			o->po_rec_cap = cap;
+		}
+		struct blk_ptr missing;
+		int rc = zpl_record_encode_range(o->po_zpl, id, pos, n, o->po_rec, o->po_rec_cap,
+		                                 &len, &missing);
+		if (rc == -ESTALE || rc == -SH_EBADHANDLE || rc == -EINVAL)
+			return -ENOENT;
+		if (rc != 0)
+			return rc; /* -SH_ENEEDBLOCK included: the txg carries the range instead */
+		if (len == 0)
+			return 0; /* the rest lies beyond the end of the file */
+		uint64_t lsn;
+		rc = pool_log_append(p, o->po_ds, POOL_FS_REC_ZPL, o->po_rec, (uint32_t)len, &lsn);
+		if (rc != 0)
+			return rc;
+		*lsn_out = lsn;
+		pos += n;
+	}
+	return 0;
+}
+
+/* Logs id's pending writes (rules F8-F10), for a COMMIT of id (commit) or before a logged change
+ * of id. Returns 0 when every pending write of id is in the log now (*lsn_out: the last record
+ * appended; unchanged when none was needed); POOL_FS_USE_TXG (commit only) when a txg must carry
+ * them instead; -EIO when the log refused a record (commit only). Before a change, whatever
+ * cannot be logged becomes a loss of the object (F9) and 0 is returned. */
+static int pfs_pend_flush(struct pfs_owner *o, const struct fs_obj_id *id, bool commit,
+                          uint64_t *lsn_out)
+{
+	uint64_t objid, gen;
+	if (!pfs_obj_key(id, &objid, &gen))
+		return 0;
+	if (o->po_npend == 0 && o->po_pend_lost_txg == 0)
+		return 0;
+	uint64_t synced = pool_synced_txg(o->po_pool);
+	if (o->po_pend_lost_txg <= synced)
+		o->po_pend_lost_txg = 0;
+	if (commit && o->po_pend_lost_txg != 0)
+		return POOL_FS_USE_TXG;
+	struct pfs_pobj **link = pfs_pend_link(o, objid);
+	struct pfs_pobj *pp = *link;
+	if (!pp || pp->pp_gen != gen)
+		return 0; /* nothing pending (an entry of another generation is not id's) */
+	if (pfs_pobj_prune(pp, synced)) {
+		pfs_pend_unlink(o, link);
+		return 0;
+	}
+	if (pp->pp_lost_txg != 0 || pp->pp_bytes > POOL_FS_COMMIT_LOG_MAX_BYTES) {
+		if (commit)
+			return POOL_FS_USE_TXG;
+		pfs_pobj_lose(pp);
+		return 0;
+	}
+	pfs_prange_sort(pp->pp_ranges, pp->pp_nranges);
+	uint32_t done = 0;
+	int rc = 0;
+	while (done < pp->pp_nranges) {
+		rc = pfs_pend_log_range(o, id, &pp->pp_ranges[done], lsn_out);
+		if (rc != 0)
+			break;
+		done++;
+	}
+	if (rc == 0 || rc == -ENOENT) {
+		/* All logged, or the object is gone (removed in an earlier logged change). */
+		pfs_pend_unlink(o, link);
+		return 0;
+	}
+	/* Keep what is not logged yet (logging it again later is harmless: rule F10). */
+	memmove(pp->pp_ranges, pp->pp_ranges + done,
+	        (pp->pp_nranges - done) * sizeof(pp->pp_ranges[0]));
+	pp->pp_nranges -= done;
+	pfs_pobj_recount(pp);
+	if (commit)
+		return rc == -EIO ? -EIO : POOL_FS_USE_TXG;
+	pfs_pobj_lose(pp);
+	return 0;
+}
+
+/* Before a change that will be logged: logs the pending writes of the objects it changes, so
+ * that their records come before the change's own (rule F8). REMOVE and RENAME name their
+ * objects by name: those are looked up (only when anything is pending). *gone_out gets the
+ * object the change removes if it succeeds (its pending writes need no record: F11), else
+ * foi_len 0. Returns 0 or -SH_ENEEDBLOCK (*missing). */
+static int pfs_pend_before_change(struct pfs_owner *o, const struct fs_req *req,
+                                  struct fs_obj_id *gone_out, struct blk_ptr *missing)
+{
+	gone_out->foi_len = 0;
+	if (o->po_npend == 0)
+		return 0;
+	uint64_t lsn = 0;
+	const struct fs_obj_id *dir = &req->fr_obj;
+	const char *names[2] = {NULL, NULL};
+	bool may_go[2] = {false, false};
+	switch (req->fr_op) {
+	case FS_OP_WRITE: /* stable ones only: an UNSTABLE one adds to the pending writes */
+	case FS_OP_SETATTR:
+	case FS_OP_LINK:
+		if (req->fr_op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE)
+			(void)pfs_pend_flush(o, &req->fr_obj, false, &lsn);
+		return 0;
+	case FS_OP_CREATE:
+		if (req->u.create.cr_mode != FS_CREATE_UNCHECKED)
+			return 0;
+		/* an existing file of that name gets the create's attributes */
+		names[0] = req->u.create.cr_name;
+		break;
+	case FS_OP_REMOVE:
+		names[0] = req->u.remove.rm_name;
+		may_go[0] = true;
+		break;
+	case FS_OP_RENAME:
+		names[0] = req->u.rename.rn_from_name;
+		names[1] = req->u.rename.rn_to_name;
+		may_go[1] = true;
+		break;
+	default: return 0;
+	}
+	for (int i = 0; i < 2; i++) {
+		if (!names[i])
+			continue;
+		struct fs_obj_id id;
+		enum fs_type type;
+		uint32_t nlink;
+		int rc = zpl_lookup_name(o->po_zpl, i == 0 ? dir : &req->u.rename.rn_to_dir,
+		                         names[i], &id, &type, &nlink, missing);
+		if (rc == -SH_ENEEDBLOCK)
+			return rc;
+		/* Not found: the change fails, or changes no file with pending writes. */
+		if (rc != 0 || type != FS_REG)
+			continue;
+		if (may_go[i] && nlink == 1)
+			*gone_out = id;
+		else
+			(void)pfs_pend_flush(o, &id, false, &lsn);
+	}
+	return 0;
+}
+
 static int pfs_do_sync(void *owner, uint64_t txg)
 {
 	(void)txg;
 	struct pfs_owner *o = owner;
+	/* Syncs do not overlap: every txg before this one is durable now (rule F8). */
+	pfs_pend_prune_all(o, pool_synced_txg(o->po_pool));
 	return o->po_zpl ? zpl_sync(o->po_zpl, NULL) : 0;
 }
 
@@ -280,11 +746,28 @@ static int pfs_do_visit_blocks(void *owner, const void *key, uint32_t klen, cons
 	return fn(arg, &bp);
 }
 
+static void pfs_owner_free(struct pfs_owner *o)
+{
+	if (o->po_pend) {
+		for (uint32_t b = 0; b < POOL_FS_PEND_BUCKETS; b++)
+			while (o->po_pend[b])
+				pfs_pend_unlink(o, &o->po_pend[b]);
+	}
+	while (o->po_pend_free) {
+		struct pfs_pobj *pp = o->po_pend_free;
+		o->po_pend_free = pp->pp_next;
+		mem_free(pp);
+	}
+	mem_free(o->po_pend);
+	mem_free(o->po_rec);
+	mem_free(o);
+}
+
 static void pfs_do_detach(void *owner)
 {
 	struct pfs_owner *o = owner;
 	zpl_close(o->po_zpl);
-	mem_free(o);
+	pfs_owner_free(o);
 }
 
 static const struct pool_ds_owner pfs_owner_ops = {
@@ -301,6 +784,11 @@ int pool_fs_attach(void *arg, struct pool_ds *ds)
 	struct pfs_owner *o = mem_zalloc(sizeof(*o));
 	if (!o)
 		return -ENOMEM;
+	o->po_pend = mem_zalloc(POOL_FS_PEND_BUCKETS * sizeof(*o->po_pend));
+	if (!o->po_pend) {
+		mem_free(o);
+		return -ENOMEM;
+	}
 	o->po_magic = POOL_FS_OWNER_MAGIC;
 	o->po_pool = pool_ds_pool(ds);
 	o->po_ds = ds;
@@ -318,7 +806,7 @@ int pool_fs_attach(void *arg, struct pool_ds *ds)
 	 * unformatted dataset keeps po_zpl NULL: checking or destroying it must not format it. */
 	int rc = pfs_owner_load_sync(o, false, NULL);
 	if (rc != 0 && rc != -ENOENT) {
-		mem_free(o);
+		pfs_owner_free(o);
 		return rc == -ENOMEM ? rc : -EIO;
 	}
 	rc = pool_ds_set_owner(ds, &pfs_owner_ops, o);
@@ -519,9 +1007,10 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 	bool stable = change && (op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE);
 	size_t rec_bytes = stable ? zpl_record_bytes(req) : 0;
 	bool oversize = rec_bytes > POOL_LOG_PAYLOAD_MAX;
+	struct pfs_owner *o = pf->pf_owner;
 
 	/* Everything that can fail to allocate happens before the lock (rule F4). */
-	if (change && !c && !(c = pfs_ctx_get(pf, req))) {
+	if ((change || op == FS_OP_COMMIT) && !c && !(c = pfs_ctx_get(pf, req))) {
 		pfs_fail(pf, req, NULL, -ENOMEM);
 		return;
 	}
@@ -558,7 +1047,12 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 				return;
 			}
 		}
-		int rc = zpl_execute(pf->pf_owner->po_zpl, req, &missing);
+		/* Pending writes of what a logged change changes go first (rule F8). */
+		struct fs_obj_id gone;
+		gone.foi_len = 0;
+		int rc = change && stable ? pfs_pend_before_change(o, req, &gone, &missing) : 0;
+		if (rc == 0)
+			rc = zpl_execute(o->po_zpl, req, &missing);
 		if (rc == -SH_ENEEDBLOCK) {
 			pool_unlock(p);
 			atomic_fetch_add(&pf->pf_restarts, 1);
@@ -582,19 +1076,38 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 			return;
 		}
 		if (req->fr_status != 0 || (!stable && op != FS_OP_COMMIT)) {
+			if (req->fr_status == 0 && op == FS_OP_WRITE)
+				pfs_pend_note(o, &req->fr_obj, req->u.write.wr_offset,
+				              req->u.write.wr_count);
 			pool_unlock(p);
 			pfs_finish(pf, req, c);
 			return;
 		}
 		if (op == FS_OP_COMMIT) {
+			/* Theory, step 4: the file's pending writes into the log, then commit. */
+			uint64_t lsn = 0;
+			rc = pfs_pend_flush(o, &req->fr_obj, true, &lsn);
 			pool_unlock(p);
-			if (!c && !(c = pfs_ctx_get(pf, req))) {
-				pfs_fail(pf, req, NULL, -ENOMEM);
+			if (rc == POOL_FS_USE_TXG) {
+				pfs_wait_txg(pf, c);
 				return;
 			}
-			pfs_wait_txg(pf, c);
-			return;
+			if (rc != 0) {
+				pfs_fail(pf, req, c, -EIO);
+				return;
+			}
+			atomic_fetch_add(&pf->pf_log_commits, 1);
+			/* Nothing pending: what an earlier COMMIT or change of the file
+			 * appended may still be on its way to the disk: commit the whole log. */
+			rc = pool_log_commit(p, lsn != 0 ? lsn : ILOG_LSN_ALL, &c->pc_iw);
+			if (rc == ILOG_DONE)
+				pfs_finish(pf, req, c);
+			else if (rc != 0)
+				pfs_fail(pf, req, c, -EIO);
+			return; /* 0: pfs_commit_cb finishes it */
 		}
+		if (gone.foi_len != 0)
+			pfs_pend_forget(o, &gone); /* removed with its last link (rule F11) */
 		/* A stable change that succeeded: make it durable (theory, step 3). */
 		if (op == FS_OP_WRITE)
 			req->u.write.wr_committed = FS_FILE_SYNC;

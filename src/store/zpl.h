@@ -22,7 +22,8 @@
  *     extent entries for dirty buffers sit in dirty tree nodes (always in memory) until zpl_sync
  *     fills them in, which is what keeps zpl_sync from missing.
  *   - Changes NFSv3 wants stable are made stable by the caller through its intent log, with the
- *     records zpl_record_encode produces; after a crash zpl_replay re-applies them.
+ *     records zpl_record_encode produces (and, for UNSTABLE writes it logs only at COMMIT,
+ *     zpl_record_encode_range); after a crash zpl_replay re-applies them.
  *
  * Errors are 0 or a negative errno (or -SH_E* code), as everywhere in Shale. */
 #ifndef SHALE_STORE_ZPL_H
@@ -200,6 +201,33 @@ SH_MUST_CHECK int zpl_record_encode(const struct fs_req *req, void *buf, size_t 
  * not allow it (-ENOENT, -EEXIST, -ESTALE...: the log and the tree disagree). */
 SH_MUST_CHECK int zpl_replay(struct zpl *z, const void *rec, size_t len,
                              struct blk_ptr *missing_out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Logging unstable writes later (the caller's COMMIT; the model is in zpl_log.c) */
+
+/* The bytes of the record zpl_record_encode_range makes for len data bytes. */
+size_t zpl_record_range_bytes(uint32_t len);
+
+/* Encodes into buf (cap bytes) a WRITE record that sets bytes [off, off + len) of regular file
+ * obj to what they hold now, clipped to the file's size, timed with the file's ctime, for the
+ * credential that clears the set-id bits exactly as the file has lost them (zpl_log.c). Changes
+ * nothing. Returns 0 and *len_out (0: the range lies at or beyond the end of the file, no
+ * record); -EOVERFLOW (*len_out: the bytes needed); -ESTALE or -SH_EBADHANDLE (no such object
+ * now); -EINVAL (not a regular file); -SH_ENEEDBLOCK (*missing_out: an inode or a data block the
+ * range needs is not in memory; data written since the last zpl_sync is always in memory); -EIO;
+ * -ENOMEM. zpl_replay applies the record like any other. */
+SH_MUST_CHECK int zpl_record_encode_range(struct zpl *z, const struct fs_obj_id *obj, uint64_t off,
+                                          uint32_t len, void *buf, size_t cap, size_t *len_out,
+                                          struct blk_ptr *missing_out);
+
+/* The object directory dir's entry `name` names, without permission checks (the caller uses it
+ * to find the object a REMOVE, RENAME or CREATE by name will change): 0 with *obj_out, its type
+ * and link count; -ENOENT (no such entry); -ESTALE or -SH_EBADHANDLE (no such directory);
+ * -ENOTDIR; -EINVAL (a malformed name, "." or ".."); -SH_ENEEDBLOCK (*missing_out); -EIO;
+ * -ENOMEM. Changes nothing. */
+SH_MUST_CHECK int zpl_lookup_name(struct zpl *z, const struct fs_obj_id *dir, const char *name,
+                                  struct fs_obj_id *obj_out, enum fs_type *type_out,
+                                  uint32_t *nlink_out, struct blk_ptr *missing_out);
 
 /* ---------------------------------------------------------------------------------------------
  * Test hooks */

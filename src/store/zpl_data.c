@@ -664,6 +664,30 @@ done:
 	return 0;
 }
 
+int zpl_data_read_range(struct zpl_op *op, const struct zpl_oino *oi, uint64_t off, uint32_t len,
+                        uint8_t *out)
+{
+	struct zpl *z = op->op_z;
+	uint32_t bsize = oi->oi_ino.ino_blksz;
+	if (len == 0)
+		return 0;
+	if (bsize == 0)
+		return -EIO; /* a regular file with data always has a block size */
+	uint64_t end = off + len;
+	for (uint64_t blk = off / bsize; blk <= (end - 1) / bsize; blk++) {
+		uint64_t boff = blk * bsize;
+		uint64_t from = SH_MAX(off, boff), to = SH_MIN(end, boff + bsize);
+		struct zpl_bsrc s;
+		int rc = zpl_bsrc_get(op, oi, blk, true, &s);
+		if (rc != 0)
+			return rc;
+		zpl_bsrc_copy(&s, (uint32_t)(from - boff), (uint32_t)(to - from),
+		              out + (from - off));
+		zpl_bsrc_release(z, &s);
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Long symlinks */
 

@@ -328,6 +328,11 @@ SH_MUST_CHECK int zpl_data_truncate(struct zpl_op *op, struct zpl_oino *oi, uint
 SH_MUST_CHECK int zpl_data_remove(struct zpl_op *op, struct zpl_oino *oi);
 /* READ into req (permissions checked by the caller). */
 SH_MUST_CHECK int zpl_data_read(struct zpl_op *op, struct zpl_oino *oi, struct fs_req *req);
+/* Copies bytes [off, off + len) of regular file oi, as a READ would see them (dirty buffers
+ * first, then block images; holes as zeros), into out. The caller keeps the range inside the
+ * file's size. 0, -SH_ENEEDBLOCK (a block image not in memory), -EIO, or the store's error. */
+SH_MUST_CHECK int zpl_data_read_range(struct zpl_op *op, const struct zpl_oino *oi, uint64_t off,
+                                      uint32_t len, uint8_t *out);
 /* A long symlink's target: copies ino_link_len bytes into out. */
 SH_MUST_CHECK int zpl_data_read_link(struct zpl_op *op, struct zpl_oino *oi, char *out);
 /* Plans block 0 of a new long symlink. */

@@ -252,6 +252,26 @@ static int zpl_req_time(const struct fs_req *req, struct fs_time *t)
 	return 0;
 }
 
+/* The header every record starts with (ZPL_REC_HEADER_BYTES; the length is filled in last). */
+static void zpl_record_header(struct zpl_cur *c, enum fs_op op, const struct fs_time *now,
+                              const struct fs_cred *cred, const struct fs_obj_id *obj)
+{
+	uint32_t ngids = SH_MIN(cred->fc_ngids, (uint32_t)FS_MAX_GIDS);
+	zpl_w32(c, ZPL_REC_MAGIC);
+	zpl_w8(c, ZPL_REC_VERSION);
+	zpl_w8(c, (uint8_t)op);
+	zpl_w16(c, 0);
+	zpl_w32(c, 0); /* the length, filled in at the end */
+	zpl_w32(c, 0);
+	zpl_w_time(c, now);
+	zpl_w32(c, cred->fc_uid);
+	zpl_w32(c, cred->fc_gid);
+	zpl_w32(c, ngids);
+	for (uint32_t i = 0; i < FS_MAX_GIDS; i++)
+		zpl_w32(c, i < ngids ? cred->fc_gids[i] : 0);
+	zpl_w_id(c, obj);
+}
+
 /* Encodes req through c (counting only when c->wc_buf is NULL). */
 static int zpl_record_write(const struct fs_req *req, struct zpl_cur *c)
 {
@@ -262,21 +282,7 @@ static int zpl_record_write(const struct fs_req *req, struct zpl_cur *c)
 		return -EINVAL;
 	if ((rc = zpl_req_time(req, &now)) != 0)
 		return rc;
-	const struct fs_cred *cred = req->fr_cred;
-	uint32_t ngids = SH_MIN(cred->fc_ngids, (uint32_t)FS_MAX_GIDS);
-	zpl_w32(c, ZPL_REC_MAGIC);
-	zpl_w8(c, ZPL_REC_VERSION);
-	zpl_w8(c, (uint8_t)req->fr_op);
-	zpl_w16(c, 0);
-	zpl_w32(c, 0); /* the length, filled in at the end */
-	zpl_w32(c, 0);
-	zpl_w_time(c, &now);
-	zpl_w32(c, cred->fc_uid);
-	zpl_w32(c, cred->fc_gid);
-	zpl_w32(c, ngids);
-	for (uint32_t i = 0; i < FS_MAX_GIDS; i++)
-		zpl_w32(c, i < ngids ? cred->fc_gids[i] : 0);
-	zpl_w_id(c, &req->fr_obj);
+	zpl_record_header(c, req->fr_op, &now, req->fr_cred, &req->fr_obj);
 	switch (req->fr_op) {
 	case FS_OP_SETATTR: zpl_w_sattr(c, &req->u.setattr.sa_sattr); break;
 	case FS_OP_WRITE:
@@ -374,6 +380,116 @@ int zpl_record_encode(const struct fs_req *req, void *buf, size_t cap, size_t *l
 	VERIFY(rc == 0 && !c.c_bad && c.c_pos == count.c_pos);
 	zpl_put_le32((uint8_t *)buf + 8, (uint32_t)c.c_pos);
 	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Records of unstable writes, made at COMMIT
+ *
+ * An UNSTABLE WRITE leaves no record; the caller remembers the ranges written and, when the file
+ * is committed (or before a logged change of it), logs each range as a WRITE record of the bytes
+ * it holds then. Such a record says "these bytes are now this", at absolute offsets, so applying
+ * it to any earlier state of the file gives the range's contents at the time it was encoded. Its
+ * other effects on replay are made to match the file's state at encoding too:
+ *   - time: the file's ctime. The caller logs a file's pending ranges before any other logged
+ *     change of the file, so since the last of them nothing but unstable writes changed the file,
+ *     and mtime = ctime = the time of the last one; replay sets both to it.
+ *   - credential: a WRITE by someone who neither owns the file nor is root clears its set-id bits
+ *     (zpl_kill_setid). When the file's mode has no set-id bit such a write could still clear, the
+ *     record names such a user (the owner's uid + 1, or 1), so replay clears what an unstable
+ *     write by such a user cleared; otherwise it names root, which clears nothing (a set-id bit
+ *     still set was not cleared by any of the writes).
+ *   - size: the range is clipped to the file's size, so the write extends the file at most to its
+ *     current size. */
+
+size_t zpl_record_range_bytes(uint32_t len)
+{
+	return ZPL_REC_HEADER_BYTES + 12u + len;
+}
+
+int zpl_record_encode_range(struct zpl *z, const struct fs_obj_id *obj, uint64_t off, uint32_t len,
+                            void *buf, size_t cap, size_t *len_out, struct blk_ptr *missing_out)
+{
+	*len_out = 0;
+	if (z->z_failed != 0)
+		return -EIO;
+	static const struct fs_cred no_cred = {0};
+	struct zpl_op *op = &z->z_op;
+	zpl_op_begin(z, op, &no_cred, missing_out);
+	struct zpl_oino *oi;
+	int rc = zpl_op_obj(op, obj, &oi);
+	if (rc != 0)
+		goto out;
+	const struct zpl_inode *ino = &oi->oi_ino;
+	if (ino->ino_type != FS_REG) {
+		rc = -EINVAL;
+		goto out;
+	}
+	if (off >= ino->ino_size || len == 0)
+		goto out; /* nothing left of the range: no record */
+	uint32_t n = (uint32_t)SH_MIN((uint64_t)len, ino->ino_size - off);
+	size_t need = zpl_record_range_bytes(n);
+	if (need > cap) {
+		*len_out = need;
+		rc = -EOVERFLOW;
+		goto out;
+	}
+	struct fs_cred cred = {0};
+	bool keeps_setid = (ino->ino_mode & 04000u) != 0 || (ino->ino_mode & 02010u) == 02010u;
+	if (!keeps_setid) {
+		cred.fc_uid = ino->ino_uid + 1u;
+		cred.fc_uid = cred.fc_uid == 0 ? 1u : cred.fc_uid;
+		cred.fc_gid = ino->ino_gid;
+	}
+	struct zpl_cur c = {.wc_buf = buf, .c_cap = cap};
+	zpl_record_header(&c, FS_OP_WRITE, &ino->ino_ctime, &cred, obj);
+	zpl_w64(&c, off);
+	zpl_w32(&c, n);
+	uint8_t *data = zpl_cur_w(&c, n);
+	VERIFY(!c.c_bad && data != NULL && c.c_pos == need);
+	if ((rc = zpl_data_read_range(op, oi, off, n, data)) != 0)
+		goto out;
+	zpl_put_le32((uint8_t *)buf + 8, (uint32_t)need);
+	*len_out = need;
+out:
+	zpl_op_abort(op);
+	return rc;
+}
+
+int zpl_lookup_name(struct zpl *z, const struct fs_obj_id *dir, const char *name,
+                    struct fs_obj_id *obj_out, enum fs_type *type_out, uint32_t *nlink_out,
+                    struct blk_ptr *missing_out)
+{
+	if (z->z_failed != 0)
+		return -EIO;
+	size_t len;
+	int rc = zpl_name_len(name, &len);
+	if (rc != 0)
+		return rc;
+	if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
+		return -EINVAL;
+	static const struct fs_cred no_cred = {0};
+	struct zpl_op *op = &z->z_op;
+	zpl_op_begin(z, op, &no_cred, missing_out);
+	struct zpl_oino *d, *child;
+	struct zpl_dirent de;
+	if ((rc = zpl_op_obj(op, dir, &d)) != 0)
+		goto out;
+	if (d->oi_ino.ino_type != FS_DIR) {
+		rc = -ENOTDIR;
+		goto out;
+	}
+	if ((rc = zpl_dir_find(op, d->oi_objid, name, len, &de, NULL, NULL)) != 0)
+		goto out;
+	if ((rc = zpl_op_inode(op, de.de_child, &child)) != 0) {
+		rc = rc == -ENOENT ? -EIO : rc; /* a dirent without its inode: a malformed tree */
+		goto out;
+	}
+	zpl_objid_encode(child->oi_objid, child->oi_ino.ino_gen, obj_out);
+	*type_out = (enum fs_type)child->oi_ino.ino_type;
+	*nlink_out = child->oi_ino.ino_nlink;
+out:
+	zpl_op_abort(op);
+	return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------

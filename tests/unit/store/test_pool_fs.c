@@ -209,6 +209,35 @@ static int op_commit(struct fs *fs, const struct fs_obj_id *obj)
 	return rc;
 }
 
+/* SETATTR of the size (size >= 0) and/or the mode (mode >= 0) for cred (NULL: root). */
+static int op_setattr(struct fs *fs, const struct fs_obj_id *obj, int64_t size, int32_t mode,
+                      const struct fs_cred *cred)
+{
+	struct call c;
+	call_init(&c, fs, FS_OP_SETATTR, obj);
+	if (cred)
+		c.c_req.fr_cred = cred;
+	c.c_req.u.setattr.sa_sattr.fs_set_size = size >= 0;
+	c.c_req.u.setattr.sa_sattr.fs_size = size >= 0 ? (uint64_t)size : 0;
+	c.c_req.u.setattr.sa_sattr.fs_set_mode = mode >= 0;
+	c.c_req.u.setattr.sa_sattr.fs_mode = mode >= 0 ? (uint32_t)mode : 0;
+	int rc = call_run(&c);
+	call_fini(&c);
+	return rc;
+}
+
+static int op_link(struct fs *fs, const struct fs_obj_id *file, const struct fs_obj_id *dir,
+                   const char *name)
+{
+	struct call c;
+	call_init(&c, fs, FS_OP_LINK, file);
+	c.c_req.u.link.ln_dir = *dir;
+	c.c_req.u.link.ln_name = name;
+	int rc = call_run(&c);
+	call_fini(&c);
+	return rc;
+}
+
 /* READDIR(PLUS) of a whole directory: names (of at most 31 bytes) into names[], counting
  * entries; "." and ".." are skipped. Small pages (emit says "full" after per_call entries) make it
  * resume from cookies. Returns 0 or the error; -EEXIST when a name came twice. */
@@ -377,7 +406,7 @@ static void test_every_op(void)
 	CHECK(op_write(fs, &f, 8192, data + 8192, sizeof(data) - 8192, FS_UNSTABLE, &cm) == 0 && cm == FS_UNSTABLE);
 	uint64_t before = pool_synced_txg(p);
 	CHECK(op_commit(fs, &f) == 0);
-	CHECK(pool_synced_txg(p) > before); /* COMMIT waited for a txg */
+	CHECK(pool_synced_txg(p) == before); /* COMMIT went through the log, not a txg */
 	uint32_t got = 0;
 	bool eof = false;
 	CHECK(op_read(fs, &f, 0, sizeof(back), back, &got, &eof) == 0 && got == sizeof(back));
@@ -477,7 +506,7 @@ static void test_every_op(void)
 
 	struct pool_fs_stats st;
 	pool_fs_stats(fs, &st);
-	CHECK(st.ps_log_commits > 20 && st.ps_txg_waits >= 1);
+	CHECK(st.ps_log_commits > 20 && st.ps_txg_waits == 0);
 	fs_destroy(fs);
 	fs = fs_open_ok(p);
 	if (fs) {
@@ -849,6 +878,336 @@ out:
 	CHECK(bad_completions == 0);
 }
 
+/* ---- COMMIT through the intent log ---- */
+
+/* What a file must look like after the crash: its data and the attributes a replay restores. */
+struct expect_file {
+	const char *ef_name;
+	struct fs_obj_id ef_id;
+	uint8_t *ef_data;
+	uint32_t ef_size;
+	struct fs_attr ef_attr;
+};
+
+/* Applies a write to the model of a file's contents (cap bytes). */
+static void model_write(uint8_t *model, uint32_t *size, uint32_t off, const uint8_t *data,
+                        uint32_t len)
+{
+	memcpy(model + off, data, len);
+	if (off + len > *size)
+		*size = off + len;
+}
+
+static void model_truncate(uint8_t *model, uint32_t *size, uint32_t cap, uint32_t new_size)
+{
+	if (new_size < *size)
+		memset(model + new_size, 0, cap - new_size);
+	*size = new_size;
+}
+
+/* Reads the file back and compares data, size, mode and times with what was saved. */
+static void expect_check(struct fs *fs, const struct fs_obj_id *root, const struct expect_file *ef)
+{
+	struct fs_obj_id id;
+	struct fs_attr a = {0};
+	int rc = op_lookup(fs, root, ef->ef_name, &id, &a);
+	CHECKF(rc == 0, "%s: %s", ef->ef_name, sh_strerror(rc));
+	if (rc != 0)
+		return;
+	CHECKF(id.foi_len == ef->ef_id.foi_len &&
+	           memcmp(id.foi_bytes, ef->ef_id.foi_bytes, id.foi_len) == 0,
+	       "%s: another object", ef->ef_name);
+	CHECKF(a.fa_size == ef->ef_size, "%s: size %" PRIu64 ", committed %u", ef->ef_name,
+	       a.fa_size, ef->ef_size);
+	CHECKF(a.fa_mode == ef->ef_attr.fa_mode, "%s: mode %o, committed %o", ef->ef_name,
+	       a.fa_mode, ef->ef_attr.fa_mode);
+	CHECKF(a.fa_nlink == ef->ef_attr.fa_nlink, "%s: nlink %u, committed %u", ef->ef_name,
+	       a.fa_nlink, ef->ef_attr.fa_nlink);
+	CHECKF(a.fa_mtime.ft_sec == ef->ef_attr.fa_mtime.ft_sec &&
+	           a.fa_mtime.ft_nsec == ef->ef_attr.fa_mtime.ft_nsec,
+	       "%s: mtime differs from the committed one", ef->ef_name);
+	CHECKF(a.fa_ctime.ft_sec == ef->ef_attr.fa_ctime.ft_sec &&
+	           a.fa_ctime.ft_nsec == ef->ef_attr.fa_ctime.ft_nsec,
+	       "%s: ctime differs from the committed one", ef->ef_name);
+	uint8_t *back = malloc(ef->ef_size + 1);
+	VERIFY(back != NULL);
+	uint32_t got = 0;
+	rc = op_read(fs, &id, 0, ef->ef_size, back, &got, NULL);
+	CHECKF(rc == 0 && got == ef->ef_size && memcmp(back, ef->ef_data, ef->ef_size) == 0,
+	       "%s: the data differs from the committed data", ef->ef_name);
+	free(back);
+}
+
+/* Small UNSTABLE writes then COMMIT: no txg, one log commit per COMMIT, and after a crash (close
+ * without export) and the replay, every committed file has its data and attributes exactly as
+ * they were, through truncation, overwrites, more ranges than an object keeps, links, removes,
+ * renames over a file with pending writes and a write that clears the set-user-id bit. */
+static void test_commit_through_log(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_fs(0);
+	o.po_log_region_bytes = 16 * MIB;
+	struct pool *p = pool_new(d, &o);
+	struct fs *fs = fs_open_ok(p);
+	enum { CAP = 96 * 1024, NEXP = 6 };
+	static uint8_t models[NEXP][CAP], data[64 * 1024];
+	struct expect_file ef[NEXP];
+	memset(ef, 0, sizeof(ef));
+	for (int i = 0; i < NEXP; i++)
+		ef[i].ef_data = models[i];
+	if (!fs)
+		goto out;
+	struct fs_obj_id root, gone, r1;
+	CHECK(fs_root(fs, &root) == 0);
+	static const char *names[NEXP] = {"append", "ranges", "trunc", "setuid", "linked", "r2"};
+	for (int i = 0; i < NEXP; i++) {
+		ef[i].ef_name = names[i];
+		CHECK(op_create(fs, FS_OP_CREATE, &root, names[i], NULL, 0, &ef[i].ef_id) == 0);
+	}
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "gone", NULL, 0, &gone) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "r1", NULL, 0, &r1) == 0);
+	struct pool_fs_stats s0, s1;
+	pool_fs_stats(fs, &s0);
+	uint64_t synced0 = pool_synced_txg(p);
+	unsigned commits = 0;
+
+	/* varmail's append flow: 1..16 KiB UNSTABLE appends, COMMIT, twice */
+	for (int round = 0; round < 2; round++) {
+		for (int k = 0; k < 4; k++) {
+			uint32_t len = 1024u * (uint32_t)(1 + (round * 4 + k) * 2);
+			fill(data, len, (uint64_t)(round * 10 + k));
+			uint32_t off = ef[0].ef_size;
+			CHECK(op_write(fs, &ef[0].ef_id, off, data, len, FS_UNSTABLE, NULL) == 0);
+			model_write(models[0], &ef[0].ef_size, off, data, len);
+		}
+		CHECK(op_commit(fs, &ef[0].ef_id) == 0);
+		commits++;
+	}
+	/* 20 ranges with gaps (more than an object keeps: merged across gaps), overwrites */
+	for (int k = 0; k < 20; k++) {
+		uint32_t off = (uint32_t)(k * 4000 + (k % 3) * 100), len = 700u + (uint32_t)k * 13u;
+		fill(data, len, 100u + (uint64_t)k);
+		CHECK(op_write(fs, &ef[1].ef_id, off, data, len, FS_UNSTABLE, NULL) == 0);
+		model_write(models[1], &ef[1].ef_size, off, data, len);
+	}
+	fill(data, 3000, 200);
+	CHECK(op_write(fs, &ef[1].ef_id, 3500, data, 3000, FS_UNSTABLE, NULL) == 0);
+	model_write(models[1], &ef[1].ef_size, 3500, data, 3000);
+	/* a logged change after the writes: their records must come first, or the replayed mtime
+	 * would be the change's time */
+	CHECK(op_setattr(fs, &ef[1].ef_id, -1, 0600, NULL) == 0);
+	CHECK(op_commit(fs, &ef[1].ef_id) == 0);
+	commits++;
+	/* truncation between UNSTABLE writes, then a FILE_SYNC write over pending bytes */
+	fill(data, 20000, 300);
+	CHECK(op_write(fs, &ef[2].ef_id, 0, data, 20000, FS_UNSTABLE, NULL) == 0);
+	model_write(models[2], &ef[2].ef_size, 0, data, 20000);
+	CHECK(op_setattr(fs, &ef[2].ef_id, 5000, -1, NULL) == 0);
+	model_truncate(models[2], &ef[2].ef_size, CAP, 5000);
+	fill(data, 1000, 301);
+	CHECK(op_write(fs, &ef[2].ef_id, 8000, data, 1000, FS_UNSTABLE, NULL) == 0);
+	model_write(models[2], &ef[2].ef_size, 8000, data, 1000);
+	fill(data, 300, 302);
+	CHECK(op_write(fs, &ef[2].ef_id, 8500, data, 300, FS_FILE_SYNC, NULL) == 0);
+	model_write(models[2], &ef[2].ef_size, 8500, data, 300);
+	fill(data, 100, 303);
+	CHECK(op_write(fs, &ef[2].ef_id, 100, data, 100, FS_UNSTABLE, NULL) == 0);
+	model_write(models[2], &ef[2].ef_size, 100, data, 100);
+	CHECK(op_commit(fs, &ef[2].ef_id) == 0);
+	commits++;
+	/* a write by someone else clears the set-user-id bit; replay must clear it too */
+	CHECK(op_setattr(fs, &ef[3].ef_id, -1, 04766, NULL) == 0);
+	{
+		static const struct fs_cred other = {.fc_uid = 1000, .fc_gid = 1000};
+		struct call c;
+		fill(data, 5000, 400);
+		call_init(&c, fs, FS_OP_WRITE, &ef[3].ef_id);
+		c.c_req.fr_cred = &other;
+		c.c_req.u.write.wr_data = data;
+		c.c_req.u.write.wr_len = 5000;
+		c.c_req.u.write.wr_stable = FS_UNSTABLE;
+		CHECK(call_run(&c) == 0 && c.c_req.u.write.wr_count == 5000);
+		call_fini(&c);
+		model_write(models[3], &ef[3].ef_size, 0, data, 5000);
+	}
+	CHECK(op_commit(fs, &ef[3].ef_id) == 0);
+	commits++;
+	/* a LINK (logged) between UNSTABLE writes */
+	fill(data, 6000, 500);
+	CHECK(op_write(fs, &ef[4].ef_id, 0, data, 6000, FS_UNSTABLE, NULL) == 0);
+	model_write(models[4], &ef[4].ef_size, 0, data, 6000);
+	CHECK(op_link(fs, &ef[4].ef_id, &root, "linked2") == 0);
+	fill(data, 2000, 501);
+	CHECK(op_write(fs, &ef[4].ef_id, 5000, data, 2000, FS_UNSTABLE, NULL) == 0);
+	model_write(models[4], &ef[4].ef_size, 5000, data, 2000);
+	CHECK(op_commit(fs, &ef[4].ef_id) == 0);
+	commits++;
+	/* pending writes of a file removed with its last link, and of one renamed over */
+	fill(data, 9000, 600);
+	CHECK(op_write(fs, &gone, 0, data, 9000, FS_UNSTABLE, NULL) == 0);
+	CHECK(op_remove(fs, FS_OP_REMOVE, &root, "gone") == 0);
+	CHECK(op_commit(fs, &gone) == -ESTALE);
+	CHECK(op_write(fs, &r1, 0, data, 9000, FS_UNSTABLE, NULL) == 0);
+	fill(data, 7000, 601);
+	CHECK(op_write(fs, &ef[5].ef_id, 0, data, 7000, FS_UNSTABLE, NULL) == 0);
+	model_write(models[5], &ef[5].ef_size, 0, data, 7000);
+	CHECK(op_rename(fs, &root, "r2", &root, "r1") == 0);
+	ef[5].ef_name = "r1";
+	CHECK(op_commit(fs, &ef[5].ef_id) == 0);
+	commits++;
+	CHECK(op_commit(fs, &r1) == -ESTALE);
+	/* nothing pending: the log alone answers */
+	CHECK(op_commit(fs, &root) == 0);
+	commits++;
+
+	pool_fs_stats(fs, &s1);
+	CHECKF(s1.ps_txg_waits == s0.ps_txg_waits, "%" PRIu64 " txg waits",
+	       s1.ps_txg_waits - s0.ps_txg_waits);
+	CHECKF(s1.ps_log_commits - s0.ps_log_commits >= commits,
+	       "%" PRIu64 " log commits for %u COMMITs and the changes",
+	       s1.ps_log_commits - s0.ps_log_commits, commits);
+	CHECK(pool_synced_txg(p) == synced0); /* all of it lives in the log alone */
+	for (int i = 0; i < NEXP; i++)
+		CHECK(op_getattr(fs, &ef[i].ef_id, &ef[i].ef_attr) == 0);
+	CHECK(ef[3].ef_attr.fa_mode == 0766);
+	CHECK(ef[4].ef_attr.fa_nlink == 2);
+	for (int i = 0; i < NEXP; i++)
+		expect_check(fs, &root, &ef[i]); /* the model itself is right before the crash */
+	/* UNSTABLE writes after the last COMMIT: not committed, either content is allowed */
+	CHECK(op_write(fs, &ef[0].ef_id, 0, data, 100, FS_UNSTABLE, NULL) == 0);
+	fs_destroy(fs);
+	pool_close(p); /* a crash after the replies */
+
+	p = NULL;
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out_dev;
+	fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	for (int i = 1; i < NEXP; i++)
+		expect_check(fs, &root, &ef[i]);
+	{
+		struct fs_attr a = {0};
+		uint32_t got = 0;
+		static uint8_t back[CAP];
+		CHECK(op_getattr(fs, &ef[0].ef_id, &a) == 0 && a.fa_size == ef[0].ef_size);
+		CHECK(op_read(fs, &ef[0].ef_id, 0, ef[0].ef_size, back, &got, NULL) == 0 &&
+		      got == ef[0].ef_size &&
+		      memcmp(back + 100, models[0] + 100, ef[0].ef_size - 100) == 0);
+	}
+	CHECK(op_lookup(fs, &root, "gone", NULL, NULL) == -ENOENT);
+	CHECK(op_lookup(fs, &root, "r2", NULL, NULL) == -ENOENT);
+	CHECK(op_lookup(fs, &root, "linked2", NULL, NULL) == 0);
+	fs_destroy(fs);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+out:
+	CHECK(pool_export(p) == 0);
+out_dev:
+	blk_dev_close(d);
+	CHECK(bad_completions == 0);
+}
+
+/* A file with more pending bytes than the log takes per COMMIT falls back to a txg; so does a
+ * file whose write the full table of pending writes could not hold. Once those txgs are durable,
+ * COMMITs go through the log again. */
+static void test_commit_falls_back(void)
+{
+	struct blk_dev *d = mem_dev(96 * MIB);
+	struct pool_open_opts o = opts_fs(0);
+	o.po_log_region_bytes = 40 * MIB; /* each of the 4100 creates below takes a log block */
+	o.po_dirty_max_bytes = 256 * MIB; /* no txg unless asked for */
+	struct pool *p = pool_new(d, &o);
+	struct fs *fs = fs_open_ok(p);
+	static uint8_t data[512 * 1024], back[2 * 1024 * 1024];
+	if (!fs)
+		goto out;
+	struct fs_obj_id root, big, small;
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "big", NULL, 0, &big) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "small", NULL, 0, &small) == 0);
+	struct pool_fs_stats s0, s1;
+	pool_fs_stats(fs, &s0);
+	uint64_t synced0 = pool_synced_txg(p);
+	for (int k = 0; k < 4; k++) {
+		fill(data, sizeof(data), 700u + (uint64_t)k);
+		CHECK(op_write(fs, &big, (uint64_t)k * sizeof(data), data, sizeof(data),
+		               FS_UNSTABLE, NULL) == 0);
+	}
+	CHECK(op_commit(fs, &big) == 0);
+	pool_fs_stats(fs, &s1);
+	CHECK(s1.ps_txg_waits == s0.ps_txg_waits + 1);
+	CHECK(pool_synced_txg(p) > synced0);
+	/* small again: through the log */
+	uint64_t synced1 = pool_synced_txg(p);
+	fill(data, 4096, 710);
+	CHECK(op_write(fs, &big, 100, data, 4096, FS_UNSTABLE, NULL) == 0);
+	CHECK(op_commit(fs, &big) == 0);
+	pool_fs_stats(fs, &s1);
+	CHECK(s1.ps_txg_waits == s0.ps_txg_waits + 1);
+	CHECK(pool_synced_txg(p) == synced1);
+
+	/* A full table of pending writes (4096 objects): the file left out waits for a txg. */
+	enum { NF = 4100 };
+	struct fs_obj_id dir, last;
+	CHECK(op_create(fs, FS_OP_MKDIR, &root, "many", NULL, 0, &dir) == 0);
+	int failures = 0;
+	uint64_t synced2 = pool_synced_txg(p);
+	for (int i = 0; i < NF && failures < 5; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "f%04d", i);
+		if (op_create(fs, FS_OP_CREATE, &dir, name, NULL, 0, &last) != 0 ||
+		    op_write(fs, &last, 0, "x", 1, FS_UNSTABLE, NULL) != 0)
+			failures++;
+	}
+	CHECK(failures == 0);
+	CHECKF(pool_synced_txg(p) == synced2, "a txg ran while the table filled");
+
+	pool_fs_stats(fs, &s0);
+	CHECK(op_commit(fs, &last) == 0);
+	pool_fs_stats(fs, &s1);
+	CHECK(s1.ps_txg_waits == s0.ps_txg_waits + 1);
+	/* everything pending is durable now: the table empties and the log is used again */
+	fill(data, 8192, 720);
+	CHECK(op_write(fs, &small, 0, data, 8192, FS_UNSTABLE, NULL) == 0);
+	CHECK(op_commit(fs, &small) == 0);
+	pool_fs_stats(fs, &s0);
+	CHECK(s0.ps_txg_waits == s1.ps_txg_waits);
+	fs_destroy(fs);
+	pool_close(p); /* a crash */
+
+	p = NULL;
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out_dev;
+	fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	uint32_t got = 0;
+	CHECK(op_read(fs, &big, 0, sizeof(back), back, &got, NULL) == 0 && got == 4 * sizeof(data));
+	for (int k = 0; k < 4; k++) {
+		fill(data, sizeof(data), 700u + (uint64_t)k);
+		if (k == 0) {
+			uint8_t patch[4096];
+			fill(patch, sizeof(patch), 710);
+			memcpy(data + 100, patch, sizeof(patch));
+		}
+		CHECKF(memcmp(back + (size_t)k * sizeof(data), data, sizeof(data)) == 0,
+		       "big: part %d differs", k);
+	}
+	fill(data, 8192, 720);
+	CHECK(op_read(fs, &small, 0, 8192, back, &got, NULL) == 0 && got == 8192 &&
+	      memcmp(back, data, 8192) == 0);
+	CHECK(op_read(fs, &last, 0, 10, back, &got, NULL) == 0 && got == 1 && back[0] == 'x');
+	fs_destroy(fs);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+out:
+	CHECK(pool_export(p) == 0);
+out_dev:
+	blk_dev_close(d);
+	CHECK(bad_completions == 0);
+}
+
 int main(void)
 {
 	TAP_RUN(test_every_op);
@@ -858,5 +1217,7 @@ int main(void)
 	TAP_RUN(test_enospc);
 	TAP_RUN(test_throttle);
 	TAP_RUN(test_concurrency);
+	TAP_RUN(test_commit_through_log);
+	TAP_RUN(test_commit_falls_back);
 	return tap_finish();
 }
