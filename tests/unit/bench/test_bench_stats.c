@@ -100,6 +100,44 @@ static bool python_rejects(const char *script, const char *const *args, size_t n
 	return !run_python_opt(script, args, nargs, true) && run_python("pass\n", NULL, 0);
 }
 
+/* Replaces the file at path by text: true when written. */
+static bool write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	if (f == NULL)
+		return false;
+	fputs(text, f);
+	fclose(f);
+	return true;
+}
+
+/* Pieces of the python3 checks: the file in argv[1] parses; an SVG check starts with the parsed
+ * picture (root) and its namespace (ns), and often collects its texts. */
+#define JSON_PARSES "import json,sys\njson.load(open(sys.argv[1]))\n"
+#define XML_PARSES "import sys, xml.etree.ElementTree as ET\nET.parse(sys.argv[1])\n"
+#define SVG_ROOT                                                                                   \
+	"import sys, xml.etree.ElementTree as ET\n"                                                \
+	"ns='{http://www.w3.org/2000/svg}'\n"                                                      \
+	"root=ET.parse(sys.argv[1]).getroot()\n"
+#define SVG_TEXTS "texts=[''.join(t.itertext()) for t in root.iter(ns+'text')]\n"
+
+enum report_kind { REPORT_JSON, REPORT_SVG };
+
+/* Writes the JSON report (run.json) or the SVG curve (curve.svg) of the nruns runs into the test
+ * directory and runs the python3 script on it (argv[1]); both must succeed. what names the case
+ * in a failure. */
+static void check_report(enum report_kind kind, const struct bench_run *runs, size_t nruns,
+			 const char *script, const char *what)
+{
+	char path[256];
+	tmp_path(path, sizeof(path), kind == REPORT_JSON ? "run.json" : "curve.svg");
+	int rc = kind == REPORT_JSON ? bench_report_json(path, runs, nruns)
+				     : bench_report_svg(path, runs, nruns);
+	CHECKF(rc == 0, "%s: writing %s: %d", what, path, rc);
+	const char *args[] = { path };
+	CHECKF(run_python(script, args, 1), "%s: the check of %s failed", what, path);
+}
+
 /* ---- histogram ---- */
 
 static void test_hist_small_values_exact(void)
@@ -276,6 +314,13 @@ static void test_ort_published_results(void)
 	}
 }
 
+/* Sets a point's throughput and its response time from the send, the two the ORT is made of. */
+static void point_at(struct bench_point *p, double achieved_ops, double mean_sent_ms)
+{
+	p->bp_achieved_ops = achieved_ops;
+	p->bp_mean_sent_ms = mean_sent_ms;
+}
+
 static void test_ort_by_hand(void)
 {
 	struct bench_point p[4];
@@ -284,35 +329,26 @@ static void test_ort_by_hand(void)
 	CHECK(isnan(bench_ort_ms(p, 0, 0.95)));
 	CHECK(isnan(bench_ort_ms(p, 1, 0.95)));
 	/* One point: a triangle from (0,0), half the response time. */
-	p[0].bp_achieved_ops = 1000;
-	p[0].bp_mean_sent_ms = 2.0;
+	point_at(&p[0], 1000, 2.0);
 	CHECK(close_rel(bench_ort_ms(p, 1, 0.95), 1.0, 1e-12));
 	/* (100,1) (200,1) (400,3): areas 50 + 100 + 400 = 550, / 400. */
-	p[0].bp_achieved_ops = 100;
-	p[0].bp_mean_sent_ms = 1.0;
-	p[1].bp_achieved_ops = 200;
-	p[1].bp_mean_sent_ms = 1.0;
-	p[2].bp_achieved_ops = 400;
-	p[2].bp_mean_sent_ms = 3.0;
+	point_at(&p[0], 100, 1.0);
+	point_at(&p[1], 200, 1.0);
+	point_at(&p[2], 400, 3.0);
 	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 550.0 / 400.0, 1e-12));
 	/* A point that is not a number is left out: (100,1) (400,3) = 50 + 600 = 650, / 400. */
 	p[1].bp_mean_sent_ms = NAN;
 	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 650.0 / 400.0, 1e-12));
 	/* Throughput that falls before the peak takes area away, in load order:
 	 * (100,1) (300,2) (250,2) (400,3): 50 + 300 - 100 + 375 = 625, / 400. */
-	p[1].bp_achieved_ops = 300;
-	p[1].bp_mean_sent_ms = 2.0;
-	p[2].bp_achieved_ops = 250;
-	p[2].bp_mean_sent_ms = 2.0;
-	p[3].bp_achieved_ops = 400;
-	p[3].bp_mean_sent_ms = 3.0;
+	point_at(&p[1], 300, 2.0);
+	point_at(&p[2], 250, 2.0);
+	point_at(&p[3], 400, 3.0);
 	CHECK(close_rel(bench_ort_ms(p, 4, 0.95), 625.0 / 400.0, 1e-12));
 	/* A valid point after the peak is left out: (100,1) (400,3) (300,5) ends at the peak:
 	 * 50 + 600 = 650, / 400 (SPECsfs2008's load-order area would be (650 - 400) / 400). */
-	p[1].bp_achieved_ops = 400;
-	p[1].bp_mean_sent_ms = 3.0;
-	p[2].bp_achieved_ops = 300;
-	p[2].bp_mean_sent_ms = 5.0;
+	point_at(&p[1], 400, 3.0);
+	point_at(&p[2], 300, 5.0);
 	CHECK(close_rel(bench_ort_ms(p, 3, 0.95), 650.0 / 400.0, 1e-12));
 	CHECK(bench_peak_index(p, 3, 0.95) == 1);
 	/* The curve is the response time from the send; the intended-start latency (client
@@ -473,14 +509,21 @@ static void test_report_text(void)
 
 static const char nasty_label[] = "sh\"ale\\ \n\t\x01 <&> caf\xC3\xA9 \xFF\xFE end";
 
+/* runs[0]: the sample run labelled nasty_label, its points in sample_points; runs[1]: the sample
+ * run at scale labelled "ganesha", its points copied to second. Neither is finished. */
+static void fill_two_runs(struct bench_run *runs, struct bench_point second[10], double scale)
+{
+	fill_sample_run(&runs[1], "ganesha", scale);
+	memcpy(second, sample_points, 10 * sizeof(*second));
+	runs[1].br_points = second;
+	fill_sample_run(&runs[0], nasty_label, 1.0);
+}
+
 static void test_report_json(void)
 {
 	struct bench_run runs[2];
 	struct bench_point second[10];
-	fill_sample_run(&runs[1], "ganesha", 0.5);
-	memcpy(second, sample_points, sizeof(second));
-	runs[1].br_points = second;
-	fill_sample_run(&runs[0], nasty_label, 1.0);
+	fill_two_runs(runs, second, 0.5);
 	sample_points[2].bp_mean_ms = NAN;
 	sample_points[3].bp_p99_ms = INFINITY;
 	runs[0].br_figures[1].bf_value = -INFINITY;
@@ -533,13 +576,8 @@ static void test_report_json(void)
 	/* A path that cannot be written: an error, not a crash. */
 	CHECK(bench_report_json("/nonexistent-dir/x.json", runs, 2) == -ENOENT);
 	/* The checker really fails on broken JSON. */
-	FILE *f = fopen(path, "w");
-	CHECK(f != NULL);
-	if (f != NULL) {
-		fputs("{\"runs\":[1,]}", f);
-		fclose(f);
-	}
-	CHECK(python_rejects("import json,sys\njson.load(open(sys.argv[1]))\n", args_vs, 1));
+	CHECK(write_text(path, "{\"runs\":[1,]}"));
+	CHECK(python_rejects(JSON_PARSES, args_vs, 1));
 }
 
 /* ---- SVG ---- */
@@ -548,48 +586,36 @@ static void test_report_svg(void)
 {
 	struct bench_run runs[3];
 	struct bench_point second[10];
-	fill_sample_run(&runs[1], "ganesha", 1.6); /* 15,968 ops/s at the peak */
-	memcpy(second, sample_points, sizeof(second));
-	runs[1].br_points = second;
-	fill_sample_run(&runs[0], nasty_label, 1.0);
+	fill_two_runs(runs, second, 1.6); /* 15,968 ops/s at the peak */
 	bench_run_finish(&runs[0]);
 	bench_run_finish(&runs[1]);
 	memset(&runs[2], 0, sizeof(runs[2])); /* a run with no points: legend only */
 	runs[2].br_label = "empty";
 
-	char path[256];
-	tmp_path(path, sizeof(path), "curve.svg");
-	CHECK(bench_report_svg(path, runs, 3) == 0);
 	static const char script[] =
-		"import sys, xml.etree.ElementTree as ET\n"
-		"ns='{http://www.w3.org/2000/svg}'\n"
-		"root=ET.parse(sys.argv[1]).getroot()\n"
+		SVG_ROOT
 		"assert root.tag==ns+'svg', root.tag\n"
 		"lines=root.findall('.//'+ns+'polyline')\n"
 		"assert len(lines)==2, len(lines)\n"
 		"assert all(len(l.get('points').split())==10 for l in lines)\n"
 		"assert len({l.get('stroke') for l in lines})==2, 'colours'\n"
-		"texts=[''.join(t.itertext()) for t in root.iter(ns+'text')]\n"
+		SVG_TEXTS
 		"assert 'Throughput (ops/sec)' in texts and 'Response time (msec)' in texts\n"
 		"assert any(t.startswith('sh\"ale') and 'ORT' in t and 'peak' in t for t in texts)\n"
 		"assert any('ganesha: peak' in t for t in texts)\n"
 		"assert any(t=='empty (no data)' for t in texts)\n"
 		"assert sum(1 for t in texts if t.replace(',','').strip().isdigit())>=8, 'ticks'\n"
 		"assert '10,000' in texts, 'grouped x ticks'\n";
-	const char *args[] = { path };
-	CHECK(run_python(script, args, 1));
+	check_report(REPORT_SVG, runs, 3, script, "three runs");
 
 	/* No runs at all: still a well-formed picture with axes. */
-	CHECK(bench_report_svg(path, runs, 0) == 0);
-	CHECK(run_python("import sys, xml.etree.ElementTree as ET\nET.parse(sys.argv[1])\n", args, 1));
+	check_report(REPORT_SVG, runs, 0, XML_PARSES, "no runs");
 	/* The checker really fails on broken XML. */
-	FILE *f = fopen(path, "w");
-	CHECK(f != NULL);
-	if (f != NULL) {
-		fputs("<svg><text>a & b</text></svg>", f);
-		fclose(f);
-	}
-	CHECK(python_rejects("import sys, xml.etree.ElementTree as ET\nET.parse(sys.argv[1])\n", args, 1));
+	char path[256];
+	tmp_path(path, sizeof(path), "curve.svg");
+	const char *args[] = { path };
+	CHECK(write_text(path, "<svg><text>a & b</text></svg>"));
+	CHECK(python_rejects(XML_PARSES, args, 1));
 }
 
 /* ---- valid points: the saturation rule ---- */
@@ -652,6 +678,18 @@ static void fill_points(struct bench_point *pts, const double *req, const double
 	}
 }
 
+/* A finished sfs2008 run of the n points pts, with nothing else measured. */
+static void run_of_points(struct bench_run *run, const char *label, struct bench_point *pts,
+			  size_t n)
+{
+	memset(run, 0, sizeof(*run));
+	run->br_workload = "sfs2008";
+	run->br_label = label;
+	run->br_points = pts;
+	run->br_npoints = n;
+	bench_run_finish(run);
+}
+
 static void test_saturated_points(void)
 {
 	struct bench_point pts[10];
@@ -674,12 +712,7 @@ static void test_saturated_points(void)
 	CHECK(close_rel(bench_ort_ms(pts, 10, 0.95), 580773.225 / 24215.0, 1e-9));
 
 	struct bench_run run;
-	memset(&run, 0, sizeof(run));
-	run.br_workload = "sfs2008";
-	run.br_label = "ganesha";
-	run.br_points = pts;
-	run.br_npoints = 10;
-	bench_run_finish(&run); /* br_valid_fraction 0: the default */
+	run_of_points(&run, "ganesha", pts, 10); /* br_valid_fraction 0: the default */
 	CHECK(run.br_nvalid == 4 && run.br_peak_index == 3 && run.br_peak_ops == 24215.0);
 	CHECK(close_rel(run.br_ort_ms, 580773.225 / 24215.0, 1e-9));
 	run.br_valid_fraction = 0.5; /* 26,769 of 36,000, 24,927 of 42,000, 27,346 of 48,000 in */
@@ -708,31 +741,23 @@ static void test_saturated_points(void)
 	}
 
 	/* JSON: each point says whether it is valid; peak and ORT are the valid ones'. */
-	char path[256];
-	tmp_path(path, sizeof(path), "run.json");
-	CHECK(bench_report_json(path, &run, 1) == 0);
-	static const char script[] =
-		"import json,sys\n"
-		"r=json.load(open(sys.argv[1]))['runs'][0]\n"
-		"assert [p['valid'] for p in r['points']]==[True]*4+[False]*6, r['points']\n"
-		"assert r['peak_ops']==24215 and r['peak_point']==4 and r['valid_points']==4\n"
-		"assert abs(r['ort_ms']-580773.225/24215)<1e-6 and r['valid_fraction']==0.95\n";
-	const char *args[] = { path };
-	CHECK(run_python(script, args, 1));
+	check_report(REPORT_JSON, &run, 1,
+		     "import json,sys\n"
+		     "r=json.load(open(sys.argv[1]))['runs'][0]\n"
+		     "assert [p['valid'] for p in r['points']]==[True]*4+[False]*6, r['points']\n"
+		     "assert r['peak_ops']==24215 and r['peak_point']==4 and r['valid_points']==4\n"
+		     "assert abs(r['ort_ms']-580773.225/24215)<1e-6 and r['valid_fraction']==0.95\n",
+		     "saturated");
 
 	/* SVG: saturated points are not drawn, and the legend says so. */
-	tmp_path(path, sizeof(path), "curve.svg");
-	CHECK(bench_report_svg(path, &run, 1) == 0);
-	static const char svg_script[] =
-		"import sys, xml.etree.ElementTree as ET\n"
-		"ns='{http://www.w3.org/2000/svg}'\n"
-		"root=ET.parse(sys.argv[1]).getroot()\n"
-		"lines=root.findall('.//'+ns+'polyline')\n"
-		"assert len(lines)==1 and len(lines[0].get('points').split())==4\n"
-		"texts=[''.join(t.itertext()) for t in root.iter(ns+'text')]\n"
-		"assert any('6 saturated points not drawn' in t for t in texts), texts\n"
-		"assert '200' in texts and '5000' not in texts, 'axis scaled to the valid points'\n";
-	CHECK(run_python(svg_script, args, 1));
+	check_report(REPORT_SVG, &run, 1,
+		     SVG_ROOT
+		     "lines=root.findall('.//'+ns+'polyline')\n"
+		     "assert len(lines)==1 and len(lines[0].get('points').split())==4\n"
+		     SVG_TEXTS
+		     "assert any('6 saturated points not drawn' in t for t in texts), texts\n"
+		     "assert '200' in texts and '5000' not in texts, 'axis scaled to the valid points'\n",
+		     "saturated");
 }
 
 static void test_no_valid_point(void)
@@ -745,12 +770,7 @@ static void test_no_valid_point(void)
 	CHECK(bench_peak_index(pts, 3, 0.95) == SIZE_MAX);
 	CHECK(isnan(bench_ort_ms(pts, 3, 0.95)));
 	struct bench_run run;
-	memset(&run, 0, sizeof(run));
-	run.br_workload = "sfs2008";
-	run.br_label = "slow";
-	run.br_points = pts;
-	run.br_npoints = 3;
-	bench_run_finish(&run);
+	run_of_points(&run, "slow", pts, 3);
 	CHECK(run.br_nvalid == 0 && run.br_peak_index == SIZE_MAX);
 	CHECK(isnan(run.br_peak_ops) && isnan(run.br_ort_ms));
 	CHECK(run.br_client_cpu_us_per_op == 0.0 && run.br_failed == 0);
@@ -771,25 +791,19 @@ static void test_no_valid_point(void)
 		CHECKF(bad == NULL, "a non-number printed: %.40s", bad);
 		mem_free(text);
 	}
-	char path[256];
-	tmp_path(path, sizeof(path), "run.json");
-	CHECK(bench_report_json(path, &run, 1) == 0);
-	const char *args[] = { path };
-	CHECK(run_python("import json,sys\n"
-			 "r=json.load(open(sys.argv[1]))['runs'][0]\n"
-			 "assert r['peak_ops'] is None and r['ort_ms'] is None\n"
-			 "assert r['peak_point'] is None and r['valid_points']==0\n"
-			 "assert not any(p['valid'] for p in r['points'])\n",
-			 args, 1));
-	tmp_path(path, sizeof(path), "curve.svg");
-	CHECK(bench_report_svg(path, &run, 1) == 0);
-	CHECK(run_python("import sys, xml.etree.ElementTree as ET\n"
-			 "ns='{http://www.w3.org/2000/svg}'\n"
-			 "root=ET.parse(sys.argv[1]).getroot()\n"
-			 "assert not root.findall('.//'+ns+'polyline')\n"
-			 "texts=[''.join(t.itertext()) for t in root.iter(ns+'text')]\n"
-			 "assert any('no valid point' in t and '3 saturated' in t for t in texts)\n",
-			 args, 1));
+	check_report(REPORT_JSON, &run, 1,
+		     "import json,sys\n"
+		     "r=json.load(open(sys.argv[1]))['runs'][0]\n"
+		     "assert r['peak_ops'] is None and r['ort_ms'] is None\n"
+		     "assert r['peak_point'] is None and r['valid_points']==0\n"
+		     "assert not any(p['valid'] for p in r['points'])\n",
+		     "no valid point");
+	check_report(REPORT_SVG, &run, 1,
+		     SVG_ROOT
+		     "assert not root.findall('.//'+ns+'polyline')\n"
+		     SVG_TEXTS
+		     "assert any('no valid point' in t and '3 saturated' in t for t in texts)\n",
+		     "no valid point");
 
 	/* A comparison leaves the round without a peak out of the peak and ORT ratios. */
 	struct bench_run a[2], b[2];

@@ -90,6 +90,29 @@ static struct blk_dev *mem_new(uint64_t bytes)
 	return d;
 }
 
+/* Opens the file leaf `name` in the test directory (created with create_bytes, or the existing one
+ * when 0), runs fn on it with e and closes it. The file stays for the caller to unlink. */
+static void on_file(struct blk_engine *e, const char *name, uint64_t create_bytes,
+                    void (*fn)(struct blk_engine *e, struct blk_dev *d))
+{
+	char path[512];
+	tmp_path(path, sizeof(path), name);
+	struct blk_dev *f = NULL;
+	CHECKF(blk_dev_open_file(path, create_bytes, &f) == 0, "opening %s", name);
+	if (f) {
+		fn(e, f);
+		blk_dev_close(f);
+	}
+}
+
+/* Removes the file `name` from the test directory: true when it was there. */
+static bool tmp_unlink(const char *name)
+{
+	char path[512];
+	tmp_path(path, sizeof(path), name);
+	return unlink(path) == 0;
+}
+
 /* ---- block pointers ---- */
 
 static struct blk_ptr sample_bp(void)
@@ -147,122 +170,55 @@ static void test_bp_round_trip(void)
 	CHECK(blk_ptr_decode(raw, &back) == 0 && back.bp_psize == 5000);
 }
 
-static int decode_mutated(void (*mutate)(struct blk_ptr *bp, uint8_t *raw))
-{
-	struct blk_ptr bp = sample_bp(), out;
-	uint8_t raw[BLK_PTR_DISK_BYTES];
-	blk_ptr_encode(&bp, raw);
-	mutate(&bp, raw);
-	return blk_ptr_decode(raw, &out);
-}
-
 static void put32(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void m_psize_gt_asize(struct blk_ptr *bp, uint8_t *raw)
+/* One way to spoil the encoded sample pointer: pb_bytes little-endian bytes of pb_value stored at
+ * pb_at (offsets from the table at the top of src/blk/blk_bp.c). */
+struct bp_patch {
+	const char *pb_what;
+	unsigned pb_at;
+	unsigned pb_bytes;
+	uint64_t pb_value;
+};
+
+static const struct bp_patch bp_rejects[] = {
+    {"psize > asize", 16, 4, 3 * SECTOR + 1},
+    {"asize unaligned", 12, 4, 3 * SECTOR + 512},
+    {"asize 0", 12, 4, 0},
+    {"asize too big", 12, 4, 2 * 1024 * 1024},
+    {"lsize too big", 20, 4, BLK_MAX_BLOCK_BYTES + 1},
+    {"lsize 0", 20, 4, 0},
+    {"psize 0", 16, 4, 0},
+    {"uncompressed, psize != lsize", 24, 1, BLK_COMPRESS_OFF},
+    {"compressed, psize 9000 > lsize 8000", 20, 4, 8000},
+    {"unknown compression", 24, 1, 3},
+    {"unknown checksum", 25, 1, 2},
+    {"checksum 0", 25, 1, 0},
+    {"offset unaligned", 0, 1, 0x01},
+    {"reserved byte set", 30, 1, 1},
+    {"birth txg 0", 32, 8, 0},
+    {"offset + asize overflows (offset aligned)", 0, 8, 0xfffffffffffff000ull},
+};
+
+/* Decodes the sample pointer with patch applied to its encoding. */
+static int decode_patched(const struct bp_patch *patch)
 {
-	(void)bp;
-	put32(raw + 16, 3 * SECTOR + 1);
-}
-static void m_asize_unaligned(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	put32(raw + 12, 3 * SECTOR + 512);
-}
-static void m_asize_zero(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	put32(raw + 12, 0);
-}
-static void m_asize_huge(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	put32(raw + 12, 2 * 1024 * 1024);
-}
-static void m_lsize_huge(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	put32(raw + 20, BLK_MAX_BLOCK_BYTES + 1);
-}
-static void m_lsize_zero(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	put32(raw + 20, 0);
-}
-static void m_psize_zero(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	put32(raw + 16, 0);
-}
-static void m_off_mismatch(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	raw[24] = BLK_COMPRESS_OFF;
-}
-static void m_psize_gt_lsize(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	put32(raw + 20, 8000); /* compressed, psize 9000 > lsize 8000 */
-}
-static void m_compress_unknown(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	raw[24] = 3;
-}
-static void m_checksum_unknown(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	raw[25] = 2;
-}
-static void m_checksum_zero(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	raw[25] = 0;
-}
-static void m_offset_unaligned(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	raw[0] = 0x01;
-}
-static void m_reserved(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	raw[30] = 1;
-}
-static void m_birth_zero(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	memset(raw + 32, 0, 8);
-}
-static void m_offset_wraps(struct blk_ptr *bp, uint8_t *raw)
-{
-	(void)bp;
-	memset(raw, 0xff, 8);
-	raw[0] = 0x00;
-	raw[1] = 0xf0; /* aligned, but offset + asize overflows */
+	struct blk_ptr bp = sample_bp(), out;
+	uint8_t raw[BLK_PTR_DISK_BYTES];
+	blk_ptr_encode(&bp, raw);
+	for (unsigned i = 0; i < patch->pb_bytes; i++)
+		raw[patch->pb_at + i] = (uint8_t)(patch->pb_value >> (8 * i));
+	return blk_ptr_decode(raw, &out);
 }
 
 static void test_bp_decode_rejects(void)
 {
-	CHECK(decode_mutated(m_psize_gt_asize) == -EINVAL);
-	CHECK(decode_mutated(m_asize_unaligned) == -EINVAL);
-	CHECK(decode_mutated(m_asize_zero) == -EINVAL);
-	CHECK(decode_mutated(m_asize_huge) == -EINVAL);
-	CHECK(decode_mutated(m_lsize_huge) == -EINVAL);
-	CHECK(decode_mutated(m_lsize_zero) == -EINVAL);
-	CHECK(decode_mutated(m_psize_zero) == -EINVAL);
-	CHECK(decode_mutated(m_off_mismatch) == -EINVAL);
-	CHECK(decode_mutated(m_psize_gt_lsize) == -EINVAL);
-	CHECK(decode_mutated(m_compress_unknown) == -EINVAL);
-	CHECK(decode_mutated(m_checksum_unknown) == -EINVAL);
-	CHECK(decode_mutated(m_checksum_zero) == -EINVAL);
-	CHECK(decode_mutated(m_offset_unaligned) == -EINVAL);
-	CHECK(decode_mutated(m_reserved) == -EINVAL);
-	CHECK(decode_mutated(m_birth_zero) == -EINVAL);
-	CHECK(decode_mutated(m_offset_wraps) == -EINVAL);
+	for (size_t i = 0; i < SH_ARRAY_SIZE(bp_rejects); i++)
+		CHECKF(decode_patched(&bp_rejects[i]) == -EINVAL, "%s", bp_rejects[i].pb_what);
 
 	/* Random bytes never crash the decoder, and whatever it accepts re-encodes to itself. */
 	uint64_t s = 42;
@@ -896,6 +852,27 @@ static struct blk_dev *image_at(struct blk_dev *f, size_t cut, enum blk_fault_mo
 	return img;
 }
 
+/* The index of the first of the nwant fill patterns that img shows over its first n sectors, or
+ * -1 when it shows none of them. */
+static int image_which(struct blk_dev *img, unsigned n, const int *const *want, int nwant)
+{
+	for (int i = 0; i < nwant; i++)
+		if (image_is(img, 0, n, want[i]))
+			return i;
+	return -1;
+}
+
+/* Whether the image of f cut at `cut` in mode (seed for the random modes) shows the fills want
+ * over its first n sectors. The image is closed again. */
+static bool cut_is(struct blk_dev *f, size_t cut, enum blk_fault_mode mode, uint64_t seed,
+                   unsigned n, const int *want)
+{
+	struct blk_dev *img = image_at(f, cut, mode, seed);
+	bool is = image_is(img, 0, n, want);
+	blk_dev_close(img);
+	return is;
+}
+
 static void test_fault_images(void)
 {
 	struct blk_engine *e = engine_new(16);
@@ -915,32 +892,22 @@ static void test_fault_images(void)
 	static const int zero8[8] = {0}, a8[8] = {'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A'},
 	                 b8[8] = {'B', 'B', 'B', 'B', 'B', 'B', 'B', 'B'};
 	for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER; mode++) {
-		struct blk_dev *img = image_at(f, 0, mode, 1);
-		CHECK(image_is(img, 0, 8, zero8));
-		blk_dev_close(img);
-		img = image_at(f, 2, mode, 1); /* after the flush: A is durable whatever the mode */
-		CHECK(image_is(img, 0, 8, a8));
-		blk_dev_close(img);
+		CHECK(cut_is(f, 0, mode, 1, 8, zero8));
+		/* After the flush: A is durable whatever the mode. */
+		CHECK(cut_is(f, 2, mode, 1, 8, a8));
 	}
-	struct blk_dev *img = image_at(f, 1, BLK_FAULT_KEEP_ALL, 1);
-	CHECK(image_is(img, 0, 8, a8));
-	blk_dev_close(img);
-	img = image_at(f, 1, BLK_FAULT_DROP_ALL, 1);
-	CHECK(image_is(img, 0, 8, zero8));
-	blk_dev_close(img);
-	img = image_at(f, 3, BLK_FAULT_KEEP_ALL, 1);
-	CHECK(image_is(img, 0, 8, b8));
-	blk_dev_close(img);
-	img = image_at(f, 3, BLK_FAULT_DROP_ALL, 1);
-	CHECK(image_is(img, 0, 8, a8));
-	blk_dev_close(img);
+	CHECK(cut_is(f, 1, BLK_FAULT_KEEP_ALL, 1, 8, a8));
+	CHECK(cut_is(f, 1, BLK_FAULT_DROP_ALL, 1, 8, zero8));
+	CHECK(cut_is(f, 3, BLK_FAULT_KEEP_ALL, 1, 8, b8));
+	CHECK(cut_is(f, 3, BLK_FAULT_DROP_ALL, 1, 8, a8));
 
 	/* TEAR: each sector is old or new, the new ones a strict prefix; many seeds see several
 	 * tear points. DROP_RANDOM: all old or all new, both seen. */
 	bool seen_prefix[8] = {false};
-	bool seen_a = false, seen_b = false;
+	static const int *const old_or_new[2] = {a8, b8};
+	bool seen_old_new[2] = {false};
 	for (uint64_t seed = 0; seed < 64; seed++) {
-		img = image_at(f, 3, BLK_FAULT_TEAR, seed);
+		struct blk_dev *img = image_at(f, 3, BLK_FAULT_TEAR, seed);
 		int got[8];
 		sector_fills(img, 0, 8, got);
 		unsigned t = 0;
@@ -954,10 +921,9 @@ static void test_fault_images(void)
 			seen_prefix[t] = true;
 		blk_dev_close(img);
 		img = image_at(f, 3, BLK_FAULT_DROP_RANDOM, seed);
-		if (image_is(img, 0, 8, a8))
-			seen_a = true;
-		else if (image_is(img, 0, 8, b8))
-			seen_b = true;
+		int which = image_which(img, 8, old_or_new, 2);
+		if (which >= 0)
+			seen_old_new[which] = true;
 		else
 			CHECKF(false, "DROP_RANDOM seed %llu gave a mixed image",
 			       (unsigned long long)seed);
@@ -967,7 +933,7 @@ static void test_fault_images(void)
 	for (int t = 0; t < 8; t++)
 		tear_points += seen_prefix[t];
 	CHECKF(seen_prefix[0] && tear_points >= 4, "tear points seen: %d", tear_points);
-	CHECK(seen_a && seen_b);
+	CHECK(seen_old_new[0] && seen_old_new[1]);
 	/* The same seed gives the same image. */
 	struct blk_dev *i1 = image_at(f, 3, BLK_FAULT_TEAR, 12345),
 	               *i2 = image_at(f, 3, BLK_FAULT_TEAR, 12345);
@@ -986,49 +952,33 @@ static void test_fault_images(void)
 	static const int r_d[12] = {'B', 'B', 'B', 'B', 'D', 'D', 'D', 'D', 'D', 'D', 'D', 'D'};
 	static const int r_cd[12] = {'C', 'C', 'C', 'C', 'D', 'D', 'D', 'D', 'D', 'D', 'D', 'D'};
 	static const int r_dc[12] = {'C', 'C', 'C', 'C', 'C', 'C', 'C', 'C', 'D', 'D', 'D', 'D'};
+	static const int *const allowed[5] = {r_none, r_c, r_d, r_cd, r_dc};
 	bool seen[5] = {false};
 	for (uint64_t seed = 0; seed < 128; seed++) {
-		img = image_at(f, 6, BLK_FAULT_REORDER, seed);
-		if (image_is(img, 0, 12, r_none))
-			seen[0] = true;
-		else if (image_is(img, 0, 12, r_c))
-			seen[1] = true;
-		else if (image_is(img, 0, 12, r_d))
-			seen[2] = true;
-		else if (image_is(img, 0, 12, r_cd))
-			seen[3] = true;
-		else if (image_is(img, 0, 12, r_dc))
-			seen[4] = true;
+		struct blk_dev *img = image_at(f, 6, BLK_FAULT_REORDER, seed);
+		int which = image_which(img, 12, allowed, 5);
+		if (which >= 0)
+			seen[which] = true;
 		else
 			CHECKF(false, "REORDER seed %llu gave a disallowed image",
 			       (unsigned long long)seed);
 		blk_dev_close(img);
 	}
 	CHECK(seen[0] && seen[1] && seen[2] && seen[3] && seen[4]);
-	img = image_at(f, 6, BLK_FAULT_KEEP_ALL, 0);
-	CHECK(image_is(img, 0, 12, r_cd));
-	blk_dev_close(img);
+	CHECK(cut_is(f, 6, BLK_FAULT_KEEP_ALL, 0, 12, r_cd));
 
 	/* Trim folds everything up to the last flush into the base; images stay the same. */
-	img = image_at(f, 6, BLK_FAULT_DROP_ALL, 0);
-	CHECK(image_is(img, 0, 12, r_none));
-	blk_dev_close(img);
+	CHECK(cut_is(f, 6, BLK_FAULT_DROP_ALL, 0, 12, r_none));
 	blk_fault_trim(f);
 	CHECK(blk_fault_event_count(f) == 2);
 	CHECK(!blk_fault_event_is_flush(f, 0) && !blk_fault_event_is_flush(f, 1));
-	img = image_at(f, 0, BLK_FAULT_KEEP_ALL, 0);
-	CHECK(image_is(img, 0, 12, r_none));
-	blk_dev_close(img);
-	img = image_at(f, 2, BLK_FAULT_KEEP_ALL, 0);
-	CHECK(image_is(img, 0, 12, r_cd));
-	blk_dev_close(img);
-	img = image_at(f, 1, BLK_FAULT_KEEP_ALL, 0);
-	CHECK(image_is(img, 0, 12, r_c));
-	blk_dev_close(img);
+	CHECK(cut_is(f, 0, BLK_FAULT_KEEP_ALL, 0, 12, r_none));
+	CHECK(cut_is(f, 2, BLK_FAULT_KEEP_ALL, 0, 12, r_cd));
+	CHECK(cut_is(f, 1, BLK_FAULT_KEEP_ALL, 0, 12, r_c));
 	CHECK(blk_flush_sync(e, f) == 0);
 	blk_fault_trim(f);
 	CHECK(blk_fault_event_count(f) == 0);
-	img = image_at(f, 0, BLK_FAULT_DROP_ALL, 0);
+	struct blk_dev *img = image_at(f, 0, BLK_FAULT_DROP_ALL, 0);
 	CHECK(memcmp(blk_dev_mem_bytes(img), blk_dev_mem_bytes(f), FAULT_BYTES) == 0);
 	blk_dev_close(img);
 	blk_fault_trim(f); /* nothing to trim: harmless */
@@ -1177,25 +1127,14 @@ static void test_concurrent_io(void)
 	struct blk_engine *e = engine_new(8);
 	struct blk_dev *m = mem_new(16 * MIB);
 	concurrent_on(e, m);
-	char path[512];
-	tmp_path(path, sizeof(path), "concurrent.img");
-	struct blk_dev *f = NULL;
-	CHECK(blk_dev_open_file(path, 16 * MIB, &f) == 0);
-	if (f) {
-		concurrent_on(e, f);
-		blk_dev_close(f);
-	}
+	on_file(e, "concurrent.img", 16 * MIB, concurrent_on);
 	blk_engine_destroy(e);
 	/* The fallback path, same workload. */
 	e = engine_new_fallback(8);
-	CHECK(blk_dev_open_file(path, 0, &f) == 0);
-	if (f) {
-		concurrent_on(e, f);
-		blk_dev_close(f);
-	}
+	on_file(e, "concurrent.img", 0, concurrent_on);
 	blk_engine_destroy(e);
 	blk_dev_close(m);
-	CHECK(unlink(path) == 0);
+	CHECK(tmp_unlink("concurrent.img"));
 }
 
 struct drain_state {
@@ -1366,6 +1305,28 @@ static void hostile_on(struct blk_engine *e, struct blk_dev *d)
 	mem_free(buf);
 }
 
+/* Copies good to *b and spoils it in the i-th way a block read must refuse (-EINVAL); false
+ * past the last way. */
+static bool spoil_ptr(unsigned i, const struct blk_ptr *good, uint64_t data_end, struct blk_ptr *b)
+{
+	*b = *good;
+	switch (i) {
+	case 0:
+		b->bp_psize = 2 * SECTOR; /* more than its asize */
+		return true;
+	case 1:
+		b->bp_offset = 0; /* the front label area */
+		return true;
+	case 2:
+		b->bp_offset = data_end - SECTOR; /* runs past the data area */
+		b->bp_asize = 2 * SECTOR;
+		return true;
+	case 3: b->bp_compress = 7; return true;
+	case 4: b->bp_lsize = 2 * BLK_MAX_BLOCK_BYTES; return true;
+	default: return false;
+	}
+}
+
 static void block_done_count(void *arg, int status)
 {
 	atomic_int *n = arg;
@@ -1377,15 +1338,10 @@ static void test_hostile_arguments(void)
 	struct blk_engine *e = engine_new(8);
 	struct blk_dev *m = mem_new(4 * MIB);
 	hostile_on(e, m);
+	on_file(e, "hostile.img", 4 * MIB, hostile_on);
+	CHECK(tmp_unlink("hostile.img"));
 	char path[512];
-	tmp_path(path, sizeof(path), "hostile.img");
 	struct blk_dev *f = NULL;
-	CHECK(blk_dev_open_file(path, 4 * MIB, &f) == 0);
-	if (f) {
-		hostile_on(e, f);
-		blk_dev_close(f);
-	}
-	CHECK(unlink(path) == 0);
 	tmp_path(path, sizeof(path), "missing.img");
 	CHECK(blk_dev_open_file(path, 0, &f) == -ENOENT && f == NULL);
 	CHECK(blk_dev_open_file(tmp_dir, 0, &f) != 0 && f == NULL); /* a directory */
@@ -1427,22 +1383,10 @@ static void test_hostile_arguments(void)
 	                     .bp_lsize = SECTOR,
 	                     .bp_checksum = BLK_CHECKSUM_XXH3_128,
 	                     .bp_birth_txg = 1};
-	struct blk_ptr b = bp;
-	b.bp_psize = 2 * SECTOR;
-	CHECK(blk_block_read_sync(v, &b, out) == -EINVAL);
-	b = bp;
-	b.bp_offset = 0;
-	CHECK(blk_block_read_sync(v, &b, out) == -EINVAL);
-	b = bp;
-	b.bp_offset = blk_vdev_data_start(v) + blk_vdev_data_bytes(v) - SECTOR;
-	b.bp_asize = 2 * SECTOR;
-	CHECK(blk_block_read_sync(v, &b, out) == -EINVAL);
-	b = bp;
-	b.bp_compress = 7;
-	CHECK(blk_block_read_sync(v, &b, out) == -EINVAL);
-	b = bp;
-	b.bp_lsize = 2 * BLK_MAX_BLOCK_BYTES;
-	CHECK(blk_block_read_sync(v, &b, out) == -EINVAL);
+	struct blk_ptr b;
+	uint64_t data_end = blk_vdev_data_start(v) + blk_vdev_data_bytes(v);
+	for (unsigned i = 0; spoil_ptr(i, &bp, data_end, &b); i++)
+		CHECKF(blk_block_read_sync(v, &b, out) == -EINVAL, "spoilt pointer %u", i);
 	CHECK(blk_block_read_sync(v, &bp, out) == -EIO); /* zeros on disk: the checksum fails */
 	struct blk_ptr hole = {0};
 	CHECK(blk_block_read_sync(v, &hole, out) == 0);

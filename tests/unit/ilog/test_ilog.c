@@ -159,6 +159,7 @@ struct rig {
 	struct blk_vdev *rg_vdev;
 	uint64_t rg_start; /* the log region */
 	uint64_t rg_bytes;
+	struct meta_vec rg_meta; /* what the test appended, by LSN */
 };
 
 /* ndevs leaves (memory, or fault recorders) with a log region of region_bytes that starts
@@ -185,6 +186,7 @@ static bool rig_init(struct rig *r, unsigned ndevs, bool fault, uint64_t skip_by
 
 static void rig_fini(struct rig *r)
 {
+	mem_free(r->rg_meta.mv_recs);
 	if (r->rg_vdev)
 		blk_vdev_destroy(r->rg_vdev);
 	for (unsigned i = 0; i < r->rg_ndevs; i++)
@@ -193,11 +195,51 @@ static void rig_fini(struct rig *r)
 	memset(r, 0, sizeof(*r));
 }
 
+/* rig_init, then a new log over the whole region; initial (may be NULL) receives the position it
+ * starts at. Returns the log, or NULL after a failed check; rig_fini undoes the rig. */
+static struct ilog *rig_open_log(struct rig *r, unsigned ndevs, bool fault, uint64_t skip_bytes,
+                                 uint64_t region_bytes, uint64_t tail_bytes,
+                                 struct ilog_position *initial)
+{
+	CHECKF(rig_init(r, ndevs, fault, skip_bytes, region_bytes, tail_bytes), "rig_init");
+	struct ilog *log = NULL;
+	int rc = ilog_create(r->rg_vdev, r->rg_start, r->rg_bytes, POOL_GUID, &log);
+	CHECKF(rc == 0, "ilog_create: %d", rc);
+	if (log && initial)
+		ilog_checkpoint_position(log, 0, initial);
+	return log;
+}
+
 static int64_t rig_replay(struct rig *r, const struct ilog_position *from, struct collect *cl,
                           struct ilog_position *end)
 {
 	return ilog_replay(g_engine, r->rg_vdev, r->rg_start, r->rg_bytes, POOL_GUID, from,
 	                   collect_visit, cl, end);
+}
+
+/* Replays r's log from `from`, expecting the records of r->rg_meta from first_lsn on; end (may be
+ * NULL) receives where replay ended. Returns replay's result: the records visited or an error.
+ * Whether they were the right ones is not looked at. */
+static int64_t replay_count(struct rig *r, const struct ilog_position *from, uint64_t first_lsn,
+                            struct ilog_position *end)
+{
+	struct collect cl;
+	collect_init(&cl, &r->rg_meta, first_lsn);
+	return rig_replay(r, from, &cl, end);
+}
+
+/* Replays as replay_count and checks that it gives `expect` records, each of them the one
+ * appended with its LSN (from first_lsn on, in order, intact). what names the replay in a
+ * failure. */
+static void replay_expect(struct rig *r, const struct ilog_position *from, uint64_t first_lsn,
+                          int64_t expect, struct ilog_position *end, const char *what)
+{
+	struct collect cl;
+	collect_init(&cl, &r->rg_meta, first_lsn);
+	int64_t got = rig_replay(r, from, &cl, end);
+	CHECKF(got == expect, "%s: replay gave %lld, expected %lld", what, (long long)got,
+	       (long long)expect);
+	CHECKF(!cl.cl_bad, "%s: %s", what, cl.cl_why);
 }
 
 /* ---- waiting for a commit ---- */
@@ -265,21 +307,14 @@ static int commit_wait(struct ilog *log, uint64_t lsn)
 static void test_roundtrip(void)
 {
 	struct rig r;
+	struct ilog_position initial, end;
 	/* Large enough that the reopened log below does not wrap onto the first writer's blocks
 	 * (ilog_open counts everything before its position as free). */
-	CHECK(rig_init(&r, 1, false, 0, 8u << 20, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog *log = rig_open_log(&r, 1, false, 0, 8u << 20, 0, &initial);
 	if (!log)
 		return;
-	struct ilog_position initial, end;
-	ilog_checkpoint_position(log, 0, &initial);
 	CHECK(initial.ip_offset == r.rg_start && initial.ip_seq == 1 && initial.ip_next_lsn == 1);
-
-	struct meta_vec mv = {0};
-	struct collect cl;
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, &end) == 0); /* a fresh log replays nothing */
+	CHECK(replay_count(&r, &initial, 1, &end) == 0); /* a fresh log replays nothing */
 	CHECK(end.ip_offset == initial.ip_offset && end.ip_seq == 1);
 
 	uint64_t rng = 7, lsn = 0;
@@ -291,14 +326,14 @@ static void test_roundtrip(void)
 			    200000 + (uint32_t)(splitmix64(&rng) % 400000); /* spans many sectors */
 		if (i == 5)
 			len = 0;
-		CHECK(append_gen(log, &mv, (uint16_t)(i % 13), 3 + i / 50, len, i * 1000003,
+		CHECK(append_gen(log, &r.rg_meta, (uint16_t)(i % 13), 3 + i / 50, len, i * 1000003,
 		                 &lsn) == 0);
 		CHECK(lsn == i);
 		if (i % 10 == 0)
 			CHECK(commit_wait(log, lsn) == 0);
 	}
 	/* One record as large as a record can be, alone in a largest block. */
-	CHECK(append_gen(log, &mv, 99, 9, ILOG_PAYLOAD_MAX, 77, &lsn) == 0);
+	CHECK(append_gen(log, &r.rg_meta, 99, 9, ILOG_PAYLOAD_MAX, 77, &lsn) == 0);
 	CHECK(lsn == 301);
 	CHECK(ilog_append(log, 1, 9, g_payload, ILOG_PAYLOAD_MAX + 1, &lsn) == -EMSGSIZE);
 	CHECK(commit_wait(log, ILOG_LSN_ALL) == 0);
@@ -314,9 +349,7 @@ static void test_roundtrip(void)
 	CHECK(st.is_space_used_bytes > 0 && st.is_space_used_bytes <= r.rg_bytes);
 	ilog_close(log);
 
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, &end) == 301);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+	replay_expect(&r, &initial, 1, 301, &end, "first writer");
 	CHECK(end.ip_next_lsn == 302 && end.ip_log_guid == initial.ip_log_guid);
 
 	/* Continue the chain where replay ended; the old and the new records replay as one. */
@@ -324,25 +357,19 @@ static void test_roundtrip(void)
 	CHECK(ilog_open(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &end, &log) == 0);
 	if (log) {
 		for (uint64_t i = 302; i <= 350; i++) {
-			CHECK(append_gen(log, &mv, 5, 20, (uint32_t)(i * 37 % 3000), i * 1000003,
-			                 &lsn) == 0);
+			CHECK(append_gen(log, &r.rg_meta, 5, 20, (uint32_t)(i * 37 % 3000),
+			                 i * 1000003, &lsn) == 0);
 			CHECK(lsn == i);
 		}
 		CHECK(commit_wait(log, 340) == 0); /* 341..350 go out with 340's block: one block */
 		ilog_close(log);
 	}
 	struct ilog_position resumed = end;
-	collect_init(&cl, &mv, 1);
-	int64_t got = rig_replay(&r, &initial, &cl, &end);
-	CHECKF(got == 350, "replay gave %lld", (long long)got);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+	replay_expect(&r, &initial, 1, 350, &end, "both writers");
 	CHECK(end.ip_next_lsn == 351);
 
 	/* Replay from the resume point gives only the new records. */
-	collect_init(&cl, &mv, 302);
-	CHECK(rig_replay(&r, &resumed, &cl, NULL) == 49);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
-	mem_free(mv.mv_recs);
+	replay_expect(&r, &resumed, 302, 49, NULL, "from the resume point");
 	rig_fini(&r);
 }
 
@@ -380,23 +407,22 @@ static void test_bad_arguments(void)
 	CHECK(log == NULL);
 	struct ilog_position pos = {
 	    .ip_offset = r.rg_start, .ip_seq = 1, .ip_next_lsn = 1, .ip_log_guid = 5};
-	struct collect cl;
-	struct meta_vec mv = {0};
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &pos, &cl, NULL) == 0);
+	CHECK(replay_count(&r, &pos, 1, NULL) == 0);
 	struct ilog_position bad = pos;
 	bad.ip_offset += 512;
-	CHECK(rig_replay(&r, &bad, &cl, NULL) == -EINVAL);
+	CHECK(replay_count(&r, &bad, 1, NULL) == -EINVAL);
 	bad = pos;
 	bad.ip_offset =
 	    r.rg_start + r.rg_bytes - ILOG_BLOCK_MAX + BLK_SECTOR_BYTES; /* no room for a block */
-	CHECK(rig_replay(&r, &bad, &cl, NULL) == -EINVAL);
+	CHECK(replay_count(&r, &bad, 1, NULL) == -EINVAL);
 	bad.ip_offset = r.rg_start - BLK_SECTOR_BYTES;
-	CHECK(rig_replay(&r, &bad, &cl, NULL) == -EINVAL);
+	CHECK(replay_count(&r, &bad, 1, NULL) == -EINVAL);
 	bad = pos;
 	bad.ip_log_guid = 0;
-	CHECK(rig_replay(&r, &bad, &cl, NULL) == -EINVAL);
+	CHECK(replay_count(&r, &bad, 1, NULL) == -EINVAL);
 	CHECK(ilog_open(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &bad, &log) == -EINVAL);
+	struct collect cl;
+	collect_init(&cl, &r.rg_meta, 1);
 	CHECK(ilog_replay(g_engine, r.rg_vdev, r.rg_start, 4096, POOL_GUID, &pos, collect_visit,
 	                  &cl, NULL) == -EINVAL);
 
@@ -468,22 +494,18 @@ static void *gc_main(void *arg)
 static void test_group_commit(void)
 {
 	struct rig r;
-	CHECK(rig_init(&r, 1, false, 0, 96u << 20, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog_position initial;
+	struct ilog *log = rig_open_log(&r, 1, false, 0, 96u << 20, 0, &initial);
 	if (!log)
 		return;
-	struct ilog_position initial;
-	ilog_checkpoint_position(log, 0, &initial);
-	struct meta_vec mv = {0};
-	meta_set(&mv, GC_THREADS * GC_EACH + 1, (struct rec_meta){0});
+	meta_set(&r.rg_meta, GC_THREADS * GC_EACH + 1, (struct rec_meta){0});
 
 	static struct gc_thread threads[GC_THREADS];
 	for (unsigned t = 0; t < GC_THREADS; t++) {
 		memset(&threads[t], 0, sizeof(threads[t]));
 		threads[t].gt_index = t;
 		threads[t].gt_log = log;
-		threads[t].gt_meta = &mv;
+		threads[t].gt_meta = &r.rg_meta;
 		sync_waiter_init(&threads[t].gt_waiter);
 	}
 	for (unsigned t = 0; t < GC_THREADS; t++)
@@ -514,16 +536,13 @@ static void test_group_commit(void)
 	       (unsigned long long)st.is_flushes, st.is_records_per_flush);
 
 	/* Replay: every record, in LSN order, intact; each thread's in its own order. */
-	struct collect cl;
-	collect_init(&cl, &mv, 1);
 	struct ilog_position end;
-	CHECK(rig_replay(&r, &initial, &cl, &end) == GC_THREADS * GC_EACH);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+	replay_expect(&r, &initial, 1, GC_THREADS * GC_EACH, &end, "group commit");
 	uint64_t last_seed[GC_THREADS];
 	memset(last_seed, 0xff, sizeof(last_seed));
 	bool ordered = true;
 	for (uint64_t lsn = 1; lsn <= GC_THREADS * GC_EACH; lsn++) {
-		const struct rec_meta *m = &mv.mv_recs[lsn];
+		const struct rec_meta *m = &r.rg_meta.mv_recs[lsn];
 		uint64_t i = m->rm_seed & 0xffffffffu;
 		if (m->rm_type >= GC_THREADS ||
 		    (last_seed[m->rm_type] != UINT64_MAX && i != last_seed[m->rm_type] + 1) ||
@@ -533,7 +552,6 @@ static void test_group_commit(void)
 			last_seed[m->rm_type] = i;
 	}
 	CHECK(ordered);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -570,15 +588,32 @@ static void pipe_done(struct ilog_waiter *w, int status)
 	pthread_mutex_unlock(&g_pipe_lock);
 }
 
+/* Waits until a gated waiter's callback holds the engine thread. */
+static void pipe_wait_entered(void)
+{
+	pthread_mutex_lock(&g_pipe_lock);
+	while (!g_pipe_entered)
+		pthread_cond_wait(&g_pipe_cv, &g_pipe_lock);
+	pthread_mutex_unlock(&g_pipe_lock);
+}
+
+/* Lets the gated callback return, then waits until pw (if not NULL) has been called. */
+static void pipe_open_and_wait(const struct pipe_waiter *pw)
+{
+	pthread_mutex_lock(&g_pipe_lock);
+	g_pipe_open = true;
+	pthread_cond_broadcast(&g_pipe_cv);
+	while (pw && pw->pw_calls == 0)
+		pthread_cond_wait(&g_pipe_cv, &g_pipe_lock);
+	pthread_mutex_unlock(&g_pipe_lock);
+}
+
 static void test_group_commit_pipeline(void)
 {
 	struct rig r;
-	CHECK(rig_init(&r, 1, true, 0, 4u << 20, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog *log = rig_open_log(&r, 1, true, 0, 4u << 20, 0, NULL);
 	if (!log)
 		return;
-	struct meta_vec mv = {0};
 	struct pipe_waiter pw[6];
 	memset(pw, 0, sizeof(pw));
 	for (unsigned i = 0; i < 6; i++) {
@@ -588,26 +623,18 @@ static void test_group_commit_pipeline(void)
 	pw[0].pw_gate = true;
 	g_pipe_entered = g_pipe_open = false;
 	uint64_t lsn = 0;
-	CHECK(append_gen(log, &mv, 1, 1, 100, 1, &lsn) == 0);
+	CHECK(append_gen(log, &r.rg_meta, 1, 1, 100, 1, &lsn) == 0);
 	CHECK(ilog_commit(log, lsn, &pw[0].pw_w) == 0);
-	pthread_mutex_lock(&g_pipe_lock);
-	while (!g_pipe_entered)
-		pthread_cond_wait(&g_pipe_cv, &g_pipe_lock);
-	pthread_mutex_unlock(&g_pipe_lock);
+	pipe_wait_entered();
 	CHECK(blk_fault_event_count(r.rg_devs[0]) == 2);
 	for (unsigned i = 1; i < 6; i++) {
-		CHECK(append_gen(log, &mv, 1, 1, 100 + i, 1 + i, &lsn) == 0);
+		CHECK(append_gen(log, &r.rg_meta, 1, 1, 100 + i, 1 + i, &lsn) == 0);
 		CHECK(ilog_commit(log, lsn, &pw[i].pw_w) == 0);
 	}
 	struct ilog_stats st;
 	ilog_stats(log, &st);
 	CHECK(st.is_writes == 2 && st.is_flushes == 1); /* B1's write waits behind the engine */
-	pthread_mutex_lock(&g_pipe_lock);
-	g_pipe_open = true;
-	pthread_cond_broadcast(&g_pipe_cv);
-	while (pw[5].pw_calls == 0)
-		pthread_cond_wait(&g_pipe_cv, &g_pipe_lock);
-	pthread_mutex_unlock(&g_pipe_lock);
+	pipe_open_and_wait(&pw[5]);
 	ilog_stats(log, &st);
 	CHECK(st.is_writes == 3 && st.is_blocks == 3 && st.is_flushes == 3 &&
 	      st.is_flushed_records == 6);
@@ -620,7 +647,6 @@ static void test_group_commit_pipeline(void)
 		CHECK(pw[i].pw_calls == 1 && pw[i].pw_status == 0);
 	for (unsigned i = 2; i < 6; i++)
 		CHECK(pw[i].pw_events == 6);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -630,29 +656,22 @@ static void test_group_commit_pipeline(void)
 static void test_backlog(void)
 {
 	struct rig r;
-	CHECK(rig_init(&r, 1, false, 0, 48u << 20, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog_position initial;
+	struct ilog *log = rig_open_log(&r, 1, false, 0, 48u << 20, 0, &initial);
 	if (!log)
 		return;
-	struct ilog_position initial;
-	ilog_checkpoint_position(log, 0, &initial);
-	struct meta_vec mv = {0};
 	struct pipe_waiter gate = {.pw_w.iw_done = pipe_done, .pw_gate = true};
 	g_pipe_entered = g_pipe_open = false;
 	uint64_t lsn = 0;
-	CHECK(append_gen(log, &mv, 1, 1, 100, 1, &lsn) == 0);
+	CHECK(append_gen(log, &r.rg_meta, 1, 1, 100, 1, &lsn) == 0);
 	CHECK(ilog_commit(log, lsn, &gate.pw_w) == 0);
-	pthread_mutex_lock(&g_pipe_lock);
-	while (!g_pipe_entered)
-		pthread_cond_wait(&g_pipe_cv, &g_pipe_lock);
-	pthread_mutex_unlock(&g_pipe_lock);
+	pipe_wait_entered();
 
 	/* Each largest record fills a block alone. */
 	unsigned appended = 0;
 	int rc = 0;
 	while (appended < 64 &&
-	       (rc = append_gen(log, &mv, 2, 1, ILOG_PAYLOAD_MAX, appended, &lsn)) == 0)
+	       (rc = append_gen(log, &r.rg_meta, 2, 1, ILOG_PAYLOAD_MAX, appended, &lsn)) == 0)
 		appended++;
 	CHECK(rc == -EAGAIN);
 	CHECKF(appended >= 32 && appended <= 34, "%u appended", appended);
@@ -663,20 +682,13 @@ static void test_backlog(void)
 	sync_waiter_init(&sw);
 	CHECK(ilog_wait_space(log, &sw.sw_w) == 0);
 
-	pthread_mutex_lock(&g_pipe_lock);
-	g_pipe_open = true;
-	pthread_cond_broadcast(&g_pipe_cv);
-	pthread_mutex_unlock(&g_pipe_lock);
+	pipe_open_and_wait(NULL);
 	CHECK(sync_waiter_wait(&sw, 1) == 0); /* woken once written blocks left the backlog */
-	CHECK(append_gen(log, &mv, 3, 1, 5000, 99, &lsn) == 0);
+	CHECK(append_gen(log, &r.rg_meta, 3, 1, 5000, 99, &lsn) == 0);
 	CHECK(commit_wait(log, ILOG_LSN_ALL) == 0);
 	ilog_close(log);
-	struct collect cl;
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, NULL) == appended + 2);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+	replay_expect(&r, &initial, 1, appended + 2, NULL, "after the backlog");
 	sync_waiter_fini(&sw);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -699,12 +711,9 @@ static void test_wraparound(void)
 {
 	struct rig r;
 	/* A region in the middle of the data area, to show the log keeps inside it. */
-	CHECK(rig_init(&r, 1, false, 256u << 10, 3u << 20, 256u << 10));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog *log = rig_open_log(&r, 1, false, 256u << 10, 3u << 20, 256u << 10, NULL);
 	if (!log)
 		return;
-	struct meta_vec mv = {0};
 	uint64_t rng = 99, lsn = 0;
 	uint64_t first_lsn_of_txg[4096] = {0};
 	unsigned replays = 0, bad_replays = 0;
@@ -720,7 +729,8 @@ static void test_wraparound(void)
 			uint32_t len = (uint32_t)(x % 3000);
 			if (i == large_at)
 				len = 100000 + (uint32_t)(x % 150000);
-			int rc = append_gen(log, &mv, (uint16_t)(x >> 48), txg, len, x, &lsn);
+			int rc =
+			    append_gen(log, &r.rg_meta, (uint16_t)(x >> 48), txg, len, x, &lsn);
 			CHECKF(rc == 0, "append in txg %llu: %d", (unsigned long long)txg, rc);
 			if (rc != 0)
 				break;
@@ -742,7 +752,7 @@ static void test_wraparound(void)
 		       "txg %llu: position at LSN %llu, expected %llu", (unsigned long long)txg,
 		       (unsigned long long)pos.ip_next_lsn, (unsigned long long)expect_first);
 		struct collect cl;
-		collect_init(&cl, &mv, pos.ip_next_lsn);
+		collect_init(&cl, &r.rg_meta, pos.ip_next_lsn);
 		struct ilog_position end;
 		int64_t got = rig_replay(&r, &pos, &cl, &end);
 		replays++;
@@ -767,7 +777,6 @@ static void test_wraparound(void)
 	CHECK(st.is_full == 0);
 	CHECK(region_outside_zero(&r, 256u << 10, 256u << 10));
 	ilog_close(log);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -777,14 +786,10 @@ static void test_wraparound(void)
 static void test_full_log(void)
 {
 	struct rig r;
-	CHECK(rig_init(&r, 1, false, 0, ILOG_REGION_MIN, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog_position initial;
+	struct ilog *log = rig_open_log(&r, 1, false, 0, ILOG_REGION_MIN, 0, &initial);
 	if (!log)
 		return;
-	struct ilog_position initial;
-	ilog_checkpoint_position(log, 0, &initial);
-	struct meta_vec mv = {0};
 	uint64_t lsn = 0, appended = 0;
 	int rc = 0;
 	/* Large records until one is refused, then small ones until one of those is too, committing
@@ -792,7 +797,7 @@ static void test_full_log(void)
 	uint32_t sizes[2] = {8000, 40};
 	for (unsigned phase = 0; phase < 2; phase++) {
 		for (unsigned i = 0; i < 100000; i++) {
-			rc = append_gen(log, &mv, 1, 1, sizes[phase], appended, &lsn);
+			rc = append_gen(log, &r.rg_meta, 1, 1, sizes[phase], appended, &lsn);
 			if (rc != 0)
 				break;
 			appended++;
@@ -803,17 +808,13 @@ static void test_full_log(void)
 		CHECK(commit_wait(log, ILOG_LSN_ALL) == 0);
 	}
 	/* Filled to the brim, and no block overwrote another: every record replays. */
-	struct collect cl;
-	collect_init(&cl, &mv, 1);
-	CHECKF(rig_replay(&r, &initial, &cl, NULL) == (int64_t)appended, "%llu appended",
-	       (unsigned long long)appended);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+	replay_expect(&r, &initial, 1, (int64_t)appended, NULL, "the full log");
 	struct ilog_stats st;
 	ilog_stats(log, &st);
 	CHECKF(st.is_space_used_bytes > r.rg_bytes / 2 && st.is_space_used_bytes <= r.rg_bytes,
 	       "%llu used", (unsigned long long)st.is_space_used_bytes);
 	CHECK(st.is_full == 2 && appended * 8000 > r.rg_bytes / 2);
-	CHECK(append_gen(log, &mv, 1, 2, 8000, 1, &lsn) == -EAGAIN);
+	CHECK(append_gen(log, &r.rg_meta, 1, 2, 8000, 1, &lsn) == -EAGAIN);
 
 	/* Nothing has been freed since: the space waiter is queued. */
 	struct sync_waiter sw;
@@ -822,7 +823,7 @@ static void test_full_log(void)
 	struct ilog_position pos;
 	CHECK(ilog_checkpoint(log, 0, &pos) == 0); /* txg 1 is not synced: nothing to free */
 	CHECK(sw.sw_calls == 0);
-	CHECK(append_gen(log, &mv, 1, 2, 8000, 1, &lsn) == -EAGAIN);
+	CHECK(append_gen(log, &r.rg_meta, 1, 2, 8000, 1, &lsn) == -EAGAIN);
 	CHECK(ilog_checkpoint(log, 1, &pos) == 0); /* frees everything and wakes the waiter, here */
 	CHECK(sw.sw_calls == 1 && sw.sw_status == 0);
 	ilog_stats(log, &st);
@@ -832,37 +833,34 @@ static void test_full_log(void)
 	/* The log takes records again, and replay from the checkpoint sees only them. */
 	uint64_t first = 0;
 	for (unsigned i = 0; i < 20; i++) {
-		CHECK(append_gen(log, &mv, 2, 2, 8000, 5000 + i, &lsn) == 0);
+		CHECK(append_gen(log, &r.rg_meta, 2, 2, 8000, 5000 + i, &lsn) == 0);
 		if (!first)
 			first = lsn;
 	}
 	CHECK(first == appended + 1);
 	CHECK(commit_wait(log, lsn) == 0);
-	collect_init(&cl, &mv, pos.ip_next_lsn);
-	CHECK(rig_replay(&r, &pos, &cl, NULL) == 20);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+	replay_expect(&r, &pos, pos.ip_next_lsn, 20, NULL, "from the checkpoint");
 
 	/* Space freed between the refusal and the wait: wait_space says retry at once. */
 	for (unsigned i = 0; i < 10000; i++)
-		if ((rc = append_gen(log, &mv, 1, 3, 8000, i, &lsn)) != 0)
+		if ((rc = append_gen(log, &r.rg_meta, 1, 3, 8000, i, &lsn)) != 0)
 			break;
 	CHECK(rc == -EAGAIN);
 	CHECK(commit_wait(log, ILOG_LSN_ALL) == 0);
 	CHECK(ilog_checkpoint(log, 3, &pos) == 0);
 	CHECK(ilog_wait_space(log, &sw.sw_w) == ILOG_DONE);
-	CHECK(append_gen(log, &mv, 1, 4, 8000, 1, &lsn) == 0);
+	CHECK(append_gen(log, &r.rg_meta, 1, 4, 8000, 1, &lsn) == 0);
 	CHECK(sw.sw_calls == 1);
 
 	/* A queued space waiter is cancelled by close. */
 	for (unsigned i = 0; i < 10000; i++)
-		if ((rc = append_gen(log, &mv, 1, 4, 8000, i, &lsn)) != 0)
+		if ((rc = append_gen(log, &r.rg_meta, 1, 4, 8000, i, &lsn)) != 0)
 			break;
 	CHECK(rc == -EAGAIN);
 	CHECK(ilog_wait_space(log, &sw.sw_w) == 0);
 	ilog_close(log);
 	CHECK(sw.sw_calls == 2 && sw.sw_status == -ECANCELED);
 	sync_waiter_fini(&sw);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -1040,9 +1038,7 @@ static void test_crash_cuts(void)
 {
 	struct crash_state *cs = &g_crash;
 	memset(cs, 0, sizeof(*cs));
-	CHECK(rig_init(&cs->cs_rig, 1, true, 0, ILOG_REGION_MIN, 0));
-	CHECK(ilog_create(cs->cs_rig.rg_vdev, cs->cs_rig.rg_start, cs->cs_rig.rg_bytes, POOL_GUID,
-	                  &cs->cs_log) == 0);
+	cs->cs_log = rig_open_log(&cs->cs_rig, 1, true, 0, ILOG_REGION_MIN, 0, NULL);
 	if (!cs->cs_log)
 		return;
 	pthread_mutex_init(&cs->cs_lock, NULL);
@@ -1173,18 +1169,14 @@ static unsigned chain_blocks(struct rig *r, unsigned child, const struct ilog_po
 static void test_mirror(void)
 {
 	struct rig r;
-	CHECK(rig_init(&r, 2, false, 0, 4u << 20, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog_position initial;
+	struct ilog *log = rig_open_log(&r, 2, false, 0, 4u << 20, 0, &initial);
 	if (!log)
 		return;
-	struct ilog_position initial;
-	ilog_checkpoint_position(log, 0, &initial);
-	struct meta_vec mv = {0};
 	uint64_t rng = 5, lsn = 0;
 	for (unsigned i = 0; i < 300; i++) {
 		uint64_t x = splitmix64(&rng);
-		CHECK(append_gen(log, &mv, 3, 1, (uint32_t)(x % 9000), x, &lsn) == 0);
+		CHECK(append_gen(log, &r.rg_meta, 3, 1, (uint32_t)(x % 9000), x, &lsn) == 0);
 		if (i % 10 == 9)
 			CHECK(commit_wait(log, lsn) == 0);
 	}
@@ -1205,46 +1197,36 @@ static void test_mirror(void)
 	unsigned nblocks = chain_blocks(&r, 0, &initial, offs, sizes, 64);
 	CHECK(nblocks == 30);
 
-	struct collect cl;
 	for (unsigned bad = 0; bad < 2; bad++) {
 		uint64_t st = 1000 + bad;
 		for (size_t i = 0; i < region; i += 8) {
 			uint64_t v = splitmix64(&st);
 			memcpy(side[bad] + i, &v, 8);
 		}
-		collect_init(&cl, &mv, 1);
-		CHECKF(rig_replay(&r, &initial, &cl, NULL) == 300, "side %u garbage", bad);
-		CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+		replay_expect(&r, &initial, 1, 300, NULL,
+		              bad == 0 ? "side 0 garbage" : "side 1 garbage");
 		memcpy(side[bad], saved[bad], region);
 	}
 	/* Each block bad on one side or the other: still every record. */
 	for (unsigned b = 0; b < nblocks; b++)
 		side[b % 2][offs[b] - r.rg_start + sizes[b] / 2] ^= 0x40;
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, NULL) == 300);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+	replay_expect(&r, &initial, 1, 300, NULL, "each block bad on one side");
 	/* Block 7 bad on both sides (its middle on side 1 already): the chain ends before it. */
 	side[0][offs[7] - r.rg_start + 100] ^= 0x01;
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, NULL) == 70);
-	CHECKF(!cl.cl_bad, "%s", cl.cl_why);
+	replay_expect(&r, &initial, 1, 70, NULL, "block 7 bad on both sides");
 	for (unsigned c = 0; c < 2; c++)
 		memcpy(side[c], saved[c], region);
 
 	/* One side failing its reads: the other serves them. Both failing: an I/O error. */
 	blk_dev_inject_errors(r.rg_devs[0], 1000000, -1);
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, NULL) == 300);
+	CHECK(replay_count(&r, &initial, 1, NULL) == 300);
 	blk_dev_inject_errors(r.rg_devs[1], 1000000, -1);
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, NULL) == -EIO);
+	CHECK(replay_count(&r, &initial, 1, NULL) == -EIO);
 	blk_dev_inject_errors(r.rg_devs[0], -1, -1);
 	blk_dev_inject_errors(r.rg_devs[1], -1, -1);
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, NULL) == 300);
+	CHECK(replay_count(&r, &initial, 1, NULL) == 300);
 	mem_free(saved[0]);
 	mem_free(saved[1]);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -1254,23 +1236,20 @@ static void test_mirror(void)
 static void test_device_failure(void)
 {
 	struct rig r;
-	CHECK(rig_init(&r, 1, false, 0, 4u << 20, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog *log = rig_open_log(&r, 1, false, 0, 4u << 20, 0, NULL);
 	if (!log)
 		return;
-	struct meta_vec mv = {0};
 	uint64_t lsn = 0;
-	CHECK(append_gen(log, &mv, 1, 1, 100, 1, &lsn) == 0);
+	CHECK(append_gen(log, &r.rg_meta, 1, 1, 100, 1, &lsn) == 0);
 	CHECK(commit_wait(log, lsn) == 0);
-	CHECK(append_gen(log, &mv, 1, 1, 100, 2, &lsn) == 0);
+	CHECK(append_gen(log, &r.rg_meta, 1, 1, 100, 2, &lsn) == 0);
 	struct sync_waiter space;
 	sync_waiter_init(&space);
 	blk_dev_inject_errors(r.rg_devs[0], -1, 1);
 	CHECK(commit_wait(log, lsn) == -EIO);
 	CHECK(ilog_commit(log, 1, NULL) == ILOG_DONE); /* durable before the failure */
 	CHECK(ilog_commit(log, 2, NULL) == -EIO);
-	CHECK(append_gen(log, &mv, 1, 1, 100, 3, &lsn) == -EIO);
+	CHECK(append_gen(log, &r.rg_meta, 1, 1, 100, 3, &lsn) == -EIO);
 	CHECK(ilog_wait_space(log, &space.sw_w) == -EIO);
 	ilog_close(log);
 	CHECK(space.sw_calls == 0);
@@ -1280,12 +1259,12 @@ static void test_device_failure(void)
 	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
 	if (log) {
 		blk_dev_set_pulled(r.rg_devs[0], true);
-		CHECK(append_gen(log, &mv, 1, 1, 100, 4, &lsn) == 0);
+		CHECK(append_gen(log, &r.rg_meta, 1, 1, 100, 4, &lsn) == 0);
 		struct sync_waiter a, b;
 		sync_waiter_init(&a);
 		sync_waiter_init(&b);
 		CHECK(ilog_commit(log, lsn, &a.sw_w) == 0);
-		int rc = append_gen(log, &mv, 1, 1, 100, 5, &lsn);
+		int rc = append_gen(log, &r.rg_meta, 1, 1, 100, 5, &lsn);
 		CHECK(rc == 0 || rc == -EIO);
 		rc = ilog_commit(log, ILOG_LSN_ALL, &b.sw_w);
 		CHECK(rc == 0 || rc == -EIO);
@@ -1299,7 +1278,6 @@ static void test_device_failure(void)
 		blk_dev_set_pulled(r.rg_devs[0], false);
 	}
 	sync_waiter_fini(&space);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -1309,17 +1287,14 @@ static void test_device_failure(void)
 static void test_close_waits(void)
 {
 	struct rig r;
-	CHECK(rig_init(&r, 1, false, 0, 4u << 20, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog *log = rig_open_log(&r, 1, false, 0, 4u << 20, 0, NULL);
 	if (!log)
 		return;
-	struct meta_vec mv = {0};
 	struct sync_waiter sw[8];
 	uint64_t lsn = 0;
 	for (unsigned i = 0; i < 8; i++) {
 		sync_waiter_init(&sw[i]);
-		CHECK(append_gen(log, &mv, 1, 1, 300000, i, &lsn) ==
+		CHECK(append_gen(log, &r.rg_meta, 1, 1, 300000, i, &lsn) ==
 		      0); /* 8 x 300 KB: several blocks */
 		CHECK(ilog_commit(log, lsn, &sw[i].sw_w) == 0);
 	}
@@ -1328,7 +1303,6 @@ static void test_close_waits(void)
 		CHECK(sw[i].sw_calls == 1 && sw[i].sw_status == 0);
 		sync_waiter_fini(&sw[i]);
 	}
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -1342,40 +1316,32 @@ static void test_close_waits(void)
 static void test_stale_successor(void)
 {
 	struct rig r;
-	CHECK(rig_init(&r, 1, false, 0, 4u << 20, 0));
-	struct ilog *log = NULL;
-	CHECK(ilog_create(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &log) == 0);
+	struct ilog_position initial, end;
+	struct ilog *log = rig_open_log(&r, 1, false, 0, 4u << 20, 0, &initial);
 	if (!log)
 		return;
-	struct ilog_position initial, end;
-	ilog_checkpoint_position(log, 0, &initial);
-	struct meta_vec mv = {0};
 	uint64_t lsn = 0;
-	CHECK(append_gen(log, &mv, 7, 1, 500, 11, &lsn) == 0 && lsn == 1);
+	CHECK(append_gen(log, &r.rg_meta, 7, 1, 500, 11, &lsn) == 0 && lsn == 1);
 	CHECK(commit_wait(log, 1) == 0);
-	CHECK(append_gen(log, &mv, 8, 1, 600, 12, &lsn) == 0 && lsn == 2);
+	CHECK(append_gen(log, &r.rg_meta, 8, 1, 600, 12, &lsn) == 0 && lsn == 2);
 	CHECK(commit_wait(log, 2) == 0);
 	ilog_close(log);
 	uint8_t *bytes = blk_dev_mem_bytes(r.rg_devs[0]);
 	memset(bytes + r.rg_start, 0, BLK_SECTOR_BYTES); /* block N lost */
-	struct collect cl;
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, &end) == 0);
+	CHECK(replay_count(&r, &initial, 1, &end) == 0);
 	CHECK(end.ip_offset == initial.ip_offset && end.ip_seq == 1 && end.ip_next_lsn == 1);
 
 	log = NULL;
 	CHECK(ilog_open(r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &end, &log) == 0);
 	if (log) {
-		CHECK(append_gen(log, &mv, 7, 1, 500, 11, &lsn) == 0 && lsn == 1);
+		CHECK(append_gen(log, &r.rg_meta, 7, 1, 500, 11, &lsn) == 0 && lsn == 1);
 		CHECK(commit_wait(log, 1) == 0);
 		ilog_close(log);
 	}
 	CHECK(ilog_get64(bytes + r.rg_start + BLK_SECTOR_BYTES + ILOG_BH_SEQ) ==
 	      2); /* the stale B is there */
-	collect_init(&cl, &mv, 1);
-	CHECK(rig_replay(&r, &initial, &cl, &end) == 1);
+	CHECK(replay_count(&r, &initial, 1, &end) == 1);
 	CHECK(end.ip_seq == 2 && end.ip_next_lsn == 2);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 
@@ -1399,6 +1365,21 @@ static int count_visit(void *arg, uint16_t type, uint64_t txg, uint64_t lsn, con
 	return 0;
 }
 
+/* Replays the region of r from pos, adding the records visited to *n (their bytes all read). */
+static int64_t count_replay(struct rig *r, const struct ilog_position *pos, uint64_t *n)
+{
+	return ilog_replay(g_engine, r->rg_vdev, r->rg_start, r->rg_bytes, POOL_GUID, pos,
+	                   count_visit, n, NULL);
+}
+
+/* Gives a block of `bytes` bytes the checksum of what it now holds. */
+static void block_reseal(uint8_t *blk, uint32_t bytes)
+{
+	uint8_t ck[16];
+	ilog_block_cksum(blk, bytes, ck);
+	memcpy(blk + ILOG_BH_CKSUM, ck, 16);
+}
+
 static void test_hostile(void)
 {
 	struct rig r;
@@ -1415,8 +1396,7 @@ static void test_hostile(void)
 	struct ilog_position pos = {
 	    .ip_offset = r.rg_start, .ip_seq = 1, .ip_next_lsn = 1, .ip_log_guid = 42};
 	uint64_t n = 0;
-	CHECK(ilog_replay(g_engine, r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &pos, count_visit,
-	                  &n, NULL) == 0);
+	CHECK(count_replay(&r, &pos, &n) == 0);
 	CHECK(n == 0);
 
 	/* A real log of three blocks over the garbage. */
@@ -1425,17 +1405,16 @@ static void test_hostile(void)
 	if (!log)
 		return;
 	ilog_checkpoint_position(log, 0, &pos);
-	struct meta_vec mv = {0};
 	uint64_t lsn = 0;
 	for (unsigned b = 0; b < 3; b++) {
 		for (unsigned i = 0; i < 4; i++)
-			CHECK(append_gen(log, &mv, 1, 1, 700 + 300 * i, b * 10 + i, &lsn) == 0);
+			CHECK(append_gen(log, &r.rg_meta, 1, 1, 700 + 300 * i, b * 10 + i, &lsn) ==
+			      0);
 		CHECK(commit_wait(log, lsn) == 0);
 	}
 	ilog_close(log);
 	n = 0;
-	CHECK(ilog_replay(g_engine, r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &pos, count_visit,
-	                  &n, NULL) == 12);
+	CHECK(count_replay(&r, &pos, &n) == 12);
 	uint64_t offs[8];
 	uint32_t sizes[8];
 	CHECK(chain_blocks(&r, 0, &pos, offs, sizes, 8) == 3);
@@ -1449,28 +1428,21 @@ static void test_hostile(void)
 	uint8_t *rec0 = blk1 + ILOG_BLOCK_HEADER_BYTES;
 	uint8_t *rec1 = rec0 + ilog_record_bytes(ilog_get32(rec0 + ILOG_RH_LEN));
 	ilog_put32(rec1 + ILOG_RH_LEN, b1 + 4096);
-	uint8_t ck[16];
-	ilog_block_cksum(blk1, b1, ck);
-	memcpy(blk1 + ILOG_BH_CKSUM, ck, 16);
+	block_reseal(blk1, b1);
 	n = 0;
-	CHECK(ilog_replay(g_engine, r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &pos, count_visit,
-	                  &n, NULL) == -EIO);
+	CHECK(count_replay(&r, &pos, &n) == -EIO);
 	CHECK(n == 4); /* the first block's records, none of the bad block's */
 	ilog_put32(rec1 + ILOG_RH_LEN, UINT32_MAX - 3);
-	ilog_block_cksum(blk1, b1, ck);
-	memcpy(blk1 + ILOG_BH_CKSUM, ck, 16);
-	CHECK(ilog_replay(g_engine, r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &pos, count_visit,
-	                  &n, NULL) == -EIO);
+	block_reseal(blk1, b1);
+	CHECK(count_replay(&r, &pos, &n) == -EIO);
 
 	/* A header whose size is nonsense cannot be checksummed: the chain ends there. */
 	memcpy(blk1, saved, b1);
 	ilog_put32(blk1 + ILOG_BH_BYTES, 3 * ILOG_BLOCK_MAX);
 	n = 0;
-	CHECK(ilog_replay(g_engine, r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &pos, count_visit,
-	                  &n, NULL) == 4);
+	CHECK(count_replay(&r, &pos, &n) == 4);
 	ilog_put32(blk1 + ILOG_BH_BYTES, 100);
-	CHECK(ilog_replay(g_engine, r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID, &pos, count_visit,
-	                  &n, NULL) == 4);
+	CHECK(count_replay(&r, &pos, &n) == 4);
 
 	/* Fuzz the middle block: random bytes changed, checksum fixed up or not. Replay must stop
 	 * cleanly or fail with -EIO, never crash, never visit more than the good records. */
@@ -1488,12 +1460,10 @@ static void test_hostile(void)
 			blk1[at] = (uint8_t)(x >> 40);
 		}
 		if (splitmix64(&fz) % 4 != 0) {
-			ilog_block_cksum(blk1, b1, ck);
-			memcpy(blk1 + ILOG_BH_CKSUM, ck, 16);
+			block_reseal(blk1, b1);
 		}
 		n = 0;
-		int64_t got = ilog_replay(g_engine, r.rg_vdev, r.rg_start, r.rg_bytes, POOL_GUID,
-		                          &pos, count_visit, &n, NULL);
+		int64_t got = count_replay(&r, &pos, &n);
 		if (got == -EIO)
 			errors++;
 		else if (got == 12)
@@ -1508,7 +1478,6 @@ static void test_hostile(void)
 	printf("# fuzz: %u clean stops, %u -EIO, %u unchanged\n", stopped, errors, full);
 	CHECK(stopped > 0 && errors > 0);
 	mem_free(saved);
-	mem_free(mv.mv_recs);
 	rig_fini(&r);
 }
 

@@ -8,6 +8,7 @@
  * pointer. So space that is reused too early really is overwritten, and a later load of an older
  * root fails. The test links only base and space.c (not blk's library). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +222,21 @@ static void ts_destroy(struct tstore *ts)
 	free(ts);
 }
 
+/* A new allocator on g with a new store behind it, in ts->sp; store_close destroys both. */
+static struct tstore *store_open(const struct space_geometry *g)
+{
+	struct tstore *ts = ts_create(g);
+	int rc = space_create(g, &ts->sp);
+	CHECKF(rc == 0, "space_create: %d", rc);
+	return ts;
+}
+
+static void store_close(struct tstore *ts)
+{
+	space_close(ts->sp);
+	ts_destroy(ts);
+}
+
 static struct space_store ts_store(struct tstore *ts)
 {
 	return (struct space_store){.ss_ctx = ts, .ss_write = ts_write, .ss_free = ts_free};
@@ -249,6 +265,38 @@ static void small_geom(struct space_geometry *g, uint32_t nvdevs)
 	g->sg_index_chunks = 4; /* several index blocks, the last one short */
 	g->sg_reserve_shift = 5;
 	g->sg_reserve_min_bytes = 256 * KIB;
+}
+
+/* Fills g by small_geom and opens a store on it. */
+static struct tstore *small_store_open(struct space_geometry *g, uint32_t nvdevs)
+{
+	small_geom(g, nvdevs);
+	return store_open(g);
+}
+
+/* One field of a geometry and a value for it: the cases below change one field at a time. */
+struct geom_field {
+	const char *gf_what;
+	size_t gf_at;
+	size_t gf_bytes; /* 4 or 8 */
+	uint64_t gf_value;
+};
+
+#define GEOM_FIELD(f) offsetof(struct space_geometry, f), sizeof(((struct space_geometry *)0)->f)
+
+/* g with the one field changed. */
+static struct space_geometry geom_with(const struct space_geometry *g, const struct geom_field *f)
+{
+	struct space_geometry b = *g;
+	uint8_t *at = (uint8_t *)&b + f->gf_at;
+	if (f->gf_bytes == sizeof(uint32_t)) {
+		uint32_t v = (uint32_t)f->gf_value;
+		memcpy(at, &v, sizeof(v));
+	} else {
+		VERIFY(f->gf_bytes == sizeof(uint64_t));
+		memcpy(at, &f->gf_value, sizeof(f->gf_value));
+	}
+	return b;
 }
 
 static uint64_t vdev_sectors(const struct space_geometry *g, uint32_t v)
@@ -330,6 +378,25 @@ static void tmap_add_own(struct tmap *m, const struct space_geometry *g, const s
 		tmap_mark(m, g, ts->own[i].vdev, ts->own[i].off, ts->own[i].bytes, 1);
 }
 
+/* Whether [off, off + bytes) of vdev is wholly in state want (a failed query is not). */
+static bool range_is(const struct space *sp, uint32_t vdev, uint64_t off, uint64_t bytes,
+                     enum space_range_state want)
+{
+	enum space_range_state st;
+	return space_query(sp, vdev, off, bytes, &st) == 0 && st == want;
+}
+
+/* Initialises m to what a state should hold: the nlive extents of live and the store's record of
+ * the allocator's own blocks allocated, everything else free. tmap_fini frees it. */
+static void tmap_expect_live(struct tmap *m, const struct space_geometry *g,
+                             const struct text *live, size_t nlive, const struct tstore *ts)
+{
+	tmap_init(m, g);
+	for (size_t i = 0; i < nlive; i++)
+		tmap_mark(m, g, live[i].vdev, live[i].off, live[i].bytes, 1);
+	tmap_add_own(m, g, ts);
+}
+
 /* Opens root; a failure is a failed CHECK, and an empty allocator stands in for the result so that
  * the case goes on to report what else is wrong instead of crashing. */
 static struct space *reopen(const struct space_geometry *g, const struct blk_ptr *root,
@@ -349,19 +416,15 @@ static struct space *reopen(const struct space_geometry *g, const struct blk_ptr
 static void test_deferred_reuse(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 1);
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 1);
+	struct space *sp = ts->sp;
 	uint32_t v;
 	uint64_t a, b, c;
 	CHECK(space_alloc(sp, SPACE_CLASS_NORMAL, SPACE_VDEV_ANY, 64 * KIB, &v, &a) == 0);
 	CHECK(space_alloc(sp, SPACE_CLASS_NORMAL, SPACE_VDEV_ANY, 64 * KIB, &v, &b) == 0);
 	CHECK(v == 0 && b == a + 64 * KIB); /* first fit from the cursor: contiguous */
 	CHECK(space_free(sp, 5, 0, a, 64 * KIB) == 0);
-	enum space_range_state st;
-	CHECK(space_query(sp, 0, a, 64 * KIB, &st) == 0 && st == SPACE_RANGE_FREEING);
+	CHECK(range_is(sp, 0, a, 64 * KIB, SPACE_RANGE_FREEING));
 	struct space_stats s0, s1;
 	CHECK(space_stats(sp, SPACE_VDEV_ANY, &s0) == 0);
 	CHECK(s0.st_freeing_bytes == 64 * KIB && s0.st_allocated_bytes == 64 * KIB);
@@ -381,7 +444,7 @@ static void test_deferred_reuse(void)
 	CHECK(space_free(sp, 0, 0, b, SEC) == -EINVAL); /* txg 0 */
 	CHECK(space_stats(sp, SPACE_VDEV_ANY, &s1) == 0);
 	CHECK(memcmp(&s0, &s1, sizeof(s0)) == 0);
-	CHECK(space_query(sp, 0, b, 64 * KIB, &st) == 0 && st == SPACE_RANGE_ALLOCATED);
+	CHECK(range_is(sp, 0, b, 64 * KIB, SPACE_RANGE_ALLOCATED));
 
 	/* Sync txg 5 (its state shows a free), then take every other sector: none is a's. */
 	struct blk_ptr root;
@@ -405,7 +468,7 @@ static void test_deferred_reuse(void)
 	space_txg_durable(sp, 4); /* an older txg: a stays out of reach */
 	CHECK(space_alloc(sp, SPACE_CLASS_RESERVED, SPACE_VDEV_ANY, SEC, &v, &c) == -ENOSPC);
 	space_txg_durable(sp, 5);
-	CHECK(space_query(sp, 0, a, 64 * KIB, &st) == 0 && st == SPACE_RANGE_FREE);
+	CHECK(range_is(sp, 0, a, 64 * KIB, SPACE_RANGE_FREE));
 	CHECK(space_alloc(sp, SPACE_CLASS_RESERVED, SPACE_VDEV_ANY, 64 * KIB, &v, &c) == 0 &&
 	      c == a);
 
@@ -413,13 +476,12 @@ static void test_deferred_reuse(void)
 	 * last sync (clamped). */
 	CHECK(space_free(sp, 6, 0, b, 64 * KIB) == 0);
 	space_txg_durable(sp, 6);
-	CHECK(space_query(sp, 0, b, 64 * KIB, &st) == 0 && st == SPACE_RANGE_FREEING);
+	CHECK(range_is(sp, 0, b, 64 * KIB, SPACE_RANGE_FREEING));
 	CHECK(space_free(sp, 6, 0, a, 64 * KIB) == 0);
 	/* full to the last sector: even the sync has no room */
 	CHECK(ts_sync(ts, 6, &root) == -ENOSPC);
 	CHECK(space_is_dirty(sp));
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 static void test_reserve(void)
@@ -427,10 +489,8 @@ static void test_reserve(void)
 	struct space_geometry g;
 	small_geom(&g, 1);
 	g.sg_reserve_min_bytes = 1 * MIB; /* 256 sectors; 1/32 of 4106 sectors would be only 128 */
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = store_open(&g);
+	struct space *sp = ts->sp;
 	struct space_stats st;
 	CHECK(space_stats(sp, SPACE_VDEV_ANY, &st) == 0 && st.st_reserve_bytes == 1 * MIB);
 	struct text blocks[1100];
@@ -482,8 +542,7 @@ static void test_reserve(void)
 	CHECK(space_is_dirty(sp));
 	CHECK(ts_sync(ts, 2, &root) == -ENOSPC);
 	CHECK(space_is_dirty(sp));
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 /* Random allocations and frees (txg) on sp; returns the live extents in out. */
@@ -516,11 +575,8 @@ static size_t random_ops(struct space *sp, uint64_t txg, struct text *live, size
 static void test_sync_reopen_exact(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 2);
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 2);
+	struct space *sp = ts->sp;
 	static struct text live[4000];
 	/* a range in the very last sectors (the short last chunk and metaslab) */
 	CHECK(space_claim(sp, 1, sector_off(&g, 1, vdev_sectors(&g, 1) - 3), 3 * SEC) == 0);
@@ -536,11 +592,8 @@ static void test_sync_reopen_exact(void)
 
 	/* Expected after reopening txg 2's root: the live extents and the allocator's blocks. */
 	struct tmap expect, now;
-	tmap_init(&expect, &g);
+	tmap_expect_live(&expect, &g, live, nlive, ts);
 	tmap_init(&now, &g);
-	for (size_t i = 0; i < nlive; i++)
-		tmap_mark(&expect, &g, live[i].vdev, live[i].off, live[i].bytes, 1);
-	tmap_add_own(&expect, &g, ts);
 	/* In memory, txg 2's frees are FREEING; everything else agrees with expect. */
 	tmap_from_space(&now, &g, sp);
 	uint64_t bad = 0;
@@ -590,10 +643,8 @@ static void test_sync_reopen_exact(void)
 	space_geometry_init(&dg);
 	dg.sg_nvdevs = 1;
 	dg.sg_vdevs[0] = (struct space_vdev_geom){VSTART, 1024 * MIB};
-	struct space *dsp, *dre;
-	CHECK(space_create(&dg, &dsp) == 0);
-	struct tstore *dts = ts_create(&dg);
-	dts->sp = dsp;
+	struct tstore *dts = store_open(&dg);
+	struct space *dsp = dts->sp, *dre;
 	CHECK(space_stats(dsp, SPACE_VDEV_ANY, &a) == 0 && a.st_reserve_bytes == 32 * MIB);
 	uint64_t offs[300];
 	for (int i = 0; i < 300; i++) {
@@ -616,20 +667,15 @@ static void test_sync_reopen_exact(void)
 	CHECK(space_stats(dre, SPACE_VDEV_ANY, &b) == 0);
 	CHECK(b.st_allocated_bytes == 200 * MIB + (uint64_t)dts->nown * SEC);
 	space_close(dre);
-	space_close(dsp);
-	ts_destroy(dts);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(dts);
+	store_close(ts);
 }
 
 static void test_sync_converges(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 2);
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 2);
+	struct space *sp = ts->sp;
 	uint32_t chunk_sectors = (g.sg_chunk_bytes - SPACE_CHUNK_HEADER_BYTES) * 8, nchunks = 0;
 	/* one allocated sector in every chunk: every chunk dirty */
 	for (uint32_t v = 0; v < 2; v++)
@@ -694,11 +740,8 @@ static void test_sync_converges(void)
 	CHECKF(info.si_passes == 2, "passes %u", info.si_passes);
 	CHECK(ts->nstray == 1 && info.si_root_written == 2 && info.si_chunks_written >= 2);
 	re = reopen(&g, &r4, ts);
-	enum space_range_state rs;
-	CHECK(space_query(re, ts->stray[0].vdev, ts->stray[0].off, SEC, &rs) == 0 &&
-	      rs == SPACE_RANGE_ALLOCATED);
-	CHECK(space_query(re, 0, sector_off(&g, 0, 700), SEC, &rs) == 0 &&
-	      rs == SPACE_RANGE_ALLOCATED);
+	CHECK(range_is(re, ts->stray[0].vdev, ts->stray[0].off, SEC, SPACE_RANGE_ALLOCATED));
+	CHECK(range_is(re, 0, sector_off(&g, 0, 700), SEC, SPACE_RANGE_ALLOCATED));
 	space_close(re);
 
 	/* Invalid txgs. */
@@ -707,8 +750,7 @@ static void test_sync_converges(void)
 	CHECK(ts_sync(ts, 4, &r4) == -EINVAL); /* already durable */
 	struct space_store bad = {0};
 	CHECK(space_sync(sp, 5, &bad, &r4) == -EINVAL);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 /* A live data block of the crash test, with the stamp written at its start. */
@@ -781,11 +823,8 @@ static uint64_t crash_check(const struct space_geometry *g, struct tstore *ts,
 static void test_crash_consistency(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 2);
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 2);
+	struct space *sp = ts->sp;
 	static struct cblock blocks[8000];
 	size_t nblocks = 0;
 	uint64_t next_stamp = 1;
@@ -865,18 +904,14 @@ static void test_crash_consistency(void)
 	for (int i = 0; i < 3; i++)
 		tmap_fini(&snap[i]);
 	tmap_fini(&ever);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 static void test_future_frees(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 1);
-	struct space *sp, *re;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 1);
+	struct space *sp = ts->sp, *re;
 	uint32_t v;
 	uint64_t a, b;
 	CHECK(space_alloc(sp, SPACE_CLASS_NORMAL, 0, 32 * KIB, &v, &a) == 0);
@@ -888,44 +923,38 @@ static void test_future_frees(void)
 	CHECK(space_free(sp, 2, 0, b, 32 * KIB) == 0);
 	CHECK(ts_sync(ts, 2, &r2) == 0);
 	CHECK(space_is_dirty(sp)); /* a's chunk waits for txg 3 */
-	enum space_range_state st;
 	re = reopen(&g, &r2, ts);
-	CHECK(space_query(re, 0, a, 32 * KIB, &st) == 0 && st == SPACE_RANGE_ALLOCATED);
-	CHECK(space_query(re, 0, b, 32 * KIB, &st) == 0 && st == SPACE_RANGE_FREE);
+	CHECK(range_is(re, 0, a, 32 * KIB, SPACE_RANGE_ALLOCATED));
+	CHECK(range_is(re, 0, b, 32 * KIB, SPACE_RANGE_FREE));
 	space_close(re);
 	space_txg_durable(sp, 2);
-	CHECK(space_query(sp, 0, a, 32 * KIB, &st) == 0 && st == SPACE_RANGE_FREEING);
-	CHECK(space_query(sp, 0, b, 32 * KIB, &st) == 0 && st == SPACE_RANGE_FREE);
+	CHECK(range_is(sp, 0, a, 32 * KIB, SPACE_RANGE_FREEING));
+	CHECK(range_is(sp, 0, b, 32 * KIB, SPACE_RANGE_FREE));
 	CHECK(ts_sync(ts, 3, &r3) == 0);
 	CHECK(!space_is_dirty(sp));
 	re = reopen(&g, &r3, ts);
-	CHECK(space_query(re, 0, a, 32 * KIB, &st) == 0 && st == SPACE_RANGE_FREE);
+	CHECK(range_is(re, 0, a, 32 * KIB, SPACE_RANGE_FREE));
 	space_close(re);
 	space_txg_durable(sp, 3);
-	CHECK(space_query(sp, 0, a, 32 * KIB, &st) == 0 && st == SPACE_RANGE_FREE);
-	space_close(sp);
-	ts_destroy(ts);
+	CHECK(range_is(sp, 0, a, 32 * KIB, SPACE_RANGE_FREE));
+	store_close(ts);
 }
 
 static void test_claim(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 1);
-	struct space *sp, *re;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 1);
+	struct space *sp = ts->sp, *re;
 	uint32_t v;
 	uint64_t a;
-	enum space_range_state st;
 	CHECK(space_alloc(sp, SPACE_CLASS_NORMAL, 0, 32 * KIB, &v, &a) == 0);
 	CHECK(space_claim(sp, 0, a, 32 * KIB) == -EEXIST);
 	CHECK(space_claim(sp, 0, a + 8 * KIB, SEC) == -EEXIST);
 	CHECK(space_claim(sp, 0, a + 28 * KIB, 16 * KIB) == -EEXIST); /* half allocated */
-	CHECK(space_query(sp, 0, a + 32 * KIB, 12 * KIB, &st) == 0 && st == SPACE_RANGE_FREE);
+	CHECK(range_is(sp, 0, a + 32 * KIB, 12 * KIB, SPACE_RANGE_FREE));
 	uint64_t c = VSTART + 10 * MIB;
 	CHECK(space_claim(sp, 0, c, 64 * KIB) == 0);
-	CHECK(space_query(sp, 0, c, 64 * KIB, &st) == 0 && st == SPACE_RANGE_ALLOCATED);
+	CHECK(range_is(sp, 0, c, 64 * KIB, SPACE_RANGE_ALLOCATED));
 	CHECK(space_claim(sp, 0, c + 60 * KIB, 8 * KIB) == -EEXIST);
 	CHECK(space_free(sp, 1, 0, a, 32 * KIB) == 0);
 	CHECK(space_claim(sp, 0, a, SEC) == -EEXIST); /* being freed */
@@ -938,8 +967,7 @@ static void test_claim(void)
 		;
 	uint64_t inside = 0;
 	for (uint64_t s = 0; s < vdev_sectors(&g, 0) && inside == 0; s++)
-		if (space_query(sp, 0, sector_off(&g, 0, s), SEC, &st) == 0 &&
-		    st == SPACE_RANGE_FREE)
+		if (range_is(sp, 0, sector_off(&g, 0, s), SEC, SPACE_RANGE_FREE))
 			inside = sector_off(&g, 0, s);
 	CHECK(inside != 0);
 	CHECK(space_alloc(sp, SPACE_CLASS_NORMAL, 0, SEC, &v, &off) == -ENOSPC);
@@ -947,12 +975,11 @@ static void test_claim(void)
 	struct blk_ptr root;
 	CHECK(ts_sync(ts, 1, &root) == 0);
 	re = reopen(&g, &root, ts);
-	CHECK(space_query(re, 0, c, 64 * KIB, &st) == 0 && st == SPACE_RANGE_ALLOCATED);
-	CHECK(space_query(re, 0, a, 32 * KIB, &st) == 0 && st == SPACE_RANGE_FREE);
-	CHECK(space_query(re, 0, inside, SEC, &st) == 0 && st == SPACE_RANGE_ALLOCATED);
+	CHECK(range_is(re, 0, c, 64 * KIB, SPACE_RANGE_ALLOCATED));
+	CHECK(range_is(re, 0, a, 32 * KIB, SPACE_RANGE_FREE));
+	CHECK(range_is(re, 0, inside, SEC, SPACE_RANGE_ALLOCATED));
 	space_close(re);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 /* ---- hostile roots and blocks ---- */
@@ -966,6 +993,17 @@ struct located {
 	size_t nchunk;
 };
 
+/* The block an on-disk block pointer names: offset at 0, vdev at 8, lsize at 20 (a hole: 0). */
+static struct text bp_text(const uint8_t *bp)
+{
+	uint64_t off;
+	uint32_t vdev, lsize;
+	memcpy(&off, bp, 8);
+	memcpy(&vdev, bp + 8, 4);
+	memcpy(&lsize, bp + 20, 4);
+	return (struct text){vdev, off, lsize};
+}
+
 /* Finds the blocks of a state by reading its root and index blocks as the format tables say. */
 static void locate(struct tstore *ts, const struct blk_ptr *root, uint32_t nvdevs,
                    struct located *loc)
@@ -978,30 +1016,20 @@ static void locate(struct tstore *ts, const struct blk_ptr *root, uint32_t nvdev
 	memcpy(&nindex, buf + 40, 4);
 	memcpy(&k, buf + 28, 4);
 	for (uint32_t i = 0; i < nindex; i++) {
-		const uint8_t *bp = buf + 64 + 32 * nvdevs + 64 * i;
-		uint64_t off;
-		uint32_t vd, lsize;
-		memcpy(&off, bp, 8);
-		memcpy(&vd, bp + 8, 4);
-		memcpy(&lsize, bp + 20, 4);
-		if (lsize == 0)
+		struct text ix = bp_text(buf + 64 + 32 * nvdevs + 64 * i);
+		if (ix.bytes == 0)
 			continue;
-		loc->index[loc->nindex++] = (struct text){vd, off, lsize};
+		loc->index[loc->nindex++] = ix;
 		uint8_t ibuf[16384];
 		uint32_t entries;
-		disk_read(&ts->disk[vd], off, ibuf, lsize);
+		disk_read(&ts->disk[ix.vdev], ix.off, ibuf, ix.bytes);
 		memcpy(&entries, ibuf + 16, 4);
 		for (uint32_t e = 0; e < entries; e++) {
-			const uint8_t *cbp = ibuf + 64 + 64 * e;
-			uint64_t coff;
-			uint32_t cvd, clsize;
-			memcpy(&coff, cbp, 8);
-			memcpy(&cvd, cbp + 8, 4);
-			memcpy(&clsize, cbp + 20, 4);
-			if (clsize == 0)
+			struct text ck = bp_text(ibuf + 64 + 64 * e);
+			if (ck.bytes == 0)
 				continue;
 			loc->chunk_no[loc->nchunk] = i * k + e;
-			loc->chunk[loc->nchunk++] = (struct text){cvd, coff, clsize};
+			loc->chunk[loc->nchunk++] = ck;
 		}
 	}
 }
@@ -1029,16 +1057,85 @@ static int open_with_patch(const struct space_geometry *g, const struct blk_ptr 
 	return rc;
 }
 
-static int open_with_u32(const struct space_geometry *g, const struct blk_ptr *root,
-                         struct tstore *ts, const struct text *blk, uint64_t at, uint32_t val)
+/* One field of an on-disk block made nonsense: its fp_bytes little-endian bytes at fp_at set to,
+ * increased by or xor-ed with fp_value. */
+enum patch_op { PATCH_SET, PATCH_ADD, PATCH_XOR };
+
+struct field_patch {
+	const char *fp_what;
+	uint64_t fp_at;
+	unsigned fp_bytes; /* 1, 4 or 8 */
+	enum patch_op fp_op;
+	uint64_t fp_value;
+};
+
+/* The first index block pointer in the root, after the header and two vdevs' entries. */
+#define ROOT_INDEX_BP (64 + 32 * 2)
+
+/* Fields of the root block (two vdevs), of an index block and of a chunk block, at the offsets of
+ * the format tables in src/store/space.c. */
+static const struct field_patch root_patches[] = {
+    {"magic", 0, 1, PATCH_XOR, 0x40},
+    {"version", 8, 4, PATCH_SET, 2},
+    {"nvdevs", 12, 4, PATCH_SET, 1},
+    {"chunk bytes", 24, 4, PATCH_SET, 4096},
+    {"txg 0", 32, 8, PATCH_SET, 0},
+    {"nindex", 40, 4, PATCH_SET, 99},
+    {"reserved", 44, 4, PATCH_SET, 1},
+    {"total", 48, 8, PATCH_ADD, 1},
+    {"vdev 0 start", 64, 8, PATCH_SET, VSTART + SEC},
+    {"vdev 1 count", 64 + 32 + 16, 8, PATCH_SET, 1},
+    {"bp reserved", ROOT_INDEX_BP + 28, 4, PATCH_SET, 1},
+    {"bp lsize", ROOT_INDEX_BP + 20, 4, PATCH_SET, 64},
+    {"bp vdev", ROOT_INDEX_BP + 8, 4, PATCH_SET, 5},
+    {"bp offset", ROOT_INDEX_BP + 0, 8, PATCH_SET, VSTART + 64 * MIB},
+    {"bp offset misaligned", ROOT_INDEX_BP + 0, 8, PATCH_SET, VSTART + 100},
+    {"bp asize 0", ROOT_INDEX_BP + 12, 4, PATCH_SET, 0},
+    {"bp birth 0, not a hole", ROOT_INDEX_BP + 32, 8, PATCH_SET, 0},
+};
+
+static const struct field_patch index_patches[] = {
+    {"magic", 3, 1, PATCH_SET, 'x'},
+    {"version", 8, 4, PATCH_SET, 9},
+    {"index number", 12, 4, PATCH_SET, 77},
+    {"entries", 16, 4, PATCH_SET, 77},
+    {"reserved", 20, 4, PATCH_SET, 1},
+    {"first chunk", 32, 8, PATCH_SET, 77},
+    {"chunk bp lsize", 64 + 20, 4, PATCH_SET, 100},
+    {"chunk bp vdev", 64 + 8, 4, PATCH_SET, 2},
+};
+
+static const struct field_patch chunk_patches[] = {
+    {"magic", 7, 1, PATCH_SET, 'x'},        {"vdev", 8, 4, PATCH_SET, 9},
+    {"chunk number", 12, 4, PATCH_SET, 77}, {"nbits", 16, 4, PATCH_SET, 511},
+    {"version", 20, 4, PATCH_SET, 0},       {"count", 24, 8, PATCH_ADD, 1},
+    {"bits vs count", 32, 8, PATCH_XOR, 1},
+};
+
+/* Opens root with blk's field changed as fp says, then puts the field back. */
+static int open_with_field(const struct space_geometry *g, const struct blk_ptr *root,
+                           struct tstore *ts, const struct text *blk, const struct field_patch *fp)
 {
-	return open_with_patch(g, root, ts, blk, at, &val, sizeof(val));
+	uint64_t v = 0; /* the host is little-endian, as the format */
+	disk_read(&ts->disk[blk->vdev], blk->off + fp->fp_at, &v, fp->fp_bytes);
+	if (fp->fp_op == PATCH_SET)
+		v = fp->fp_value;
+	else if (fp->fp_op == PATCH_ADD)
+		v += fp->fp_value;
+	else
+		v ^= fp->fp_value;
+	return open_with_patch(g, root, ts, blk, fp->fp_at, &v, fp->fp_bytes);
 }
 
-static int open_with_u64(const struct space_geometry *g, const struct blk_ptr *root,
-                         struct tstore *ts, const struct text *blk, uint64_t at, uint64_t val)
+/* Each of the n patches of blk (named what) in turn must make the open fail with -EIO. */
+static void refuse_patches(const struct space_geometry *g, const struct blk_ptr *root,
+                           struct tstore *ts, const struct text *blk, const char *what,
+                           const struct field_patch *patches, size_t n)
 {
-	return open_with_patch(g, root, ts, blk, at, &val, sizeof(val));
+	for (size_t i = 0; i < n; i++) {
+		int rc = open_with_field(g, root, ts, blk, &patches[i]);
+		CHECKF(rc == -EIO, "%s %s: open gave %d", what, patches[i].fp_what, rc);
+	}
 }
 
 static uint64_t disk_u64(struct tstore *ts, const struct text *blk, uint64_t at)
@@ -1076,11 +1173,8 @@ static int open_with_word(const struct space_geometry *g, const struct blk_ptr *
 static void test_hostile(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 2);
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 2);
+	struct space *sp = ts->sp;
 	static struct text live[2000];
 	size_t nlive = random_ops(sp, 1, live, 0, SH_ARRAY_SIZE(live), 400, 50);
 	(void)nlive;
@@ -1094,40 +1188,15 @@ static void test_hostile(void)
 	struct text rootblk = {root.bp_vdev, root.bp_offset, root.bp_lsize};
 	CHECK(open_rc(&g, &root, ts) == 0);
 
-	/* A bad checksum is the load callback's -EIO. */
-	uint8_t x = (uint8_t)(disk_u64(ts, &rootblk, 0) ^ 0x40);
-	CHECK(open_with_patch(&g, &root, ts, &rootblk, 0, &x, 1) == -EIO);
+	/* A bad checksum (the root's magic changed) is the load callback's -EIO. */
+	CHECK(open_with_field(&g, &root, ts, &rootblk, &root_patches[0]) == -EIO);
 	/* From here on the checksum passes whatever the bytes are: the parser must catch it. */
 	ts->verify = false;
-	CHECK(open_with_patch(&g, &root, ts, &rootblk, 0, &x, 1) == -EIO); /* magic */
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, 8, 2) == -EIO);       /* version */
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, 12, 1) == -EIO);      /* nvdevs */
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, 24, 4096) == -EIO);   /* chunk bytes */
-	CHECK(open_with_u64(&g, &root, ts, &rootblk, 32, 0) == -EIO);      /* txg 0 */
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, 40, 99) == -EIO);     /* nindex */
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, 44, 1) == -EIO);      /* reserved */
-	/* total */
-	CHECK(open_with_u64(&g, &root, ts, &rootblk, 48, disk_u64(ts, &rootblk, 48) + 1) == -EIO);
-	/* vdev 0 start */
-	CHECK(open_with_u64(&g, &root, ts, &rootblk, 64, VSTART + SEC) == -EIO);
-	/* vdev 1 count */
-	CHECK(open_with_u64(&g, &root, ts, &rootblk, 64 + 32 + 16, 1) == -EIO);
-	uint64_t ib = 64 + 32 * 2; /* first index pointer in the root */
-	/* bp reserved */
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, ib + 28, 1) == -EIO);
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, ib + 20, 64) == -EIO); /* bp lsize */
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, ib + 8, 5) == -EIO);   /* bp vdev */
-	/* bp offset */
-	CHECK(open_with_u64(&g, &root, ts, &rootblk, ib + 0, VSTART + 64 * MIB) == -EIO);
-	/* misaligned */
-	CHECK(open_with_u64(&g, &root, ts, &rootblk, ib + 0, VSTART + 100) == -EIO);
-	CHECK(open_with_u32(&g, &root, ts, &rootblk, ib + 12, 0) == -EIO); /* asize 0 */
-	/* birth 0, not a hole */
-	CHECK(open_with_u64(&g, &root, ts, &rootblk, ib + 32, 0) == -EIO);
+	refuse_patches(&g, &root, ts, &rootblk, "root", root_patches, SH_ARRAY_SIZE(root_patches));
 	/* the same index pointer twice */
 	uint8_t bp0[64];
-	disk_read(&ts->disk[rootblk.vdev], rootblk.off + ib, bp0, 64);
-	CHECK(open_with_patch(&g, &root, ts, &rootblk, ib + 64, bp0, 64) == -EIO);
+	disk_read(&ts->disk[rootblk.vdev], rootblk.off + ROOT_INDEX_BP, bp0, 64);
+	CHECK(open_with_patch(&g, &root, ts, &rootblk, ROOT_INDEX_BP + 64, bp0, 64) == -EIO);
 
 	/* the root pointer itself */
 	struct blk_ptr r = root;
@@ -1148,41 +1217,25 @@ static void test_hostile(void)
 	CHECK(space_open(&g, NULL, ts_load, ts, &re) == -EINVAL);
 
 	/* the geometry the caller believes in must be the one on disk */
+	static const struct geom_field other_geom[] = {
+	    {"metaslab size", GEOM_FIELD(sg_metaslab_bytes), 8 * MIB},
+	    {"vdev 1 start", GEOM_FIELD(sg_vdevs[1].svg_start), VSTART + SEC},
+	    {"vdev count", GEOM_FIELD(sg_nvdevs), 1},
+	};
+	for (size_t i = 0; i < SH_ARRAY_SIZE(other_geom); i++) {
+		struct space_geometry g2 = geom_with(&g, &other_geom[i]);
+		CHECKF(open_rc(&g2, &root, ts) == -EIO, "%s", other_geom[i].gf_what);
+	}
 	struct space_geometry g2 = g;
-	g2.sg_metaslab_bytes = 8 * MIB;
-	CHECK(open_rc(&g2, &root, ts) == -EIO);
-	g2 = g;
-	g2.sg_vdevs[1].svg_start += SEC;
-	CHECK(open_rc(&g2, &root, ts) == -EIO);
-	g2 = g;
-	g2.sg_nvdevs = 1;
-	CHECK(open_rc(&g2, &root, ts) == -EIO);
-	g2 = g;
 	g2.sg_reserve_min_bytes = 2 * MIB; /* policy: not on disk */
 	CHECK(open_rc(&g2, &root, ts) == 0);
 
 	/* index blocks */
-	const struct text *ix = &loc.index[0];
-	x = 'x';
-	CHECK(open_with_patch(&g, &root, ts, ix, 3, &x, 1) == -EIO);   /* magic */
-	CHECK(open_with_u32(&g, &root, ts, ix, 8, 9) == -EIO);         /* version */
-	CHECK(open_with_u32(&g, &root, ts, ix, 12, 77) == -EIO);       /* index number */
-	CHECK(open_with_u32(&g, &root, ts, ix, 16, 77) == -EIO);       /* entries */
-	CHECK(open_with_u32(&g, &root, ts, ix, 20, 1) == -EIO);        /* reserved */
-	CHECK(open_with_u64(&g, &root, ts, ix, 32, 77) == -EIO);       /* first chunk */
-	CHECK(open_with_u32(&g, &root, ts, ix, 64 + 20, 100) == -EIO); /* chunk bp lsize */
-	CHECK(open_with_u32(&g, &root, ts, ix, 64 + 8, 2) == -EIO);    /* chunk bp vdev */
-
+	refuse_patches(&g, &root, ts, &loc.index[0], "index", index_patches,
+	               SH_ARRAY_SIZE(index_patches));
 	/* chunk blocks: the first one, and the short last one of vdev 0 */
-	const struct text *ck = &loc.chunk[0];
-	CHECK(open_with_patch(&g, &root, ts, ck, 7, &x, 1) == -EIO); /* magic */
-	CHECK(open_with_u32(&g, &root, ts, ck, 8, 9) == -EIO);       /* vdev */
-	CHECK(open_with_u32(&g, &root, ts, ck, 12, 77) == -EIO);     /* chunk number */
-	CHECK(open_with_u32(&g, &root, ts, ck, 16, 511) == -EIO);    /* nbits */
-	CHECK(open_with_u32(&g, &root, ts, ck, 20, 0) == -EIO);      /* version */
-	CHECK(open_with_u64(&g, &root, ts, ck, 24, disk_u64(ts, ck, 24) + 1) == -EIO); /* count */
-	/* bits vs count */
-	CHECK(open_with_u64(&g, &root, ts, ck, 32, disk_u64(ts, ck, 32) ^ 1) == -EIO);
+	refuse_patches(&g, &root, ts, &loc.chunk[0], "chunk", chunk_patches,
+	               SH_ARRAY_SIZE(chunk_patches));
 	const struct text *last = NULL;
 	for (size_t i = 0; i < loc.nchunk; i++)
 		if (loc.chunk_no[i] == 8) /* 9 chunks per vdev: number 8 is vdev 0's last */
@@ -1246,8 +1299,7 @@ static void test_hostile(void)
 	CHECKF(other == 0 && eio > 300, "ok %d eio %d other %d", ok, eio, other);
 	ts->verify = true;
 	CHECK(open_rc(&g, &root, ts) == 0);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 /* ---- the checker ---- */
@@ -1269,11 +1321,8 @@ static int visit_list(void *arg, struct space *sp)
 static void test_check(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 2);
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 2);
+	struct space *sp = ts->sp;
 	static struct text live[1000];
 	size_t nlive = random_ops(sp, 1, live, 0, 900, 500, 100);
 	struct blk_ptr root;
@@ -1307,10 +1356,8 @@ static void test_check(void)
 	/* a double reference, a reference to free space, one to FREEING space, one outside */
 	live[nlive++] = (struct text){1, l1 + 4 * KIB, 4 * KIB};
 	uint64_t freeoff = 0;
-	enum space_range_state st;
 	for (uint64_t s = 0; s + 1 < vdev_sectors(&g, 0) && freeoff == 0; s++)
-		if (space_query(sp, 0, sector_off(&g, 0, s), 8 * KIB, &st) == 0 &&
-		    st == SPACE_RANGE_FREE)
+		if (range_is(sp, 0, sector_off(&g, 0, s), 8 * KIB, SPACE_RANGE_FREE))
 			freeoff = sector_off(&g, 0, s);
 	CHECK(freeoff != 0);
 	live[nlive++] = (struct text){0, freeoff, 8 * KIB};
@@ -1330,8 +1377,7 @@ static void test_check(void)
 	ml.fail = -EIO;
 	CHECK(space_check(sp, visit_list, &ml, &rep) == -EIO);
 	CHECK(space_check_mark(sp, 0, VSTART, SEC) == -EINVAL);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 static void test_multi_vdev(void)
@@ -1433,8 +1479,7 @@ static void test_multi_vdev(void)
 	CHECK(space_alloc(sp, SPACE_CLASS_NORMAL, 0, 8 * KIB, &v, &off) == 0);
 	CHECKF(off >= VSTART + 99 * SEC && off <= VSTART + 102 * SEC, "at sector %llu",
 	       (unsigned long long)((off - VSTART) / SEC));
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 static void test_sync_failures(void)
@@ -1442,10 +1487,8 @@ static void test_sync_failures(void)
 	struct space_geometry g;
 	small_geom(&g, 2);
 	for (int fail_at = 0; fail_at < 12; fail_at++) {
-		struct space *sp;
-		CHECK(space_create(&g, &sp) == 0);
-		struct tstore *ts = ts_create(&g);
-		ts->sp = sp;
+		struct tstore *ts = store_open(&g);
+		struct space *sp = ts->sp;
 		static struct text live[2000];
 		size_t nlive = random_ops(sp, 1, live, 0, SH_ARRAY_SIZE(live), 300, 0);
 		struct blk_ptr r1, r2;
@@ -1463,10 +1506,7 @@ static void test_sync_failures(void)
 		CHECK(ts_sync(ts, 2, &r2) == 0);
 		CHECK(!space_is_dirty(sp));
 		struct tmap expect;
-		tmap_init(&expect, &g);
-		for (size_t i = 0; i < nlive; i++)
-			tmap_mark(&expect, &g, live[i].vdev, live[i].off, live[i].bytes, 1);
-		tmap_add_own(&expect, &g, ts);
+		tmap_expect_live(&expect, &g, live, nlive, ts);
 		struct space *re;
 		re = reopen(&g, &r2, ts);
 		CHECKF(compare_alloc(&g, re, &expect, "after a failed sync") == 0, "fail_at %d",
@@ -1480,33 +1520,25 @@ static void test_sync_failures(void)
 		CHECKF(rep.cr_leaked_bytes == 0 && rep.cr_internal_errors == 0, "fail_at %d: %s",
 		       fail_at, rep.cr_first);
 		tmap_fini(&expect);
-		space_close(sp);
-		ts_destroy(ts);
+		store_close(ts);
 	}
 
 	/* ss_write naming space it did not allocate breaks the contract: -EINVAL. */
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = store_open(&g);
 	ts->foreign_bp = true;
 	struct blk_ptr r;
 	CHECK(ts_sync(ts, 1, &r) == -EINVAL);
 	ts->foreign_bp = false;
 	CHECK(ts_sync(ts, 1, &r) == 0);
 	CHECK(open_rc(&g, &r, ts) == 0);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 static void test_mem_failures(void)
 {
 	struct space_geometry g;
-	small_geom(&g, 2);
-	struct space *sp;
-	CHECK(space_create(&g, &sp) == 0);
-	struct tstore *ts = ts_create(&g);
-	ts->sp = sp;
+	struct tstore *ts = small_store_open(&g, 2);
+	struct space *sp = ts->sp;
 	static struct text live[2000];
 	size_t nlive = random_ops(sp, 1, live, 0, SH_ARRAY_SIZE(live), 300, 100);
 	struct blk_ptr root;
@@ -1539,9 +1571,7 @@ static void test_mem_failures(void)
 	mem_fail_after(-1);
 	CHECK(rc == -ENOMEM);
 	CHECK(space_stats(sp, SPACE_VDEV_ANY, &b) == 0 && memcmp(&a, &b, sizeof(a)) == 0);
-	enum space_range_state st;
-	CHECK(space_query(sp, live[0].vdev, live[0].off, live[0].bytes, &st) == 0 &&
-	      st == SPACE_RANGE_ALLOCATED);
+	CHECK(range_is(sp, live[0].vdev, live[0].off, live[0].bytes, SPACE_RANGE_ALLOCATED));
 	CHECK(!space_is_dirty(sp));
 	space_close(sp);
 
@@ -1563,10 +1593,7 @@ static void test_mem_failures(void)
 	CHECK(failures > 0);
 	CHECK(ts_sync(ts, 2, &root) == 0);
 	struct tmap expect;
-	tmap_init(&expect, &g);
-	for (size_t i = 0; i < nlive; i++)
-		tmap_mark(&expect, &g, live[i].vdev, live[i].off, live[i].bytes, 1);
-	tmap_add_own(&expect, &g, ts);
+	tmap_expect_live(&expect, &g, live, nlive, ts);
 	struct space *re;
 	re = reopen(&g, &root, ts);
 	CHECK(compare_alloc(&g, re, &expect, "after failed allocations") == 0);
@@ -1577,48 +1604,32 @@ static void test_mem_failures(void)
 	       "%s", rep.cr_first);
 	space_close(re);
 	tmap_fini(&expect);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 }
 
 static void test_geometry(void)
 {
+	static const struct geom_field invalid[] = {
+	    {"no vdevs", GEOM_FIELD(sg_nvdevs), 0},
+	    {"too many vdevs", GEOM_FIELD(sg_nvdevs), SPACE_MAX_VDEVS + 1},
+	    {"metaslab not a sector multiple", GEOM_FIELD(sg_metaslab_bytes), 1000},
+	    {"chunk smaller than its header and a word", GEOM_FIELD(sg_chunk_bytes), 36},
+	    {"chunk not a multiple of 8", GEOM_FIELD(sg_chunk_bytes), 100},
+	    {"chunk too big", GEOM_FIELD(sg_chunk_bytes), 2 * 1024 * 1024},
+	    {"no chunks per index block", GEOM_FIELD(sg_index_chunks), 0},
+	    {"too many chunks per index block", GEOM_FIELD(sg_index_chunks), 16384},
+	    {"data area misaligned", GEOM_FIELD(sg_vdevs[0].svg_start), VSTART + 1},
+	    {"data area under a sector", GEOM_FIELD(sg_vdevs[0].svg_bytes), SEC - 1},
+	    {"reserve shift too big", GEOM_FIELD(sg_reserve_shift), 64},
+	};
 	struct space_geometry g;
 	struct space *sp;
 	small_geom(&g, 1);
-	struct space_geometry b = g;
-	b.sg_nvdevs = 0;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_nvdevs = SPACE_MAX_VDEVS + 1;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_metaslab_bytes = 1000;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_chunk_bytes = 36;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_chunk_bytes = 100;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_chunk_bytes = 2 * 1024 * 1024;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_index_chunks = 0;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_index_chunks = 16384;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_vdevs[0].svg_start = VSTART + 1;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_vdevs[0].svg_bytes = SEC - 1;
-	CHECK(space_create(&b, &sp) == -EINVAL);
-	b = g;
-	b.sg_reserve_shift = 64;
-	CHECK(space_create(&b, &sp) == -EINVAL);
+	for (size_t i = 0; i < SH_ARRAY_SIZE(invalid); i++) {
+		struct space_geometry b = geom_with(&g, &invalid[i]);
+		CHECKF(space_create(&b, &sp) == -EINVAL, "%s", invalid[i].gf_what);
+	}
+	struct space_geometry b;
 	/* a root too big for a block: 40-byte chunks (64 sectors each), one per index block */
 	b = g;
 	b.sg_chunk_bytes = 40;
@@ -1627,17 +1638,15 @@ static void test_geometry(void)
 	CHECK(space_create(&b, &sp) == -EFBIG);
 	/* the smallest chunk works */
 	b.sg_vdevs[0].svg_bytes = 2 * MIB;
-	CHECK(space_create(&b, &sp) == 0);
-	struct tstore *ts = ts_create(&b);
-	ts->sp = sp;
+	struct tstore *ts = store_open(&b);
+	sp = ts->sp;
 	uint32_t v;
 	uint64_t off;
 	CHECK(space_alloc(sp, SPACE_CLASS_RESERVED, 0, 100 * KIB, &v, &off) == 0);
 	struct blk_ptr root;
 	CHECK(ts_sync(ts, 1, &root) == 0);
 	CHECK(open_rc(&b, &root, ts) == 0);
-	space_close(sp);
-	ts_destroy(ts);
+	store_close(ts);
 	/* reserve: at most half the pool */
 	b = g;
 	b.sg_reserve_min_bytes = 1ull << 40;
