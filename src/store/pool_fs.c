@@ -33,9 +33,11 @@
  *      section and before zpl_execute, the pending writes of the files it changes are appended to
  *      the log (rule F8). On success the change's record (zpl_record_encode) is appended in the
  *      same locked section (so log order is change order), then, unlocked, pool_log_commit:
- *      ILOG_DONE completes at once, 0 completes from the log's waiter callback. A record above
- *      POOL_LOG_PAYLOAD_MAX (a 1 MiB FILE_SYNC write) is not logged: the request waits for a txg
- *      sync instead (step 5). A stable WRITE answers wr_committed = FS_FILE_SYNC. An UNSTABLE
+ *      ILOG_DONE completes at once, 0 completes from the log's waiter callback. A stable WRITE of
+ *      at least POOL_FS_INDIRECT_MIN_BYTES first writes its data as blocks of their own and logs
+ *      their pointers ("Indirect writes" below); one whose blocks cannot be had falls back to a
+ *      copy in the log, or, above POOL_LOG_PAYLOAD_MAX, to waiting for a txg sync (step 5).
+ *      A stable WRITE answers wr_committed = FS_FILE_SYNC. An UNSTABLE
  *      WRITE answers FS_UNSTABLE and leaves no record: it only notes its range as pending (F7).
  *   4. COMMIT of file X (after zpl_execute validated the handle and filled its wcc; its offset and
  *      count are ignored: the whole file is committed, as knfsd mostly does): in the same locked
@@ -46,7 +48,7 @@
  *      with that group commit's flush; no txg is written. When the log cannot take them (rule F9:
  *      X has more than POOL_FS_COMMIT_LOG_MAX_BYTES pending, a loss of X or of the table is not
  *      durable yet, a range needs a block not in memory, no memory) the COMMIT goes to step 5.
- *   5. The committer thread takes every COMMIT and oversize stable write queued, calls
+ *   5. The committer thread takes every COMMIT and stable write that could not use the log, calls
  *      pool_txg_wait_synced(p, 0) once for that batch (group commit) and completes them. UNSTABLE
  *      data lives in zpl's dirty buffers until a txg writes it, so a durable txg that was open at
  *      or after the COMMIT makes every earlier write durable (pending records or not).
@@ -124,6 +126,41 @@
  * M skips them and U's state is newer; U in [T, M) replays them onto a state that holds the
  * writes already, which F10 makes harmless; U < T is the ordinary case.
  *
+ * ---- Indirect writes (ZFS's WR_INDIRECT: dmu_sync, then a record with the block pointer) ----
+ * A large stable WRITE would cost the log its whole data (and above POOL_LOG_PAYLOAD_MAX could not
+ * go there at all). Instead:
+ *   1. Before the lock, its data is cut into pieces of the dataset's record size and prepared
+ *      (compressed, checksummed: pfs_ind_prepare). Under the lock, after the throttle, each
+ *      piece's space is allocated (pool_iblock_alloc) and the indirect write goes on the owner's
+ *      list, LIVE. Unlocked, the blocks are written and the vdevs the log's flush does not cover
+ *      are flushed (pool_iblock_write; C2 of pool_claim.c); the completion resumes the request.
+ *   2. The request runs as in step 3 above (F8's flush of pending writes, zpl_execute, all in one
+ *      locked section), but its record names the blocks (zpl_record_encode_blocks) instead of
+ *      carrying the data; the indirect write becomes LOGGED with the record's txg. Replies after
+ *      the log commit, as any stable change. The data is written twice (the blocks, then the txg
+ *      writes the file's dirty buffers as usual), but never into the log, and no txg is waited
+ *      for. Adopting the blocks as the file's extents at sync (ZFS's dbuf override) would save
+ *      the second write; it is not done yet.
+ *
+ *   F12 An indirect write's blocks are freed exactly once, in a txg whose state no replayable
+ *      record depends on them in: under the pool lock, in do_sync of txg T, a LOGGED one whose
+ *      record is tagged <= T is freed in T (its record is skipped at replay once T is durable,
+ *      and replayed, with the blocks free in the state replay starts from, while it is not); a
+ *      LIVE one is freed in T as well and becomes FREED: no record will ever name it (the
+ *      request finds it FREED when it resumes and falls back to the copy or the txg), and its
+ *      write, if still in flight, keeps T from becoming durable until it lands (C1), so the
+ *      space cannot be reused under it. Hence no synced state shows an indirect block allocated,
+ *      and an allocation followed by a crash leaks nothing. A request that ends elsewhere (a
+ *      failure found on a thread where the pool lock may not be taken) marks its indirect write
+ *      abandoned and the next do_sync frees it. While blocks are LIVE or LOGGED they belong to the
+ *      dataset: do_visit_blocks names them with the dataset's meta entry, so that pool_check
+ *      counts them as live (destroy never sees any: no request runs then, and its txg frees the
+ *      LOGGED ones first).
+ *   Replay (pool_log.c, pool_claim.c) claims a record's blocks, verifying their checksums, before
+ *   applying it, and frees them after; zpl_replay reads them through ze_get_block. That such a
+ *   record is replayed exactly when its change is missing from the uberblock's state is R5 of
+ *   pool.c, as for every record: the change and its record share a locked section (step 2).
+ *
  * ---- Locks ----
  * The pool lock (pool_lock) guards the zpl, its tree and the owner's pending writes (a flush
  * reads the durable txg under it: p_state_lock nests inside). pf_lock (a leaf, may be taken under
@@ -134,9 +171,10 @@
  *
  * ---- Log record (pool_log_append type POOL_FS_REC_ZPL = 1) ----
  *   offset  size  field
- *        0     n  the zpl record exactly as zpl_record_encode (a change) or
+ *        0     n  the zpl record exactly as zpl_record_encode (a change),
  *                 zpl_record_encode_range (a pending range, a WRITE record of at most
- *                 POOL_FS_RANGE_REC_DATA bytes) wrote it (its format: zpl_log.c)
+ *                 POOL_FS_RANGE_REC_DATA bytes) or zpl_record_encode_blocks (a large stable
+ *                 WRITE whose data is in the blocks it names) wrote it (its format: zpl_log.c)
  *
  * ---- Tree entries named to the pool (do_visit_blocks), per zpl.c's key table ----
  *   key: objid(8) | kind(1) [| index(8)]; kind 0x03 (extent, 17-byte key) holds a 64-byte block
@@ -160,6 +198,7 @@
 /* Per zpl.c's key table: extent entries. */
 #define POOL_FS_KIND_EXTENT 0x03u
 #define POOL_FS_LONG_KEY 17u
+#define POOL_FS_META_KEY 9u /* the dataset's meta entry: nine zero bytes */
 
 /* ---- Pending writes (the theory's "Pending writes") ---- */
 #define POOL_FS_PEND_RANGES 8u      /* ranges per object; more are merged across their gaps */
@@ -174,6 +213,34 @@
 #define POOL_FS_RANGE_REC_DATA (128u * 1024u)
 /* pfs_pend_flush: the file's pending writes cannot go through the log; a txg must carry them. */
 #define POOL_FS_USE_TXG 1
+
+/* ---- Indirect writes (the theory's "Indirect writes") ---- */
+/* A stable WRITE of at least this many bytes writes its data as blocks of their own and logs
+ * their pointers instead of copying the data into the log (ZFS's zfs_immediate_write_sz). */
+#define POOL_FS_INDIRECT_MIN_BYTES (32u * 1024u)
+
+enum pfs_ind_state {
+	PFS_IND_LIVE = 1,   /* blocks allocated (being written, or written), no record yet */
+	PFS_IND_LOGGED = 2, /* a record names the blocks; freed by the sync of pi_txg */
+	PFS_IND_FREED = 3,  /* a sync freed the blocks before any record named them */
+};
+
+/* One indirect write: a request's blocks, from their allocation until the sync that frees them.
+ * On the owner's list (po_inds) under the pool lock from pfs_ind_alloc_locked on. */
+struct pfs_ind {
+	struct pfs_ind *pi_next;
+	uint8_t pi_state;          /* enum pfs_ind_state, under the pool lock */
+	uint64_t pi_txg;           /* PFS_IND_LOGGED: the txg its record is tagged with */
+	struct pfs_ctx *pi_ctx;    /* the request the write's completion resumes */
+	atomic_bool pi_abandoned;  /* the request ended without letting go of it (rule F12) */
+	_Atomic int pi_io_status;  /* the writes' and flushes' outcome, set before the resume */
+	unsigned pi_nblocks;
+	unsigned pi_nprepared;     /* images in pi_preps still to release */
+	struct pool_iwrite pi_iw;
+	struct blk_ptr *pi_bps;
+	struct blk_prepared *pi_preps;
+	struct blk_vdev_io *pi_flushes;
+};
 
 struct pfs_prange {
 	uint64_t pr_off, pr_end; /* bytes [pr_off, pr_end) */
@@ -205,6 +272,7 @@ struct pfs_owner {
 	uint64_t po_pend_lost_txg; /* 0, or the newest txg with a write no entry holds (F9) */
 	uint8_t *po_rec;           /* the buffer range records are encoded in */
 	size_t po_rec_cap;
+	struct pfs_ind *po_inds;   /* indirect writes whose blocks are allocated (pool lock) */
 };
 
 struct pool_fs;
@@ -230,6 +298,11 @@ struct pfs_ctx {
 	struct blk_ptr pc_missing;   /* the block being loaded */
 	void *pc_pins[POOL_FS_PINS_MAX];
 	unsigned pc_npins;
+	/* A large stable WRITE (rule F12): its blocks prepared (pc_fresh, not allocated yet), then
+	 * allocated and written (pc_ind, on the owner's list); pc_ind_tried once either happened. */
+	struct pfs_ind *pc_fresh;
+	struct pfs_ind *pc_ind;
+	bool pc_ind_tried;
 };
 
 struct pool_fs {
@@ -252,6 +325,8 @@ struct pool_fs {
 	_Atomic uint64_t pf_restarts, pf_throttled, pf_log_commits, pf_txg_waits, pf_txg_waited_reqs,
 		pf_ctx_allocs;
 };
+
+static void pfs_resume(struct pfs_ctx *c);
 
 static struct pool_fs *pfs_of(struct fs *fs)
 {
@@ -698,12 +773,155 @@ static int pfs_pend_before_change(struct pfs_owner *o, const struct fs_req *req,
 	return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Indirect writes (theory: "Indirect writes") */
+
+/* Frees an indirect write that holds no space (never allocated, freed, or handed over). */
+static void pfs_ind_free(struct pfs_ind *pi)
+{
+	if (!pi)
+		return;
+	for (unsigned i = 0; i < pi->pi_nprepared; i++)
+		blk_prepared_fini(&pi->pi_preps[i]);
+	mem_free(pi->pi_bps);
+	mem_free(pi->pi_preps);
+	mem_free(pi->pi_flushes);
+	mem_free(pi);
+}
+
+/* Engine thread: the blocks are written and flushed (or failed): resume the request. */
+static void pfs_ind_io_done(struct pool_iwrite *iw, int status)
+{
+	struct pfs_ind *pi = SH_CONTAINER_OF(iw, struct pfs_ind, pi_iw);
+	for (unsigned i = 0; i < pi->pi_nprepared; i++)
+		blk_prepared_fini(&pi->pi_preps[i]);
+	pi->pi_nprepared = 0;
+	atomic_store(&pi->pi_io_status, status);
+	pfs_resume(pi->pi_ctx);
+}
+
+/* Before the lock: the blocks of a large stable WRITE, prepared (compressed, checksummed) from
+ * its data in pieces of the dataset's record size. NULL: no memory (the write goes the other
+ * way). */
+static struct pfs_ind *pfs_ind_prepare(struct pool_fs *pf, const struct fs_req *req)
+{
+	uint32_t piece = pool_ds_record_bytes(pf->pf_ds);
+	uint32_t len = req->u.write.wr_len;
+	unsigned n = (unsigned)((len + (uint64_t)piece - 1) / piece);
+	if (piece == 0 || n == 0 || n > ZPL_REC_BLOCKS_MAX)
+		return NULL;
+	struct pfs_ind *pi = mem_zalloc(sizeof(*pi));
+	if (!pi)
+		return NULL;
+	pi->pi_nblocks = n;
+	pi->pi_bps = mem_zalloc(n * sizeof(*pi->pi_bps));
+	pi->pi_preps = mem_zalloc(n * sizeof(*pi->pi_preps));
+	pi->pi_flushes = mem_zalloc(SH_MIN(n, POOL_MAX_TOPS) * sizeof(*pi->pi_flushes));
+	if (!pi->pi_bps || !pi->pi_preps || !pi->pi_flushes) {
+		pfs_ind_free(pi);
+		return NULL;
+	}
+	enum blk_compress comp = pool_ds_compress(pf->pf_ds);
+	const uint8_t *data = req->u.write.wr_data;
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t at = i * piece, m = SH_MIN(piece, len - at);
+		if (blk_prepare(data + at, m, comp, &pi->pi_preps[i]) != 0) {
+			pfs_ind_free(pi);
+			return NULL;
+		}
+		pi->pi_nprepared++;
+	}
+	return pi;
+}
+
+/* Under the pool lock: allocates pi's blocks and puts it on the owner's list (LIVE). 0, or the
+ * allocator's error (nothing allocated then). */
+static int pfs_ind_alloc_locked(struct pfs_owner *o, struct pfs_ind *pi, struct pfs_ctx *c)
+{
+	struct pool *p = o->po_pool;
+	uint64_t txg = pool_open_txg(p);
+	for (unsigned i = 0; i < pi->pi_nblocks; i++) {
+		int rc = pool_iblock_alloc(p, &pi->pi_preps[i], txg, &pi->pi_bps[i]);
+		if (rc != 0) {
+			while (i > 0)
+				pool_iblock_unalloc(p, &pi->pi_bps[--i]);
+			return rc;
+		}
+	}
+	pi->pi_state = PFS_IND_LIVE;
+	pi->pi_ctx = c;
+	pi->pi_iw = (struct pool_iwrite){
+	    .iw_nblocks = pi->pi_nblocks,
+	    .iw_bps = pi->pi_bps,
+	    .iw_preps = pi->pi_preps,
+	    .iw_flushes = pi->pi_flushes,
+	    .iw_done = pfs_ind_io_done,
+	};
+	pi->pi_next = o->po_inds;
+	o->po_inds = pi;
+	return 0;
+}
+
+static void pfs_ind_unlink(struct pfs_owner *o, struct pfs_ind *pi)
+{
+	struct pfs_ind **link = &o->po_inds;
+	while (*link != pi)
+		link = &(*link)->pi_next;
+	*link = pi->pi_next;
+}
+
+static void pfs_ind_free_blocks(struct pfs_owner *o, struct pfs_ind *pi)
+{
+	for (unsigned i = 0; i < pi->pi_nblocks; i++)
+		pool_iblock_free(o->po_pool, &pi->pi_bps[i]);
+}
+
+/* Under the pool lock: the request lets go of its indirect write without logging it (failed, or
+ * falling back): its blocks are freed unless a sync freed them already. */
+static void pfs_ind_drop_locked(struct pfs_owner *o, struct pfs_ctx *c)
+{
+	struct pfs_ind *pi = c->pc_ind;
+	if (!pi)
+		return;
+	c->pc_ind = NULL;
+	if (pi->pi_state == PFS_IND_LIVE)
+		pfs_ind_free_blocks(o, pi);
+	pfs_ind_unlink(o, pi);
+	pfs_ind_free(pi);
+}
+
+/* In do_sync of txg, under the pool lock (rule F12): blocks whose record is tagged txg or less
+ * are freed in txg; blocks no record names yet are freed in txg too (their write still counts
+ * as in flight until it lands: C1 of pool_claim.c), and their request falls back when it
+ * resumes. */
+static void pfs_ind_sync(struct pfs_owner *o, uint64_t txg)
+{
+	struct pfs_ind **link = &o->po_inds;
+	while (*link) {
+		struct pfs_ind *pi = *link;
+		if (pi->pi_state == PFS_IND_LIVE) {
+			pfs_ind_free_blocks(o, pi);
+			pi->pi_state = PFS_IND_FREED;
+		}
+		bool done = (pi->pi_state == PFS_IND_LOGGED && pi->pi_txg <= txg) ||
+		            (pi->pi_state == PFS_IND_FREED && atomic_load(&pi->pi_abandoned));
+		if (!done) {
+			link = &pi->pi_next;
+			continue;
+		}
+		if (pi->pi_state == PFS_IND_LOGGED)
+			pfs_ind_free_blocks(o, pi);
+		*link = pi->pi_next;
+		pfs_ind_free(pi);
+	}
+}
+
 static int pfs_do_sync(void *owner, uint64_t txg)
 {
-	(void)txg;
 	struct pfs_owner *o = owner;
 	/* Syncs do not overlap: every txg before this one is durable now (rule F8). */
 	pfs_pend_prune_all(o, pool_synced_txg(o->po_pool));
+	pfs_ind_sync(o, txg);
 	return o->po_zpl ? zpl_sync(o->po_zpl, NULL) : 0;
 }
 
@@ -726,11 +944,38 @@ static int pfs_do_replay(void *owner, uint16_t type, const void *rec, uint32_t l
 	return zpl_replay(o->po_zpl, rec, len, missing_out);
 }
 
+static int pfs_do_replay_blocks(void *owner, uint16_t type, const void *rec, uint32_t len,
+                                pool_bp_fn fn, void *arg)
+{
+	(void)owner;
+	if (type != POOL_FS_REC_ZPL)
+		return -EINVAL;
+	return zpl_record_visit_blocks(rec, len, fn, arg);
+}
+
+/* The blocks of the indirect writes in progress, named with the dataset's meta entry (rule F12):
+ * written (pool_check waits for their writes) and allocated, but in no tree entry. */
+static int pfs_ind_visit(struct pfs_owner *o, pool_bp_fn fn, void *arg)
+{
+	for (struct pfs_ind *pi = o->po_inds; pi; pi = pi->pi_next) {
+		if (pi->pi_state == PFS_IND_FREED || atomic_load(&pi->pi_iw.iw_status) != 0)
+			continue; /* freed, or a failed write (its request frees it) */
+		for (unsigned i = 0; i < pi->pi_nblocks; i++) {
+			int rc = fn(arg, &pi->pi_bps[i]);
+			if (rc != 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
 static int pfs_do_visit_blocks(void *owner, const void *key, uint32_t klen, const void *val, uint32_t vlen,
 			       pool_bp_fn fn, void *arg)
 {
-	(void)owner;
 	const uint8_t *k = key;
+	static const uint8_t meta_key[POOL_FS_META_KEY] = {0};
+	if (klen == POOL_FS_META_KEY && memcmp(k, meta_key, klen) == 0)
+		return pfs_ind_visit(owner, fn, arg);
 	if (klen < 9 || k[8] != POOL_FS_KIND_EXTENT)
 		return 0;
 	if (klen != POOL_FS_LONG_KEY || vlen != BLK_PTR_DISK_BYTES)
@@ -760,6 +1005,13 @@ static void pfs_owner_free(struct pfs_owner *o)
 	}
 	mem_free(o->po_pend);
 	mem_free(o->po_rec);
+	/* Detached after every request ended and every write landed: what is left holds space
+	 * only in memory, which goes with the pool's (or is freed by the sync before eviction). */
+	while (o->po_inds) {
+		struct pfs_ind *pi = o->po_inds;
+		o->po_inds = pi->pi_next;
+		pfs_ind_free(pi);
+	}
 	mem_free(o);
 }
 
@@ -776,6 +1028,7 @@ static const struct pool_ds_owner pfs_owner_ops = {
 	.do_replay = pfs_do_replay,
 	.do_visit_blocks = pfs_do_visit_blocks,
 	.do_detach = pfs_do_detach,
+	.do_replay_blocks = pfs_do_replay_blocks,
 };
 
 int pool_fs_attach(void *arg, struct pool_ds *ds)
@@ -844,6 +1097,9 @@ static struct pfs_ctx *pfs_ctx_get(struct pool_fs *pf, struct fs_req *req)
 	c->pc_fs = pf;
 	c->pc_req = req;
 	c->pc_next = NULL;
+	c->pc_fresh = NULL;
+	c->pc_ind = NULL;
+	c->pc_ind_tried = false;
 	c->pc_task = (struct loop_task){.lt_fn = pfs_task_fn};
 	c->pc_pw = (struct pool_waiter){.pw_done = pfs_throttle_cb, .pw_arg = c};
 	c->pc_iw = (struct ilog_waiter){.iw_done = pfs_commit_cb, .iw_arg = c};
@@ -871,6 +1127,13 @@ static void pfs_unpin(struct pfs_ctx *c)
 static void pfs_ctx_put(struct pool_fs *pf, struct pfs_ctx *c)
 {
 	pfs_unpin(c);
+	pfs_ind_free(c->pc_fresh);
+	c->pc_fresh = NULL;
+	if (c->pc_ind) {
+		/* Ended where the pool lock may not be taken: the next sync frees it (F12). */
+		atomic_store(&c->pc_ind->pi_abandoned, true);
+		c->pc_ind = NULL;
+	}
 	if (c->pc_rec_cap > POOL_FS_REC_KEEP_BYTES) {
 		mem_free(c->pc_rec);
 		c->pc_rec = NULL;
@@ -999,6 +1262,61 @@ static uint64_t pfs_space_need(const struct fs_req *req)
 	}
 }
 
+/* Under the pool lock, on a failure path: lets go of c's indirect write (F12), unlocks, fails. */
+static void pfs_fail_locked(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c, int status)
+{
+	if (c)
+		pfs_ind_drop_locked(pf->pf_owner, c);
+	pool_unlock(pf->pf_pool);
+	pfs_fail(pf, req, c, status);
+}
+
+/* Makes sure c's record buffer holds bytes. 0 or -ENOMEM. */
+static int pfs_rec_reserve(struct pfs_ctx *c, size_t bytes)
+{
+	if (c->pc_rec_cap >= bytes)
+		return 0;
+	uint8_t *buf = mem_alloc(bytes);
+	if (!buf)
+		return -ENOMEM;
+	mem_free(c->pc_rec);
+	c->pc_rec = buf;
+	c->pc_rec_cap = bytes;
+	return 0;
+}
+
+/* Under the pool lock, after a large stable WRITE succeeded: appends the record that names its
+ * blocks (F12). 0 with *lsn_out; -EAGAIN when the blocks cannot be used (a sync freed them, their
+ * write failed): the write goes the other way; or pool_log_append's error. c lets go of the
+ * indirect write either way. */
+static int pfs_ind_log_locked(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c,
+                              uint64_t *lsn_out)
+{
+	struct pfs_owner *o = pf->pf_owner;
+	struct pfs_ind *pi = c->pc_ind;
+	int rc = -EAGAIN;
+	size_t len = 0;
+	if (pi->pi_state == PFS_IND_LIVE && atomic_load(&pi->pi_io_status) == 0) {
+		rc = zpl_record_encode_blocks(req, pi->pi_bps, pi->pi_nblocks, c->pc_rec,
+		                              c->pc_rec_cap, &len);
+		if (rc == 0)
+			rc = pool_log_append(pf->pf_pool, pf->pf_ds, POOL_FS_REC_ZPL, c->pc_rec,
+			                     (uint32_t)len, lsn_out);
+		else
+			rc = -EAGAIN;
+	}
+	if (rc != 0) {
+		pfs_ind_drop_locked(o, c);
+		return rc;
+	}
+	/* The record is tagged with the open txg: that txg's sync frees the blocks. */
+	pi->pi_state = PFS_IND_LOGGED;
+	pi->pi_txg = pool_open_txg(pf->pf_pool);
+	pi->pi_ctx = NULL;
+	c->pc_ind = NULL;
+	return 0;
+}
+
 static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 {
 	struct pool *p = pf->pf_pool;
@@ -1007,6 +1325,8 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 	bool stable = change && (op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE);
 	size_t rec_bytes = stable ? zpl_record_bytes(req) : 0;
 	bool oversize = rec_bytes > POOL_LOG_PAYLOAD_MAX;
+	bool indirect = stable && op == FS_OP_WRITE &&
+	                req->u.write.wr_len >= POOL_FS_INDIRECT_MIN_BYTES;
 	struct pfs_owner *o = pf->pf_owner;
 
 	/* Everything that can fail to allocate happens before the lock (rule F4). */
@@ -1014,15 +1334,19 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 		pfs_fail(pf, req, NULL, -ENOMEM);
 		return;
 	}
-	if (stable && !oversize && c->pc_rec_cap < rec_bytes) {
-		uint8_t *buf = mem_alloc(rec_bytes);
-		if (!buf) {
-			pfs_fail(pf, req, c, -ENOMEM);
-			return;
-		}
-		mem_free(c->pc_rec);
-		c->pc_rec = buf;
-		c->pc_rec_cap = rec_bytes;
+	if (indirect && !c->pc_ind_tried && !c->pc_fresh && !c->pc_ind) {
+		c->pc_fresh = pfs_ind_prepare(pf, req); /* NULL: the write goes the other way */
+		if (!c->pc_fresh)
+			c->pc_ind_tried = true;
+	}
+	size_t need = stable && !oversize ? rec_bytes : 0;
+	if (c && (c->pc_fresh || c->pc_ind)) {
+		unsigned n = c->pc_fresh ? c->pc_fresh->pi_nblocks : c->pc_ind->pi_nblocks;
+		need = SH_MAX(need, zpl_record_blocks_bytes(n));
+	}
+	if (need > 0 && pfs_rec_reserve(c, need) != 0) {
+		pfs_fail(pf, req, c, -ENOMEM); /* an indirect write is let go by pfs_ctx_put */
+		return;
 	}
 
 	for (;;) {
@@ -1036,16 +1360,27 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 				return; /* pfs_throttle_cb resumes or fails it */
 			}
 			if (rc != 0) {
-				pool_unlock(p);
-				pfs_fail(pf, req, c, -EIO);
+				pfs_fail_locked(pf, req, c, -EIO);
 				return;
 			}
-			uint64_t need = pfs_space_need(req);
-			if (need != 0 && !pool_space_would_fit(p, need)) {
-				pool_unlock(p);
-				pfs_fail(pf, req, c, -ENOSPC);
+			uint64_t space = pfs_space_need(req);
+			if (space != 0 && !pool_space_would_fit(p, space)) {
+				pfs_fail_locked(pf, req, c, -ENOSPC);
 				return;
 			}
+		}
+		if (c && c->pc_fresh) {
+			/* F12: the blocks first; the change and its record once they are durable. */
+			struct pfs_ind *pi = c->pc_fresh;
+			c->pc_fresh = NULL;
+			c->pc_ind_tried = true;
+			if (pfs_ind_alloc_locked(o, pi, c) == 0) {
+				c->pc_ind = pi;
+				pool_unlock(p);
+				pool_iblock_write(p, &pi->pi_iw);
+				return; /* pfs_ind_io_done resumes it */
+			}
+			pfs_ind_free(pi); /* no space for them: the write goes the other way */
 		}
 		/* Pending writes of what a logged change changes go first (rule F8). */
 		struct fs_obj_id gone;
@@ -1071,14 +1406,15 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 			return; /* 0: pfs_load_cb resumes or fails it */
 		}
 		if (rc != 0) { /* zpl_execute promises nothing else */
-			pool_unlock(p);
-			pfs_fail(pf, req, c, -EIO);
+			pfs_fail_locked(pf, req, c, -EIO);
 			return;
 		}
 		if (req->fr_status != 0 || (!stable && op != FS_OP_COMMIT)) {
 			if (req->fr_status == 0 && op == FS_OP_WRITE)
 				pfs_pend_note(o, &req->fr_obj, req->u.write.wr_offset,
 				              req->u.write.wr_count);
+			if (c)
+				pfs_ind_drop_locked(o, c);
 			pool_unlock(p);
 			pfs_finish(pf, req, c);
 			return;
@@ -1114,7 +1450,9 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 		uint64_t lsn = 0;
 		size_t len = 0;
 		rc = -EMSGSIZE;
-		if (!oversize) {
+		if (c->pc_ind)
+			rc = pfs_ind_log_locked(pf, req, c, &lsn); /* F12 */
+		if (rc != 0 && rc != -EIO && !oversize) {
 			rc = zpl_record_encode(req, c->pc_rec, c->pc_rec_cap, &len);
 			if (rc == 0)
 				rc = pool_log_append(p, pf->pf_ds, POOL_FS_REC_ZPL, c->pc_rec, (uint32_t)len, &lsn);

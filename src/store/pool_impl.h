@@ -99,6 +99,14 @@ struct pool_ds_owner {
 	/* The dataset leaves memory (or the pool closes, after all I/O has stopped): free the
 	 * owner. It must not start I/O. May be NULL. */
 	void (*do_detach)(void *owner);
+	/* At import, before do_replay of a record (type, payload as given to pool_log_append):
+	 * calls fn(arg, bp) for every block the record names (written by the owner with
+	 * pool_iblock_alloc and pool_iblock_write before it appended the record); the pool claims
+	 * and verifies them, and frees them once do_replay has applied the record (pool_claim.c).
+	 * Returns 0, fn's error, or -EINVAL for a record that does not parse. Under the pool lock.
+	 * May be NULL (no record names blocks). */
+	int (*do_replay_blocks)(void *owner, uint16_t type, const void *rec, uint32_t len,
+	                        pool_bp_fn fn, void *arg);
 };
 
 /* Attaches an owner (ops must outlive the dataset). Returns 0, or -EBUSY when one is attached
@@ -186,6 +194,45 @@ SH_MUST_CHECK int pool_log_append(struct pool *p, struct pool_ds *ds, uint16_t t
  * run, on the blk engine thread or the sync thread, never inside this call), -EIO, -EINVAL.
  * With or without the pool lock. */
 SH_MUST_CHECK int pool_log_commit(struct pool *p, uint64_t lsn, struct ilog_waiter *w);
+
+/* ---------------------------------------------------------------------------------------------
+ * Blocks written ahead of their log records (pool_claim.c: the theory and rules C1-C3) */
+
+/* A batch of prepared blocks to write and flush before the record naming them is appended. The
+ * owner fills the (in) fields and keeps the struct, iw_preps and iw_flushes alive until iw_done. */
+struct pool_iwrite {
+	unsigned iw_nblocks;                 /* (in) > 0 */
+	const struct blk_ptr *iw_bps;        /* (in) from pool_iblock_alloc */
+	const struct blk_prepared *iw_preps; /* (in) the prepared images */
+	struct blk_vdev_io *iw_flushes;      /* (in) min(iw_nblocks, POOL_MAX_TOPS) entries */
+	/* (in) runs once, on the blk engine thread, when every write and flush is done: status 0,
+	 * or the first error. Must not take the pool lock. */
+	void (*iw_done)(struct pool_iwrite *iw, int status);
+	/* private */
+	struct pool *iw_pool;
+	atomic_uint iw_pending;
+	_Atomic int iw_status;
+};
+/* Under the lock: allocates space for the prepared block (class NORMAL) and fills *bp_out (type
+ * POOL_BT_DATA, birth birth_txg); its write counts as in flight from now on (C1), so the block
+ * must then be written with pool_iblock_write or given back with pool_iblock_unalloc. Returns 0,
+ * -ENOSPC, -EIO (suspended). */
+SH_MUST_CHECK int pool_iblock_alloc(struct pool *p, const struct blk_prepared *prep,
+                                    uint64_t birth_txg, struct blk_ptr *bp_out);
+/* Under the lock: gives back a block pool_iblock_alloc returned and that will not be written. */
+void pool_iblock_unalloc(struct pool *p, const struct blk_ptr *bp);
+/* Without the lock: writes the batch, flushes the vdevs the log's flush does not cover (C2),
+ * then calls iw_done. */
+void pool_iblock_write(struct pool *p, struct pool_iwrite *iw);
+/* Under the lock: frees an indirect block (written or not; its write, if any, is done or still
+ * counted) in the txg being synced inside a sync, else in the open txg. */
+void pool_iblock_free(struct pool *p, const struct blk_ptr *bp);
+/* Import only, under the lock: marks a block a replayable record names as allocated. Returns 0,
+ * -EINVAL (not a plausible data block of this pool), -EEXIST (the space is in use). */
+SH_MUST_CHECK int pool_iblock_claim(struct pool *p, const struct blk_ptr *bp);
+/* Blocks named by replayed log records that could not be claimed or read since import (each
+ * one's record was skipped and logged). */
+uint64_t pool_log_bad_blocks(struct pool *p);
 
 /* =============================================================================================
  * Below: private to src/store/pool*.c.
@@ -332,6 +379,7 @@ struct pool {
 	uint8_t *p_log_frame;     /* ILOG_PAYLOAD_MAX bytes for framing a record */
 	struct pool_walk *p_walk; /* a check or destroy walk is running (its own block cache) */
 	uint64_t p_free_errors;
+	uint64_t p_log_bad_blocks; /* pool_log_bad_blocks (import) */
 
 	/* p_state_lock (after p_lock when both are taken): the sync thread's requests, durable
 	 * txgs, writes in flight, the log's waiting records, throttled callers. */
@@ -426,6 +474,12 @@ int pool_sync_once(struct pool *p, bool forced);
 void pool_sync_request_locked(struct pool *p, uint64_t txg);
 /* Calls back every throttled caller with status (suspension, close). */
 void pool_wake_throttled(struct pool *p, int status);
+
+/* pool_io.c */
+/* Under the lock: frees bp in the txg being synced inside a sync, else in the open txg, drops it
+ * from the ARC, and takes its bytes off ds's usage (ds may be NULL). A hole is a no-op. Returns
+ * 0, or the allocator's refusal (logged and counted in p_free_errors). */
+int pool_free_block(struct pool *p, struct pool_ds *ds, const struct blk_ptr *bp);
 
 /* pool_ds.c */
 /* Finds a loaded dataset by id, or loads it from the metadata tree (under the lock). Returns 0

@@ -542,7 +542,7 @@ int pool_sync_write(struct pool *p, const void *data, uint32_t lsize, uint8_t ty
 /* ---------------------------------------------------------------------------------------------
  * Frees (R4) */
 
-static int pool_free_impl(struct pool *p, struct pool_ds *ds, const struct blk_ptr *bp)
+int pool_free_block(struct pool *p, struct pool_ds *ds, const struct blk_ptr *bp)
 {
 	if (blk_ptr_is_hole(bp))
 		return 0;
@@ -570,12 +570,12 @@ static int pool_free_impl(struct pool *p, struct pool_ds *ds, const struct blk_p
 
 int pool_free(struct pool *p, const struct blk_ptr *bp)
 {
-	return pool_free_impl(p, p->p_in_sync ? p->p_sync_ds : NULL, bp);
+	return pool_free_block(p, p->p_in_sync ? p->p_sync_ds : NULL, bp);
 }
 
 int pool_ds_free(struct pool_ds *ds, const struct blk_ptr *bp)
 {
-	return pool_free_impl(ds->ds_pool, ds, bp);
+	return pool_free_block(ds->ds_pool, ds, bp);
 }
 
 /* ---------------------------------------------------------------------------------------------

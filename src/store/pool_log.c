@@ -1,5 +1,6 @@
 /* pool_log.c: the pool's use of the intent log: framing records with their dataset, records that
- * wait in memory while the log is full (R7 of pool.c), commits, and replay at import (R5, R6).
+ * wait in memory while the log is full (R7 of pool.c), commits, and replay at import (R5, R6),
+ * with the claim of the blocks a record names before it is applied (pool_claim.c).
  *
  * Records waiting for log space (p_logq) keep LSN order: while any waits, a new record waits
  * behind it, and the sync thread appends them oldest first once the log has space. The log hands
@@ -230,7 +231,87 @@ struct pool_replay {
 	uint64_t rp_applied;
 	uint64_t rp_skipped;
 	uint64_t rp_orphans;
+	uint64_t rp_bad;         /* records skipped for a block that could not be claimed or read */
+	struct blk_ptr *rp_bps;  /* the blocks the record being replayed names */
+	size_t rp_nbps, rp_cap;
 };
+
+uint64_t pool_log_bad_blocks(struct pool *p)
+{
+	pool_lock(p);
+	uint64_t n = p->p_log_bad_blocks;
+	pool_unlock(p);
+	return n;
+}
+
+static int pool_replay_add_bp(void *arg, const struct blk_ptr *bp)
+{
+	struct pool_replay *rp = arg;
+	if (rp->rp_nbps == rp->rp_cap) {
+		size_t cap = rp->rp_cap ? rp->rp_cap * 2 : 16;
+		struct blk_ptr *n = mem_realloc(rp->rp_bps, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		rp->rp_bps = n;
+		rp->rp_cap = cap;
+	}
+	rp->rp_bps[rp->rp_nbps++] = *bp;
+	return 0;
+}
+
+/* Frees the first n blocks of the record (claimed by pool_replay_claim). */
+static void pool_replay_unclaim(struct pool *p, const struct blk_ptr *bps, size_t n)
+{
+	pool_lock(p);
+	for (size_t i = 0; i < n; i++)
+		pool_iblock_free(p, &bps[i]);
+	pool_unlock(p);
+}
+
+/* Claims and verifies the blocks record lsn names (pool_claim.c). Returns 0 (all claimed: the
+ * caller frees them after the record is applied), 1 (one could not be claimed or read: reported,
+ * counted, none left claimed; skip the record), or -errno. */
+static int pool_replay_claim(struct pool_replay *rp, struct pool_ds *ds, uint16_t type,
+                             const void *rec, uint32_t rlen, uint64_t lsn)
+{
+	struct pool *p = rp->rp_pool;
+	rp->rp_nbps = 0;
+	if (!ds->ds_ops->do_replay_blocks)
+		return 0;
+	pool_lock(p);
+	int rc = ds->ds_ops->do_replay_blocks(ds->ds_owner, type, rec, rlen, pool_replay_add_bp,
+	                                      rp);
+	pool_unlock(p);
+	if (rc != 0)
+		return rc;
+	for (size_t i = 0; i < rp->rp_nbps; i++) {
+		const struct blk_ptr *bp = &rp->rp_bps[i];
+		const char *what = "claiming";
+		pool_lock(p);
+		rc = pool_iblock_claim(p, bp);
+		pool_unlock(p);
+		if (rc == 0) {
+			what = "reading";
+			rc = pool_block_read_sync(p, bp);
+			if (rc != 0)
+				i++; /* claimed: freed below with the others */
+		}
+		if (rc == 0)
+			continue;
+		log_error("pool %s: dataset %s: log record %" PRIu64 " names block vdev %u offset "
+		          "%" PRIu64 " size %u; %s it: %s; the record is skipped",
+		          p->p_name, ds->ds_name, lsn, bp->bp_vdev, bp->bp_offset, bp->bp_asize,
+		          what, sh_strerror(rc));
+		pool_replay_unclaim(p, rp->rp_bps, i);
+		pool_lock(p);
+		p->p_log_bad_blocks++;
+		pool_unlock(p);
+		rp->rp_bad++;
+		rp->rp_nbps = 0;
+		return 1;
+	}
+	return 0;
+}
 
 static int pool_replay_visit(void *arg, uint16_t type, uint64_t txg, uint64_t lsn,
                              const void *payload, uint32_t len)
@@ -267,6 +348,17 @@ static int pool_replay_visit(void *arg, uint16_t type, uint64_t txg, uint64_t ls
 	}
 	const uint8_t *rec = (const uint8_t *)payload + POOL_LOG_FRAME_BYTES;
 	uint32_t rlen = len - POOL_LOG_FRAME_BYTES;
+	rc = pool_replay_claim(rp, ds, type, rec, rlen, lsn);
+	if (rc == 1) {
+		rc = 0;
+		goto out;
+	}
+	if (rc != 0) {
+		log_error("pool %s: dataset %s: log record %" PRIu64 " (txg %" PRIu64
+		          "): naming its blocks: %s",
+		          p->p_name, ds->ds_name, lsn, txg, sh_strerror(rc));
+		goto out;
+	}
 	for (;;) {
 		struct blk_ptr missing;
 		pool_lock(p);
@@ -278,6 +370,10 @@ static int pool_replay_visit(void *arg, uint16_t type, uint64_t txg, uint64_t ls
 		if (rc != 0)
 			break;
 	}
+	/* Applied (its blocks' bytes are the file's dirty data now) or failed: either way the
+	 * claimed blocks are not needed any more. */
+	pool_replay_unclaim(p, rp->rp_bps, rp->rp_nbps);
+	rp->rp_nbps = 0;
 	if (rc != 0)
 		log_error("pool %s: dataset %s: replaying log record %" PRIu64 " (txg %" PRIu64
 		          "): %s",
@@ -297,6 +393,11 @@ int pool_log_replay(struct pool *p, uint64_t ub_txg, const struct ilog_position 
 	struct pool_replay rp = {.rp_pool = p, .rp_ub_txg = ub_txg};
 	int64_t n = ilog_replay(p->p_engine, p->p_log_vdev, p->p_log_start, p->p_log_bytes,
 	                        p->p_guid, from, pool_replay_visit, &rp, end_out);
+	mem_free(rp.rp_bps);
+	if (rp.rp_bad > 0)
+		log_error("pool %s: %" PRIu64 " log record%s skipped: %s blocks could not be read",
+		          p->p_name, rp.rp_bad, rp.rp_bad == 1 ? "" : "s",
+		          rp.rp_bad == 1 ? "its" : "their");
 	if (n < 0) {
 		log_error("pool %s: log replay failed: %s", p->p_name, sh_strerror((int)n));
 		return (int)n;

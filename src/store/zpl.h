@@ -220,6 +220,37 @@ SH_MUST_CHECK int zpl_record_encode_range(struct zpl *z, const struct fs_obj_id 
                                           uint32_t len, void *buf, size_t cap, size_t *len_out,
                                           struct blk_ptr *missing_out);
 
+/* ---------------------------------------------------------------------------------------------
+ * Records that name blocks instead of carrying data (the caller's large stable writes and
+ * COMMITs: zpl_log.c, "Records by block pointer")
+ *
+ * The data of such a record lives in blocks the caller wrote before appending the record and
+ * keeps until the record can no longer be replayed. Block i holds the record's bytes from the sum
+ * of the earlier blocks' bp_lsize on, bp_lsize of them; the lsizes add up to the record's length.
+ * zpl_replay reads them through ze_get_block (-SH_ENEEDBLOCK names a block not in memory, as
+ * always) and applies the record as the WRITE it stands for. */
+
+#define ZPL_REC_BLOCKS_MAX 1024u                  /* block pointers in one record */
+#define ZPL_REC_BLOCKS_MAX_BYTES (64u * 1024u * 1024u) /* data bytes one record names */
+
+/* The bytes of a record naming nblocks blocks. */
+size_t zpl_record_blocks_bytes(uint32_t nblocks);
+
+/* Encodes the WRITE req made, as zpl_record_encode does (same conditions), but with its data
+ * named by the nblocks blocks bps (their lsizes must add up to wr_len) instead of copied.
+ * Returns 0; -EOVERFLOW (*len_out: the bytes needed); -EINVAL (not a successful WRITE, holes,
+ * lengths that do not add up, too many blocks or bytes). */
+SH_MUST_CHECK int zpl_record_encode_blocks(const struct fs_req *req, const struct blk_ptr *bps,
+                                           uint32_t nblocks, void *buf, size_t cap,
+                                           size_t *len_out);
+
+/* Calls fn(arg, bp) for every block the record (as zpl_record_encode* made it) names: none for a
+ * record that carries its data. Returns 0, fn's first error, or -EINVAL for a malformed record.
+ * Changes nothing. */
+SH_MUST_CHECK int zpl_record_visit_blocks(const void *rec, size_t len,
+                                          int (*fn)(void *arg, const struct blk_ptr *bp),
+                                          void *arg);
+
 /* The object directory dir's entry `name` names, without permission checks (the caller uses it
  * to find the object a REMOVE, RENAME or CREATE by name will change): 0 with *obj_out, its type
  * and link count; -ENOENT (no such entry); -ESTALE or -SH_EBADHANDLE (no such directory);

@@ -35,6 +35,9 @@
  *        REMOVE, RMDIR   name
  *        RENAME    from name, to directory (16), to name
  *        LINK      directory (16), name
+ *        0x40 (a WRITE by blocks, below)
+ *                  offset u64, length u32, nblocks u32 (1..ZPL_REC_BLOCKS_MAX),
+ *                  nblocks block pointers of 64 bytes (blk_ptr_encode)
  *   name:  length u8 (1..FS_NAME_MAX), bytes
  *   sattr (48 bytes): flags u8 (0x01 mode, 0x02 uid, 0x04 gid, 0x08 size), atime how u8, mtime
  *          how u8, zero u8, mode u32, uid u32, gid u32, size u64, atime (i64, u32), mtime (i64,
@@ -46,6 +49,8 @@
 #define ZPL_REC_HEADER_BYTES 120u
 #define ZPL_REC_SATTR_BYTES 48u
 #define ZPL_REC_CREATE_FIXED (1u + 1u + ZPL_REC_SATTR_BYTES + 8u + 4u + 4u + 2u + ZPL_OBJ_ID_BYTES)
+#define ZPL_REC_OP_BLOCKS 0x40u /* a WRITE whose data is named by block pointers */
+#define ZPL_REC_BLOCKS_FIXED 16u
 
 /* A cursor over a record being written (wc_buf NULL: only counting) or read. */
 struct zpl_cur {
@@ -253,13 +258,13 @@ static int zpl_req_time(const struct fs_req *req, struct fs_time *t)
 }
 
 /* The header every record starts with (ZPL_REC_HEADER_BYTES; the length is filled in last). */
-static void zpl_record_header(struct zpl_cur *c, enum fs_op op, const struct fs_time *now,
+static void zpl_record_header(struct zpl_cur *c, uint8_t op, const struct fs_time *now,
                               const struct fs_cred *cred, const struct fs_obj_id *obj)
 {
 	uint32_t ngids = SH_MIN(cred->fc_ngids, (uint32_t)FS_MAX_GIDS);
 	zpl_w32(c, ZPL_REC_MAGIC);
 	zpl_w8(c, ZPL_REC_VERSION);
-	zpl_w8(c, (uint8_t)op);
+	zpl_w8(c, op);
 	zpl_w16(c, 0);
 	zpl_w32(c, 0); /* the length, filled in at the end */
 	zpl_w32(c, 0);
@@ -282,7 +287,7 @@ static int zpl_record_write(const struct fs_req *req, struct zpl_cur *c)
 		return -EINVAL;
 	if ((rc = zpl_req_time(req, &now)) != 0)
 		return rc;
-	zpl_record_header(c, req->fr_op, &now, req->fr_cred, &req->fr_obj);
+	zpl_record_header(c, (uint8_t)req->fr_op, &now, req->fr_cred, &req->fr_obj);
 	switch (req->fr_op) {
 	case FS_OP_SETATTR: zpl_w_sattr(c, &req->u.setattr.sa_sattr); break;
 	case FS_OP_WRITE:
@@ -401,6 +406,18 @@ int zpl_record_encode(const struct fs_req *req, void *buf, size_t cap, size_t *l
  *   - size: the range is clipped to the file's size, so the write extends the file at most to its
  *     current size. */
 
+/* The credential of a range record (see above). */
+static void zpl_range_cred(const struct zpl_inode *ino, struct fs_cred *cred)
+{
+	memset(cred, 0, sizeof(*cred));
+	bool keeps_setid = (ino->ino_mode & 04000u) != 0 || (ino->ino_mode & 02010u) == 02010u;
+	if (!keeps_setid) {
+		cred->fc_uid = ino->ino_uid + 1u;
+		cred->fc_uid = cred->fc_uid == 0 ? 1u : cred->fc_uid;
+		cred->fc_gid = ino->ino_gid;
+	}
+}
+
 size_t zpl_record_range_bytes(uint32_t len)
 {
 	return ZPL_REC_HEADER_BYTES + 12u + len;
@@ -433,15 +450,10 @@ int zpl_record_encode_range(struct zpl *z, const struct fs_obj_id *obj, uint64_t
 		rc = -EOVERFLOW;
 		goto out;
 	}
-	struct fs_cred cred = {0};
-	bool keeps_setid = (ino->ino_mode & 04000u) != 0 || (ino->ino_mode & 02010u) == 02010u;
-	if (!keeps_setid) {
-		cred.fc_uid = ino->ino_uid + 1u;
-		cred.fc_uid = cred.fc_uid == 0 ? 1u : cred.fc_uid;
-		cred.fc_gid = ino->ino_gid;
-	}
+	struct fs_cred cred;
+	zpl_range_cred(ino, &cred);
 	struct zpl_cur c = {.wc_buf = buf, .c_cap = cap};
-	zpl_record_header(&c, FS_OP_WRITE, &ino->ino_ctime, &cred, obj);
+	zpl_record_header(&c, (uint8_t)FS_OP_WRITE, &ino->ino_ctime, &cred, obj);
 	zpl_w64(&c, off);
 	zpl_w32(&c, n);
 	uint8_t *data = zpl_cur_w(&c, n);
@@ -453,6 +465,71 @@ int zpl_record_encode_range(struct zpl *z, const struct fs_obj_id *obj, uint64_t
 out:
 	zpl_op_abort(op);
 	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Records by block pointer
+ *
+ * A large stable write need not copy its data into the log: the caller writes
+ * the bytes as blocks of their own first and logs a record (op ZPL_REC_OP_BLOCKS) that names
+ * them. It has the header of the WRITE or range record it stands for (time, credential, object:
+ * replay makes the same decisions) and is applied as that WRITE, with the blocks' bytes as data.
+ * (A COMMIT range by blocks is not made yet: such a COMMIT waits for a txg, pool_fs.c.) */
+
+size_t zpl_record_blocks_bytes(uint32_t nblocks)
+{
+	return ZPL_REC_HEADER_BYTES + ZPL_REC_BLOCKS_FIXED + (size_t)nblocks * BLK_PTR_DISK_BYTES;
+}
+
+/* The data bytes nblocks blocks hold: 0 when they cannot make a record (holes, too many). */
+static uint64_t zpl_blocks_len(const struct blk_ptr *bps, uint32_t nblocks)
+{
+	uint64_t n = 0;
+	if (nblocks == 0 || nblocks > ZPL_REC_BLOCKS_MAX)
+		return 0;
+	for (uint32_t i = 0; i < nblocks; i++) {
+		if (blk_ptr_is_hole(&bps[i]) || bps[i].bp_lsize == 0)
+			return 0;
+		n += bps[i].bp_lsize;
+	}
+	return n <= ZPL_REC_BLOCKS_MAX_BYTES ? n : 0;
+}
+
+static void zpl_w_blocks(struct zpl_cur *c, uint64_t off, uint32_t len, const struct blk_ptr *bps,
+                         uint32_t nblocks)
+{
+	zpl_w64(c, off);
+	zpl_w32(c, len);
+	zpl_w32(c, nblocks);
+	for (uint32_t i = 0; i < nblocks; i++) {
+		uint8_t *p = zpl_cur_w(c, BLK_PTR_DISK_BYTES);
+		if (p != NULL)
+			blk_ptr_encode(&bps[i], p);
+	}
+}
+
+int zpl_record_encode_blocks(const struct fs_req *req, const struct blk_ptr *bps,
+                             uint32_t nblocks, void *buf, size_t cap, size_t *len_out)
+{
+	struct fs_time now;
+	*len_out = 0;
+	if (req->fr_op != FS_OP_WRITE || req->fr_status != 0 || req->fr_cred == NULL ||
+	    req->u.write.wr_count != req->u.write.wr_len ||
+	    zpl_blocks_len(bps, nblocks) != req->u.write.wr_len ||
+	    zpl_req_time(req, &now) != 0)
+		return -EINVAL;
+	size_t need = zpl_record_blocks_bytes(nblocks);
+	if (need > cap) {
+		*len_out = need;
+		return -EOVERFLOW;
+	}
+	struct zpl_cur c = {.wc_buf = buf, .c_cap = cap};
+	zpl_record_header(&c, ZPL_REC_OP_BLOCKS, &now, req->fr_cred, &req->fr_obj);
+	zpl_w_blocks(&c, req->u.write.wr_offset, req->u.write.wr_len, bps, nblocks);
+	VERIFY(!c.c_bad && c.c_pos == need);
+	zpl_put_le32((uint8_t *)buf + 8, (uint32_t)need);
+	*len_out = need;
+	return 0;
 }
 
 int zpl_lookup_name(struct zpl *z, const struct fs_obj_id *dir, const char *name,
@@ -503,12 +580,16 @@ struct zpl_rec {
 	char r_name[FS_NAME_MAX + 1];
 	char r_name2[FS_NAME_MAX + 1];
 	char r_target[FS_PATH_MAX + 1];
+	const uint8_t *r_bps; /* a WRITE by blocks: r_nbps encoded pointers in the record */
+	uint32_t r_nbps;
 };
 
 static int zpl_record_decode(const uint8_t *p, size_t len, struct zpl_rec *r, struct fs_req *req)
 {
 	struct zpl_cur c = {.rc_buf = p, .c_cap = len};
 	memset(req, 0, sizeof(*req));
+	r->r_bps = NULL;
+	r->r_nbps = 0;
 	if (len < ZPL_REC_HEADER_BYTES || zpl_r32(&c) != ZPL_REC_MAGIC ||
 	    zpl_r8(&c) != ZPL_REC_VERSION)
 		return -EINVAL;
@@ -529,6 +610,18 @@ static int zpl_record_decode(const uint8_t *p, size_t len, struct zpl_rec *r, st
 	zpl_r_id(&c, &req->fr_obj);
 	switch (op) {
 	case FS_OP_SETATTR: zpl_r_sattr(&c, &req->u.setattr.sa_sattr); break;
+	case ZPL_REC_OP_BLOCKS: {
+		req->fr_op = FS_OP_WRITE;
+		req->u.write.wr_offset = zpl_r64(&c);
+		req->u.write.wr_len = zpl_r32(&c);
+		req->u.write.wr_stable = FS_UNSTABLE;
+		r->r_nbps = zpl_r32(&c);
+		if (r->r_nbps == 0 || r->r_nbps > ZPL_REC_BLOCKS_MAX || req->u.write.wr_len == 0 ||
+		    req->u.write.wr_len > ZPL_REC_BLOCKS_MAX_BYTES)
+			return -EINVAL;
+		r->r_bps = zpl_cur_r(&c, (size_t)r->r_nbps * BLK_PTR_DISK_BYTES);
+		break;
+	}
 	case FS_OP_WRITE: {
 		req->u.write.wr_offset = zpl_r64(&c);
 		req->u.write.wr_len = zpl_r32(&c);
@@ -592,6 +685,82 @@ static int zpl_record_decode(const uint8_t *p, size_t len, struct zpl_rec *r, st
 	return 0;
 }
 
+/* Decodes block pointer i of a WRITE by blocks. 0 or -EINVAL. */
+static int zpl_rec_bp(const struct zpl_rec *r, uint32_t i, struct blk_ptr *bp)
+{
+	if (blk_ptr_decode(r->r_bps + (size_t)i * BLK_PTR_DISK_BYTES, bp) != 0 ||
+	    blk_ptr_is_hole(bp) || bp->bp_lsize == 0)
+		return -EINVAL;
+	return 0;
+}
+
+/* Checks that the blocks of a WRITE by blocks hold exactly its length. */
+static int zpl_rec_blocks_check(const struct zpl_rec *r, const struct fs_req *req)
+{
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < r->r_nbps; i++) {
+		struct blk_ptr bp;
+		if (zpl_rec_bp(r, i, &bp) != 0)
+			return -EINVAL;
+		sum += bp.bp_lsize;
+	}
+	return sum == req->u.write.wr_len ? 0 : -EINVAL;
+}
+
+/* Gathers the data of a WRITE by blocks into *data_out (wr_len bytes, the caller frees it):
+ * 0, -SH_ENEEDBLOCK (*missing_out), -ENOMEM, or ze_get_block's error. */
+static int zpl_rec_blocks_gather(struct zpl *z, const struct zpl_rec *r, const struct fs_req *req,
+                                 uint8_t **data_out, struct blk_ptr *missing_out)
+{
+	uint8_t *data = mem_alloc(req->u.write.wr_len);
+	if (data == NULL)
+		return -ENOMEM;
+	uint64_t pos = 0;
+	for (uint32_t i = 0; i < r->r_nbps; i++) {
+		struct blk_ptr bp;
+		VERIFY(zpl_rec_bp(r, i, &bp) == 0); /* zpl_rec_blocks_check passed */
+		const void *image;
+		void *hold;
+		int rc = z->z_env.ze_get_block(z->z_env.ze_ctx, &bp, &image, &hold);
+		if (rc != 0) {
+			if (rc == -SH_ENEEDBLOCK && missing_out != NULL)
+				*missing_out = bp;
+			mem_free(data);
+			return rc;
+		}
+		memcpy(data + pos, image, bp.bp_lsize);
+		z->z_env.ze_release(z->z_env.ze_ctx, hold);
+		pos += bp.bp_lsize;
+	}
+	*data_out = data;
+	return 0;
+}
+
+int zpl_record_visit_blocks(const void *rec, size_t len,
+                            int (*fn)(void *arg, const struct blk_ptr *bp), void *arg)
+{
+	if (rec == NULL)
+		return -EINVAL;
+	struct zpl_rec *r = mem_alloc(sizeof(*r));
+	struct fs_req *req = mem_alloc(sizeof(*req));
+	int rc = -ENOMEM;
+	if (r == NULL || req == NULL)
+		goto out;
+	if ((rc = zpl_record_decode(rec, len, r, req)) != 0)
+		goto out;
+	if (r->r_nbps > 0 && (rc = zpl_rec_blocks_check(r, req)) != 0)
+		goto out;
+	for (uint32_t i = 0; i < r->r_nbps && rc == 0; i++) {
+		struct blk_ptr bp;
+		VERIFY(zpl_rec_bp(r, i, &bp) == 0);
+		rc = fn(arg, &bp);
+	}
+out:
+	mem_free(r);
+	mem_free(req);
+	return rc;
+}
+
 int zpl_replay(struct zpl *z, const void *rec, size_t len, struct blk_ptr *missing_out)
 {
 	if (z->z_failed != 0)
@@ -605,6 +774,13 @@ int zpl_replay(struct zpl *z, const void *rec, size_t len, struct blk_ptr *missi
 		goto out;
 	if ((rc = zpl_record_decode(rec, len, r, req)) != 0)
 		goto out;
+	uint8_t *data = NULL;
+	if (r->r_nbps > 0) {
+		if ((rc = zpl_rec_blocks_check(r, req)) != 0 ||
+		    (rc = zpl_rec_blocks_gather(z, r, req, &data, missing_out)) != 0)
+			goto out;
+		req->u.write.wr_data = data;
+	}
 	struct zpl_op *op = &z->z_op;
 	zpl_op_begin(z, op, &r->r_cred, missing_out);
 	op->op_replay = true;
@@ -617,6 +793,7 @@ int zpl_replay(struct zpl *z, const void *rec, size_t len, struct blk_ptr *missi
 	}
 	rc = zpl_run(op, req);
 	zpl_op_abort(op);
+	mem_free(data);
 out:
 	mem_free(r);
 	mem_free(req);

@@ -1,8 +1,10 @@
 /* test_pool_fs_crash.c: crash consistency of COMMIT through the intent log (pool_fs.c). Workers
  * run file workloads through pool_fs on fault-recording leaves: UNSTABLE writes followed by
  * COMMIT, interleaved with FILE_SYNC writes, truncating SETATTRs, overwrites of the same ranges,
- * removes (with and without pending writes), renames over files with pending writes, and a file
- * large enough that its COMMIT takes a txg; txgs run every few milliseconds, so COMMITs straddle
+ * removes (with and without pending writes), renames over files with pending writes, a file
+ * large enough that its COMMIT takes a txg, and large FILE_SYNC writes (32 KiB to 1 MiB) whose data
+ * the log names by block pointer (right after an acknowledged COMMIT, so their acknowledgement is
+ * modelled as one more COMMIT); txgs run every few milliseconds, so COMMITs and writes straddle
  * syncs. Then, for many cut points and every fault mode, images of the leaves at one instant are
  * imported (replaying the log), checked with pool_check, and every file is compared with the model.
  * The cut machinery is test_pool_crash.c's (one global event counter over all fault leaves).
@@ -42,6 +44,10 @@
 #define BIG_CHUNK (256u * 1024u)
 #define BIG_CHUNKS 5u /* 1.25 MiB pending: the COMMIT takes a txg */
 #define FILE_CAP (BIG_CHUNK * BIG_CHUNKS + 64u * 1024u)
+/* Large FILE_SYNC writes: the big file's up to 1 MiB, the small files' up to 160 KiB. */
+#define LARGE_SYNC_MIN (32u * 1024u)
+#define LARGE_SYNC_BIG_MAX (1024u * 1024u)
+#define LARGE_SYNC_SMALL_MAX (160u * 1024u)
 #define ACK_NONE UINT64_MAX
 #define FSID 77u
 
@@ -112,6 +118,7 @@ struct crash_run {
 	struct name_log cr_names[NNAMES];
 	_Atomic uint32_t cr_next_wid;
 	_Atomic unsigned cr_errors;
+	_Atomic unsigned cr_large_syncs;
 	uint64_t cr_start_seq;
 	uint64_t cr_commits_log, cr_commits_txg;
 };
@@ -198,6 +205,22 @@ static int op_create(struct fs *fs, const struct fs_obj_id *dir, const char *nam
 	if (rc == 0)
 		*out = c.c_req.u.create.cr_obj;
 	return rc;
+}
+
+static int op_write_ack(struct fs *fs, const struct fs_obj_id *obj, uint64_t off,
+                        const void *data, uint32_t len, enum fs_stable stable, uint64_t *ack)
+{
+	struct call c;
+	call_init(&c, fs, FS_OP_WRITE, obj);
+	c.c_req.u.write.wr_offset = off;
+	c.c_req.u.write.wr_data = data;
+	c.c_req.u.write.wr_len = len;
+	c.c_req.u.write.wr_stable = stable;
+	int rc = call_run(&c);
+	*ack = c.c_ack;
+	if (rc == 0 && c.c_req.u.write.wr_committed != FS_FILE_SYNC)
+		return -EIO;
+	return rc == 0 && c.c_req.u.write.wr_count != len ? -EIO : rc;
 }
 
 static int op_write(struct fs *fs, const struct fs_obj_id *obj, uint64_t off, const void *data,
@@ -299,8 +322,30 @@ static void wk_fail(struct crash_run *cr, const char *what, int rc)
 	printf("#   %s: %s\n", what, sh_strerror(rc));
 }
 
+/* A large FILE_SYNC write (its data goes to the log by block pointers) of LARGE_SYNC_MIN to max
+ * bytes inside [0, span), made right after an acknowledged COMMIT of the file, so that nothing is
+ * pending: its acknowledgement then says that the file as it is after it is durable, which the
+ * model records as a COMMIT acknowledged when the write was. */
+static void large_sync_write(struct crash_run *cr, struct name_log *nl, const struct fs_obj_id *id,
+                             uint64_t *seed, uint8_t *buf, uint64_t span, uint32_t max)
+{
+	uint32_t len = LARGE_SYNC_MIN + (uint32_t)(rng_next(seed) % (max - LARGE_SYNC_MIN + 1));
+	uint64_t off = rng_next(seed) % (span - len + 1);
+	uint32_t wid = atomic_fetch_add(&cr->cr_next_wid, 1);
+	wfill(buf, wid, off, len);
+	nl_add(nl, K_WRITE, wid, off, len);
+	struct fop *f = nl_add(nl, K_COMMIT, 0, 0, 0);
+	uint64_t ack;
+	int rc = op_write_ack(cr->cr_fs, id, off, buf, len, FS_FILE_SYNC, &ack);
+	if (rc != 0)
+		return wk_fail(cr, "large FILE_SYNC write", rc);
+	f->f_ack = ack;
+	atomic_fetch_add(&cr->cr_large_syncs, 1);
+}
+
 /* One round on the big file: 1.25 MiB of UNSTABLE writes then COMMIT (a txg), or a truncation and
- * a small write then COMMIT (the log). */
+ * a small write then COMMIT (the log); then, two times in three, a large FILE_SYNC write of up to
+ * 1 MiB. */
 static void big_round(struct crash_run *cr, struct fs_obj_id *id, bool *exists, uint64_t *seed,
                       uint8_t *buf)
 {
@@ -340,6 +385,9 @@ static void big_round(struct crash_run *cr, struct fs_obj_id *id, bool *exists, 
 	if ((rc = op_commit(fs, id, &ack)) != 0)
 		return wk_fail(cr, "big commit", rc);
 	f->f_ack = ack;
+	if (rng_next(seed) % 3 != 0)
+		large_sync_write(cr, nl, id, seed, buf, (uint64_t)BIG_CHUNK * BIG_CHUNKS,
+		                 LARGE_SYNC_BIG_MAX);
 }
 
 static void *crash_worker(void *arg)
@@ -352,7 +400,7 @@ static void *crash_worker(void *arg)
 	bool exists[NAMES_PER_WORKER + 1] = {false};
 	uint64_t last_off[NAMES_PER_WORKER] = {0};
 	uint32_t last_len[NAMES_PER_WORKER] = {0};
-	uint8_t *buf = malloc(BIG_CHUNK);
+	uint8_t *buf = malloc(LARGE_SYNC_BIG_MAX);
 	VERIFY(buf != NULL);
 	char name[32], tmp[32];
 	snprintf(tmp, sizeof(tmp), "w%utmp", wk->wk_id);
@@ -417,6 +465,13 @@ static void *crash_worker(void *arg)
 				break;
 			}
 			f->f_ack = ack;
+			if (r < 20) {
+				large_sync_write(cr, nl, &ids[k], &seed, buf,
+				                 SMALL_SPAN + LARGE_SYNC_SMALL_MAX,
+				                 LARGE_SYNC_SMALL_MAX);
+				if (atomic_load(&cr->cr_errors) != 0)
+					break;
+			}
 		}
 		if (r >= 70 && r < 88) {
 			/* remove, with pending writes (r < 80) or just committed */
@@ -507,10 +562,10 @@ static bool crash_run_workload(struct crash_run *cr)
 	for (unsigned n = 0; n < NNAMES; n++)
 		for (size_t i = 0; i < cr->cr_names[n].nl_n; i++)
 			commits += cr->cr_names[n].nl_ops[i].f_kind == K_COMMIT;
-	printf("#   %s: %u writes, %" PRIu64 " COMMITs of the names, %" PRIu64
+	printf("#   %s: %u writes (%u large FILE_SYNC), %" PRIu64 " COMMITs of the names, %" PRIu64
 	       " log commits, %" PRIu64 " txg waits, %" PRIu64 " txgs\n",
-	       cfg->cc_name, atomic_load(&cr->cr_next_wid) - 1, commits, st.ps_log_commits,
-	       st.ps_txg_waits, ps->ps_syncs);
+	       cfg->cc_name, atomic_load(&cr->cr_next_wid) - 1, atomic_load(&cr->cr_large_syncs),
+	       commits, st.ps_log_commits, st.ps_txg_waits, ps->ps_syncs);
 	cr->cr_commits_txg = st.ps_txg_waits;
 	free(ps);
 	pool_close(cr->cr_pool); /* the crash */
