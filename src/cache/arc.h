@@ -1,5 +1,5 @@
 /* arc.h: the block cache of the pool engine, an Adaptive Replacement Cache (Megiddo & Modha, FAST
- * 2003, as ZFS uses it) of reference-counted, 4096-byte aligned buffers keyed by block identity.
+ * 2003, as ZFS uses it) of reference-counted buffers keyed by block identity.
  *
  * The cache knows nothing about disks. It maps a key to a buffer and, on a miss, hands the caller a
  * new empty buffer to fill ("filling" state); other callers that ask for that key meanwhile are
@@ -27,8 +27,11 @@
 
 #include "base/base.h"
 
-#define ARC_BUF_ALIGN 4096u /* data alignment of every buffer: the pool's sector, for O_DIRECT */
-#define ARC_SHARDS_MAX 16u  /* most shards a cache is split into (arc_create_shards) */
+/* Data alignment of every buffer: malloc's, enough for any C object. Not the sector: blk reads
+ * through a bounce buffer and writes a prepared copy, so no I/O touches a cache buffer, and
+ * aligned allocations fragment the heap the cache shares with dirty data (arc_data_alloc). */
+#define ARC_BUF_ALIGN 16u
+#define ARC_SHARDS_MAX 16u /* most shards a cache is split into (arc_create_shards) */
 
 /* A block's identity. The pool uses (vdev index, byte offset, birth txg), which names one immutable
  * block: a rewritten block gets a new birth txg and therefore a new key. Two keys are equal when
@@ -98,6 +101,10 @@ struct arc_stats {
 	uint64_t as_mfu_ghost_bytes; /* bytes the MFU ghost keys stood for */
 	uint64_t as_p_bytes;         /* the adaptive target for the MRU side (sum over shards) */
 	uint64_t as_max_bytes;       /* the limit, c (arc_create / arc_set_max) */
+	uint64_t as_reserved_bytes;  /* memory outside the cache counted against c
+	                              * (arc_set_reserved), rounded up to ARC_RESERVE_QUANTUM */
+	uint64_t as_target_bytes;    /* what cached data may fill now: c less the reservation,
+	                              * which counts for at most half of c */
 	uint64_t as_held_bytes;      /* data bytes of cached buffers with at least one hold */
 	uint64_t as_anon_bytes;      /* removed buffers still held (freed at the last rele) */
 	uint64_t as_buffers;         /* cached buffers (MRU + MFU) */
@@ -106,10 +113,11 @@ struct arc_stats {
 
 /* ---- creation ---- */
 
-/* Creates a cache that keeps at most max_bytes of data in unheld buffers (0 is allowed: nothing
- * stays cached once released). The number of shards is chosen from max_bytes: one per 64 MiB, at
- * most ARC_SHARDS_MAX, so a small cache is one exact ARC. Returns 0 or -ENOMEM (or the error of
- * getrandom, which seeds the hash); *out is set on success. Destroy with arc_destroy. */
+/* Creates a cache that keeps at most max_bytes of data in unheld buffers, less any reservation
+ * (arc_set_reserved; 0 is allowed: nothing stays cached once released). The number of shards is
+ * chosen from max_bytes: one per 64 MiB, at most ARC_SHARDS_MAX, so a small cache is one exact ARC.
+ * Returns 0 or -ENOMEM (or the error of getrandom, which seeds the hash); *out is set on success.
+ * Destroy with arc_destroy. */
 SH_MUST_CHECK int arc_create(uint64_t max_bytes, struct arc **out);
 
 /* Like arc_create with an explicit shard count: nshards is a power of two from 1 to ARC_SHARDS_MAX,
@@ -127,6 +135,22 @@ void arc_destroy(struct arc *arc);
  * returning; held buffers stay, and the cache reaches the new limit as they are released. The shard
  * count stays the one chosen at creation. */
 void arc_set_max(struct arc *arc, uint64_t max_bytes);
+
+/* The reservation is rounded up to this, so that a stream of small changes to it does not visit
+ * every shard each time. */
+#define ARC_RESERVE_QUANTUM (64u * 1024u)
+
+/* Tells the cache that bytes of memory outside it (the pool's dirty data, the buffers of the txg
+ * being written, the intent log's blocks) count against its limit: unheld cached data is then
+ * kept within c - bytes, so that cached data plus the reservation stay within c. The reservation
+ * counts for at most half of c, so at least c / 2 always stays for cached blocks (an operation
+ * needs its blocks in memory at once, and a cache squeezed to nothing would make its load-and-
+ * retry loop spin); a caller that keeps bytes <= c / 2 gets the exact bound. bytes replaces the
+ * previous reservation (it is a level, not a delta) and is rounded up to ARC_RESERVE_QUANTUM.
+ * Growing it evicts unheld buffers before returning; held ones stay, as with arc_set_max.
+ * Concurrent calls are serialized; the last one wins. O(shards) when the rounded value changes,
+ * one uncontended lock otherwise. */
+void arc_set_reserved(struct arc *arc, uint64_t bytes);
 
 /* ---- lookup and the fill protocol ---- */
 

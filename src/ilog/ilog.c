@@ -205,6 +205,7 @@ struct ilog {
 
 	uint8_t *il_free_bufs[ILOG_FREE_BUFS];
 	unsigned il_nfree_bufs;
+	uint64_t il_buf_bytes; /* block buffers allocated now, idle ones included */
 
 	struct ilog_stats il_stats;
 };
@@ -276,17 +277,22 @@ static uint8_t *ilog_buf_get_locked(struct ilog *log)
 {
 	if (log->il_nfree_bufs > 0)
 		return log->il_free_bufs[--log->il_nfree_bufs];
-	return blk_buf_alloc(ILOG_BLOCK_MAX);
+	uint8_t *buf = blk_buf_alloc(ILOG_BLOCK_MAX);
+	if (buf)
+		log->il_buf_bytes += ILOG_BLOCK_MAX;
+	return buf;
 }
 
 static void ilog_buf_put_locked(struct ilog *log, uint8_t *buf)
 {
 	if (!buf)
 		return;
-	if (log->il_nfree_bufs < ILOG_FREE_BUFS)
+	if (log->il_nfree_bufs < ILOG_FREE_BUFS) {
 		log->il_free_bufs[log->il_nfree_bufs++] = buf;
-	else
+	} else {
 		mem_free(buf);
+		log->il_buf_bytes -= ILOG_BLOCK_MAX;
+	}
 }
 
 static void ilog_blk_free_locked(struct ilog *log, struct ilog_blk *b)
@@ -919,6 +925,15 @@ void ilog_stats(struct ilog *log, struct ilog_stats *stats_out)
 		    (log->il_end - oldest->ib_offset) + (open_end - log->il_start);
 	s.is_next_lsn = log->il_next_lsn;
 	s.is_durable_lsn = log->il_durable_lsn;
+	s.is_buffer_bytes = log->il_buf_bytes;
 	pthread_mutex_unlock(&log->il_lock);
 	*stats_out = s;
+}
+
+uint64_t ilog_buffer_bytes(struct ilog *log)
+{
+	pthread_mutex_lock(&log->il_lock);
+	uint64_t bytes = log->il_buf_bytes;
+	pthread_mutex_unlock(&log->il_lock);
+	return bytes;
 }

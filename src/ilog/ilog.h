@@ -184,7 +184,14 @@ struct ilog_stats {
 	uint64_t is_space_bytes;      /* the region's size */
 	uint64_t is_next_lsn;         /* the LSN the next append gets */
 	uint64_t is_durable_lsn;      /* every record up to this one is durable */
+	uint64_t is_buffer_bytes;     /* memory in block buffers now (ilog_buffer_bytes) */
 };
 void ilog_stats(struct ilog *log, struct ilog_stats *stats_out);
+/* Memory the log holds in block buffers now: the block being filled, the blocks waiting to be
+ * written or being written (ILOG_BLOCK_MAX each, whatever their size on disk) and up to a few
+ * idle ones kept for reuse. At most about (ILOG_BACKLOG_MAX_BYTES of ilog.c + 6 blocks) = 38 MiB
+ * while the log device keeps up; the pool counts it against its ARC limit. Takes the log's lock
+ * (a leaf), so it may be called under the caller's own locks. */
+uint64_t ilog_buffer_bytes(struct ilog *log);
 
 #endif

@@ -10,6 +10,9 @@
  * inherit it) and collected here with sigwait, so no handler ever runs inside a loop. */
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -158,6 +161,19 @@ int server_run(const struct server_config *config)
 	pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 	/* A client that vanishes mid-reply must not kill the server. */
 	signal(SIGPIPE, SIG_IGN);
+#ifdef __GLIBC__
+	/* One malloc arena for every thread, set before any thread starts. The pool's big
+	 * buffers travel between threads (a dirty buffer made on a loop thread is freed by the
+	 * sync thread, a cached block read for one thread is evicted by another), and glibc
+	 * returns a chunk to the arena of the thread that allocated it, where only that arena
+	 * can reuse it: with an arena per thread each grows to its own peak, and the memory that
+	 * --arc-max bounds (pool.c's memory model) is exceeded by the sum of those peaks
+	 * (measured: 38 MiB more resident over a short sfs2008 run). Small allocations still go
+	 * through glibc's per-thread caches without the arena lock, and the big ones are a few
+	 * per block written, so the one lock is not contended. */
+	if (mallopt(M_ARENA_MAX, 1) != 1)
+		log_warn("cannot limit malloc to one arena: --arc-max may be exceeded");
+#endif
 	/* Objects get exactly the mode the client asks for: the client has applied its own umask,
 	 * as knfsd and Ganesha assume. The server's own files name their modes explicitly. */
 	umask(0);

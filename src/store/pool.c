@@ -62,6 +62,37 @@
  * above po_dirty_max_bytes (pool_tx_throttle notices); a request (pool_txg_request_sync,
  * pool_txg_wait_synced, dataset create and destroy); the log running out of space.
  *
+ * Memory model. po_arc_max_bytes (C, `--arc-max`) bounds the pool's memory for blocks, not only
+ * its cache, as zfs_arc_max does in ZFS, where dirty data are ARC buffers. Shale's dirty data live
+ * outside the ARC, so the pool declares them to it (arc_set_reserved, the ARC's memory model):
+ *     reserved = dirty + syncing + log
+ *   dirty    pool_dirty_bytes: the owners' dirty buffers and the trees' dirty nodes, open txg;
+ *   syncing  p_sync_bytes: what the txg being written holds outside the ARC from phase 1 until
+ *            its writes complete (each written block's compressed copy, blk_prepare's buffer of
+ *            its rounded logical size, lives until its write is done; the cached copy of the
+ *            block is an ARC buffer held until then, counted by the ARC itself); taken as the
+ *            txg's dirty bytes when phase 1 begins, which is what those buffers add up to;
+ *   log      ilog_buffer_bytes: the intent log's block buffers.
+ * The ARC keeps its unheld data within C - reserved, so cached + dirty + syncing + log <= C, as
+ * long as reserved <= C / 2 (the ARC never gives more than half of C away, so that operations
+ * keep the blocks they need). The dirty limit D keeps it there: by default D = C / 10 (within
+ * [1 MiB, 64 MiB]); a sync starts at D and writers are throttled beyond 2 D, so the open txg
+ * holds at most 2 D (plus the one change each throttle check lets through) and the txg being
+ * written another 2 D: 4 D = 0.4 C, and the remaining 0.1 C is for the log, whose buffers are a
+ * few MiB while its device keeps up (an idle buffer or four and the block being filled; up to
+ * ILOG_BACKLOG_MAX_BYTES more when it does not). ZFS's zfs_dirty_data_max is similar in
+ * proportion: 10% of memory against an ARC of half of it. With C = 256 MiB: D = 25.6 MiB, and
+ * the cache keeps at least 153 MiB of clean blocks under a sustained write. The reservation is
+ * updated at each pool_tx_throttle (so it lags by the changes made since the last check), after
+ * phase 1 and in phase 4; changes that grow it evict clean blocks. Writers are throttled, never
+ * failed, for memory. Not counted: the ARC's headers and hash tables, the pinned MOS, the
+ * allocator's in-memory state, the owners' own structures (inodes, open files), per-request buffers
+ * and the allocator's overhead: the rest of the server's footprint beside C. The server limits
+ * glibc's arenas (server.c) so that memory one thread frees can be reused by another instead of
+ * staying resident in its arena, and the sync thread gives whole free heap pages back to the
+ * system at most every 10 s (pool_txg.c), so that holes which blocks of another size cannot reuse
+ * do not stay resident.
+ *
  * Rules.
  *   R1 (p_lock) Every tree, the allocator, the datasets, the open txg and the framing of log
  *      records are changed only under p_lock. Owners run operations under it on their own
@@ -240,8 +271,13 @@ static void pool_opts_defaults(const struct pool_open_opts *opts, struct pool_op
 		memset(out, 0, sizeof(*out));
 	if (out->po_arc_max_bytes == 0)
 		out->po_arc_max_bytes = POOL_ARC_MAX_DEFAULT;
-	if (out->po_dirty_max_bytes == 0)
-		out->po_dirty_max_bytes = POOL_DIRTY_MAX_DEFAULT;
+	if (out->po_dirty_max_bytes == 0) {
+		/* The memory model: 2 D open plus 2 D being written, with the log's buffers, fit in
+		 * the half of the ARC's limit that the ARC gives to a reservation. */
+		uint64_t d = out->po_arc_max_bytes / POOL_DIRTY_ARC_DIVISOR;
+		out->po_dirty_max_bytes =
+		    SH_MIN(SH_MAX(d, POOL_DIRTY_MAX_MIN), POOL_DIRTY_MAX_DEFAULT);
+	}
 	if (out->po_txg_interval_ms == 0)
 		out->po_txg_interval_ms = POOL_TXG_INTERVAL_MS_DEFAULT;
 	if (out->po_record_bytes == 0)

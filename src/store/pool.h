@@ -36,8 +36,15 @@
 #define POOL_FORMAT_VERSION 1u
 
 /* Defaults of struct pool_open_opts (a zero field means its default). */
-#define POOL_ARC_MAX_DEFAULT (256ull << 20)      /* 256 MiB of cached blocks */
-#define POOL_DIRTY_MAX_DEFAULT (64ull << 20)     /* sync when 64 MiB are dirty; throttle at 2x */
+#define POOL_ARC_MAX_DEFAULT (256ull << 20) /* 256 MiB for cached blocks and dirty data */
+/* The dirty data limit D (sync when D bytes are dirty; throttle at 2 D) defaults to the ARC limit
+ * divided by POOL_DIRTY_ARC_DIVISOR, within [POOL_DIRTY_MAX_MIN, POOL_DIRTY_MAX_DEFAULT]: the open
+ * txg (up to 2 D) and the txg being written (up to 2 D) then take at most 40% of the ARC's limit,
+ * and the intent log's buffers fit in the rest of the half the ARC can give (pool.c's memory
+ * model). At least 1 MiB: smaller txgs cost more in fixed work than they save in memory. */
+#define POOL_DIRTY_MAX_DEFAULT (64ull << 20) /* at most 64 MiB */
+#define POOL_DIRTY_MAX_MIN (1ull << 20)
+#define POOL_DIRTY_ARC_DIVISOR 10u
 #define POOL_TXG_INTERVAL_MS_DEFAULT 5000u       /* a txg at least every 5 s */
 #define POOL_RECORD_BYTES_DEFAULT (128u * 1024u) /* a dataset's data block size */
 #define POOL_LOG_REGION_MAX (1ull << 30)         /* the log region on vdev 0: at most 1 GiB... */
@@ -63,8 +70,14 @@ enum pool_compress {
 typedef int (*pool_attach_fn)(void *arg, struct pool_ds *ds);
 
 struct pool_open_opts {
-	uint64_t po_arc_max_bytes;   /* 0: POOL_ARC_MAX_DEFAULT */
-	uint64_t po_dirty_max_bytes; /* 0: POOL_DIRTY_MAX_DEFAULT */
+	/* 0: POOL_ARC_MAX_DEFAULT. Bounds the pool's cached blocks plus its dirty data, the buffers
+	 * of the txg being written and the intent log's blocks (pool.c, memory model). */
+	uint64_t po_arc_max_bytes;
+	/* 0: po_arc_max_bytes / POOL_DIRTY_ARC_DIVISOR within [POOL_DIRTY_MAX_MIN,
+	 * POOL_DIRTY_MAX_DEFAULT]. A larger value is honoured, but when the open and the syncing
+	 * txg's dirty data (up to 4x this) and the log's buffers pass half of po_arc_max_bytes the
+	 * excess goes beyond the memory bound (the ARC keeps half its limit for cached blocks). */
+	uint64_t po_dirty_max_bytes;
 	uint32_t po_txg_interval_ms; /* 0: POOL_TXG_INTERVAL_MS_DEFAULT */
 	/* pool_create only: bytes of vdev 0's data area given to the intent log when there is no
 	 * log vdev. 0: 1/32 of the area clamped to [ILOG_REGION_MIN, POOL_LOG_REGION_MAX]. Rounded

@@ -171,7 +171,9 @@ struct pool_waiter {
 };
 /* Under the lock, before a change: returns 0 (go on), POOL_THROTTLED (w is queued: go on once
  * pw_done runs), or -EIO (suspended). Asks for a sync when dirty data passes the limit and
- * throttles beyond twice the limit. Never blocks. */
+ * throttles beyond twice the limit. Also tells the ARC how much memory the pool's dirty data,
+ * the txg being written and the log hold (pool.c's memory model), which may evict clean blocks.
+ * Never blocks. */
 #define POOL_THROTTLED 1
 SH_MUST_CHECK int pool_tx_throttle(struct pool *p, struct pool_waiter *w);
 /* Dirty bytes the next txg will write (trees and owners), under the lock. */
@@ -380,6 +382,11 @@ struct pool {
 	struct pool_walk *p_walk; /* a check or destroy walk is running (its own block cache) */
 	uint64_t p_free_errors;
 	uint64_t p_log_bad_blocks; /* pool_log_bad_blocks (import) */
+	/* The memory model (pool.c): the bytes the txg being written holds outside the ARC (its
+	 * dirty bytes when phase 1 began; 0 when no sync runs), and the reservation last given to
+	 * the ARC. */
+	uint64_t p_sync_bytes;
+	uint64_t p_reserved_bytes;
 
 	/* p_state_lock (after p_lock when both are taken): the sync thread's requests, durable
 	 * txgs, writes in flight, the log's waiting records, throttled callers. */
@@ -399,6 +406,7 @@ struct pool {
 	bool p_log_space_ready;             /* the log freed space: drain p_logq */
 	struct pool_waiter *p_throttled;
 	uint64_t p_last_sync_ns;
+	uint64_t p_trim_ns; /* sync thread only: the last return of free heap pages (pool_txg.c) */
 };
 
 /* Little-endian fields of the pool's on-disk formats. */
@@ -474,6 +482,9 @@ int pool_sync_once(struct pool *p, bool forced);
 void pool_sync_request_locked(struct pool *p, uint64_t txg);
 /* Calls back every throttled caller with status (suspension, close). */
 void pool_wake_throttled(struct pool *p, int status);
+/* Under p_lock: tells the ARC what memory outside it the pool holds now (dirty, the txg being
+ * written, the log's blocks), dirty being pool_dirty_bytes(p) (the memory model of pool.c). */
+void pool_mem_reserve_locked(struct pool *p, uint64_t dirty);
 
 /* pool_io.c */
 /* Under the lock: frees bp in the txg being synced inside a sync, else in the open txg, drops it

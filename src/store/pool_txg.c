@@ -7,6 +7,10 @@
  * txg 1 itself before starting it), so syncs never overlap. */
 #include <errno.h>
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -97,6 +101,62 @@ int pool_txg_wait_synced(struct pool *p, uint64_t txg)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Memory (pool.c's memory model) */
+
+void pool_mem_reserve_locked(struct pool *p, uint64_t dirty)
+{
+	uint64_t reserved = dirty + p->p_sync_bytes + (p->p_log ? ilog_buffer_bytes(p->p_log) : 0);
+	p->p_reserved_bytes = reserved;
+	arc_set_reserved(p->p_arc, reserved);
+}
+
+/* At most every POOL_TRIM_INTERVAL_NS, after a txg, free heap pages go back to the system. */
+#define POOL_TRIM_INTERVAL_NS (10ull * 1000000000ull)
+
+/* The C library keeps freed memory resident, and holes between live blocks of one size cannot
+ * always serve blocks of another (a cache of small blocks, then a long write of 128 KiB ones):
+ * resident free memory then adds to what the memory model bounds. glibc's malloc_trim returns
+ * the whole free pages inside the heap to the system (the pages of a hole still in use by the
+ * next txg fault back in, about 2.5 us each here: at most a fraction of a percent of a core at
+ * this interval). Only one pool trims at a time; the interval is per pool. Sync thread. */
+static void pool_mem_trim(struct pool *p)
+{
+#ifdef __GLIBC__
+	uint64_t now = clock_monotonic_ns();
+	if (now - p->p_trim_ns < POOL_TRIM_INTERVAL_NS)
+		return;
+	p->p_trim_ns = now;
+	(void)malloc_trim(0);
+#else
+	(void)p;
+#endif
+}
+
+/* One debug line per txg: where the memory is (MiB), and what the C library's allocator holds,
+ * which shows fragmentation (heap bytes in use against bytes obtained from the system). */
+static void pool_mem_log(struct pool *p, uint64_t txg, uint64_t txg_dirty, uint64_t sync_ns)
+{
+	struct arc_stats as;
+	arc_stats(p->p_arc, &as);
+	pthread_mutex_lock(&p->p_lock);
+	uint64_t reserved = p->p_reserved_bytes, dirty = pool_dirty_bytes(p);
+	pthread_mutex_unlock(&p->p_lock);
+	uint64_t log_bytes = p->p_log ? ilog_buffer_bytes(p->p_log) : 0;
+	char heap[128] = "";
+#ifdef __GLIBC__
+	struct mallinfo2 mi = mallinfo2();
+	snprintf(heap, sizeof(heap), "; heap %zu (in use %zu, free %zu), mmapped %zu",
+	         mi.arena >> 20, mi.uordblks >> 20, mi.fordblks >> 20, mi.hblkhd >> 20);
+#endif
+	log_debug("pool %s: txg %" PRIu64 " (%" PRIu64 " dirty) synced in %" PRIu64
+	          " ms; arc %" PRIu64 " (held %" PRIu64 ", target %" PRIu64 " of %" PRIu64
+	          "), reserved %" PRIu64 ", dirty now %" PRIu64 ", log %" PRIu64 "%s",
+	          p->p_name, txg, txg_dirty >> 20, sync_ns / 1000000, as.as_size_bytes >> 20,
+	          as.as_held_bytes >> 20, as.as_target_bytes >> 20, as.as_max_bytes >> 20,
+	          reserved >> 20, dirty >> 20, log_bytes >> 20, heap);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Throttling */
 
 int pool_tx_throttle(struct pool *p, struct pool_waiter *w)
@@ -104,6 +164,7 @@ int pool_tx_throttle(struct pool *p, struct pool_waiter *w)
 	if (atomic_load(&p->p_suspended))
 		return -EIO;
 	uint64_t dirty = pool_dirty_bytes(p);
+	pool_mem_reserve_locked(p, dirty);
 	uint64_t limit = p->p_opts.po_dirty_max_bytes;
 	if (dirty <= limit)
 		return 0;
@@ -301,12 +362,17 @@ int pool_sync_once(struct pool *p, bool forced)
 	p->p_in_sync = true;
 	struct pool_waiter *throttled = pool_take_throttled(p); /* released when txg is durable */
 	p->p_log_lsn_at_sync = p->p_log_next_lsn;
+	/* The memory model: the txg's dirty bytes become the write buffers of phase 2. */
+	uint64_t txg_dirty = pool_dirty_bytes(p);
+	p->p_sync_bytes = txg_dirty;
+	uint64_t t0_ns = clock_monotonic_ns();
 	int rc = pool_sync_build(p, txg, ub, &pos);
 	if (rc != 0) {
 		log_warn("pool %s: txg %" PRIu64 ": retrying its serialization", p->p_name, txg);
 		rc = pool_sync_build(p, txg, ub, &pos);
 	}
 	p->p_in_sync = false;
+	pool_mem_reserve_locked(p, pool_dirty_bytes(p));
 	pthread_mutex_unlock(&p->p_lock);
 	/* Phase 2: the blocks, then the flush that makes them durable. */
 	int wrc = pool_writes_wait(p);
@@ -324,11 +390,17 @@ int pool_sync_once(struct pool *p, bool forced)
 		         sh_strerror(rc));
 		pool_suspend(p, why);
 		pool_waiters_call(throttled, -EIO);
+		pthread_mutex_lock(&p->p_lock);
+		p->p_sync_bytes = 0; /* the writes are done or given up (pool_writes_wait) */
+		pool_mem_reserve_locked(p, pool_dirty_bytes(p));
+		pthread_mutex_unlock(&p->p_lock);
 		return rc;
 	}
 	/* Phase 4 */
 	pthread_mutex_lock(&p->p_lock);
 	space_txg_durable(p->p_space, txg);
+	p->p_sync_bytes = 0;
+	pool_mem_reserve_locked(p, pool_dirty_bytes(p));
 	pthread_mutex_unlock(&p->p_lock);
 	if (ilog_release(p->p_log, &pos) != 0)
 		log_warn("pool %s: txg %" PRIu64 ": the log refused its checkpoint", p->p_name,
@@ -339,6 +411,9 @@ int pool_sync_once(struct pool *p, bool forced)
 	pthread_cond_broadcast(&p->p_state_cv);
 	pthread_mutex_unlock(&p->p_state_lock);
 	pool_waiters_call(throttled, 0);
+	pool_mem_trim(p);
+	if (log_get_level() <= LOG_DEBUG)
+		pool_mem_log(p, txg, txg_dirty, clock_monotonic_ns() - t0_ns);
 	pthread_mutex_lock(&p->p_lock);
 	pool_ds_evict_idle(p);
 	uint64_t dirty = pool_dirty_bytes(p);

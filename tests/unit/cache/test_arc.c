@@ -1,8 +1,8 @@
 /* test_arc.c: unit tests for src/cache (the ARC block cache): the lookup/fill protocol, waiters on
  * success and failure, eviction bounds with and without holds, scan resistance against plain LRU,
- * ghost hits moving p, run-time shrinking, removal while held, zero-copy insertion, the statistics,
- * and a multithreaded stress run. Under ASan the leak check at exit proves that every buffer was
- * freed. */
+ * ghost hits moving p, run-time shrinking, the reservation, removal while held, zero-copy
+ * insertion, the statistics, and a multithreaded stress run. Under ASan the leak check at exit
+ * proves that every buffer was freed. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -620,6 +620,94 @@ static void test_set_max_shrinks(void)
 	arc_destroy(arc);
 }
 
+/* ---- the reservation (memory model of arc.c) ---- */
+
+/* Memory declared outside the cache shrinks what it keeps: cached + reserved stays within c while
+ * the reservation is at most c / 2, at least c / 2 stays for cached blocks beyond that, held
+ * buffers overflow and go at their release, and a smaller reservation lets the cache grow back. */
+static void test_reserved_bounds_cache(void)
+{
+	struct arc *arc;
+	const uint64_t c = 64 * BLK;
+	CHECK(arc_create_shards(c, 1, &arc) == 0);
+	bool ok = true;
+	for (uint64_t n = 0; n < 64; n++)
+		access_key(arc, n, BLK, &ok);
+	struct arc_stats s = stats_of(arc);
+	CHECK(s.as_size_bytes == c && s.as_reserved_bytes == 0 && s.as_target_bytes == c);
+
+	/* Growing the reservation evicts at once. 16 blocks are exactly the 64 KiB quantum. */
+	arc_set_reserved(arc, 16 * BLK);
+	s = stats_of(arc);
+	CHECK(s.as_reserved_bytes == 16 * BLK && s.as_target_bytes == c - 16 * BLK);
+	CHECKF(s.as_size_bytes + s.as_reserved_bytes <= c, "size %llu",
+	       (unsigned long long)s.as_size_bytes);
+	CHECK(s.as_max_bytes == c && bounds_ok(arc));
+	/* Admissions respect it: a scan of new keys never takes the cache past the target. */
+	for (uint64_t n = 100; n < 300; n++) {
+		access_key(arc, n, BLK, &ok);
+		s = stats_of(arc);
+		if (s.as_size_bytes + s.as_reserved_bytes > c) {
+			CHECKF(false, "key %llu: size %llu", (unsigned long long)n,
+			       (unsigned long long)s.as_size_bytes);
+			break;
+		}
+	}
+	CHECK(bounds_ok(arc));
+
+	/* Rounded up to the quantum: one byte reserves 64 KiB. */
+	arc_set_reserved(arc, 1);
+	s = stats_of(arc);
+	CHECK(s.as_reserved_bytes == ARC_RESERVE_QUANTUM &&
+	      s.as_size_bytes <= c - ARC_RESERVE_QUANTUM);
+
+	/* More than c / 2 counts as c / 2: half the cache stays usable. */
+	arc_set_reserved(arc, 10 * c);
+	s = stats_of(arc);
+	CHECK(s.as_target_bytes == c / 2 && s.as_size_bytes <= c / 2);
+	for (uint64_t n = 300; n < 400; n++)
+		access_key(arc, n, BLK, &ok);
+	s = stats_of(arc);
+	CHECK(s.as_size_bytes == c / 2 && bounds_ok(arc));
+	CHECK(access_key(arc, 399, BLK, &ok) == ARC_HIT); /* what was just loaded stays */
+
+	/* Held buffers cannot be evicted: they overflow the target until released. */
+	arc_set_reserved(arc, 32 * BLK);
+	struct arc_buf *held[40];
+	for (int i = 0; i < 40; i++)
+		held[i] = access_hold(arc, 500 + (uint64_t)i, BLK);
+	s = stats_of(arc);
+	CHECK(s.as_held_bytes == 40 * BLK && s.as_size_bytes == 40 * BLK && s.as_overflows > 0);
+	for (int i = 0; i < 40; i++) {
+		CHECK(held[i] && buf_ok(held[i], 500 + (uint64_t)i, BLK));
+		if (held[i])
+			arc_rele(arc, held[i]);
+	}
+	s = stats_of(arc);
+	CHECK(s.as_size_bytes <= 32 * BLK && bounds_ok(arc));
+
+	/* Released, the reservation gives the room back. */
+	arc_set_reserved(arc, 0);
+	for (uint64_t n = 600; n < 700; n++)
+		access_key(arc, n, BLK, &ok);
+	s = stats_of(arc);
+	CHECK(s.as_size_bytes == c && s.as_target_bytes == c && bounds_ok(arc));
+	CHECK(ok);
+	arc_destroy(arc);
+
+	/* With shards, each keeps its share; the totals add up to the rounded reservation. */
+	CHECK(arc_create_shards(4 * c, 4, &arc) == 0);
+	for (uint64_t n = 0; n < 512; n++)
+		access_key(arc, n, BLK, &ok);
+	arc_set_reserved(arc, 3 * c / 2 + 1);
+	s = stats_of(arc);
+	uint64_t r = (3 * c / 2 + ARC_RESERVE_QUANTUM) / ARC_RESERVE_QUANTUM * ARC_RESERVE_QUANTUM;
+	CHECK(s.as_reserved_bytes == r && s.as_target_bytes == 4 * c - r);
+	CHECK(s.as_size_bytes + s.as_reserved_bytes <= 4 * c && bounds_ok(arc));
+	CHECK(ok);
+	arc_destroy(arc);
+}
+
 /* ---- remove and insert ---- */
 
 static void test_remove_while_held(void)
@@ -1058,6 +1146,7 @@ int main(void)
 	TAP_RUN(test_scan_resistance);
 	TAP_RUN(test_ghost_hits_adapt_p);
 	TAP_RUN(test_set_max_shrinks);
+	TAP_RUN(test_reserved_bounds_cache);
 	TAP_RUN(test_remove_while_held);
 	TAP_RUN(test_insert_zero_copy);
 	TAP_RUN(test_stats_add_up);

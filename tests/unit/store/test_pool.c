@@ -2,7 +2,8 @@
  * and on files, datasets, thousands of logged key-value puts over many txgs with a key-value owner
  * (pool_kv.h), log replay after a close without export, dataset destroy returning its space,
  * mirror self-healing and check repairs, an unmirrored bad block, a full pool, throttling, a small
- * cache, degraded and refused imports, suspension, properties and the status report. */
+ * cache, the memory bound of the ARC's limit, degraded and refused imports, suspension,
+ * properties and the status report. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -786,6 +787,154 @@ static void test_throttle(void)
 	blk_dev_close(d);
 }
 
+/* Memory outside the cache, as the pool declares it to the ARC (pool.c's memory model). */
+static uint64_t mem_outside_arc(struct pool *p)
+{
+	return pool_dirty_bytes(p) + p->p_sync_bytes + ilog_buffer_bytes(p->p_log);
+}
+
+/* The memory model: the dirty limit is derived from the ARC's limit, and cached blocks plus dirty
+ * data, the syncing txg's buffers and the log's stay within that limit while a writer goes far
+ * beyond it; the writer is throttled, never failed, and every value it wrote reads back. */
+struct mem_sample {
+	uint64_t ms_max_total, ms_max_outside, ms_min_target;
+	unsigned ms_count;
+};
+
+/* Under the lock (the sync thread is not in phase 1: the state is stable). */
+static void mem_sample_take(struct pool *p, struct mem_sample *ms)
+{
+	struct arc_stats as;
+	arc_stats(p->p_arc, &as);
+	uint64_t outside = mem_outside_arc(p);
+	ms->ms_max_total = SH_MAX(ms->ms_max_total, as.as_size_bytes + outside);
+	ms->ms_max_outside = SH_MAX(ms->ms_max_outside, outside);
+	ms->ms_min_target = SH_MIN(ms->ms_min_target, as.as_target_bytes);
+	ms->ms_count++;
+}
+
+static void test_memory_bound(void)
+{
+	/* Large enough that the log's few idle 1 MiB buffers fit in its share (pool.c). */
+	const uint64_t c = 64 * MIB;
+	struct blk_dev *d = mem_dev(384 * MIB);
+	struct pool_open_opts o = opts_kv();
+	o.po_arc_max_bytes = c;
+	struct pool_create_args a = {.pc_name = "mem", .pc_opts = &o};
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return;
+	CHECK(p->p_opts.po_dirty_max_bytes == c / POOL_DIRTY_ARC_DIVISOR);
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	static uint8_t big[40000], got[40000];
+	const unsigned nkeys = 2000; /* 80 MB of values: more than the limit */
+	struct kv_stats ks = {0};
+	struct mem_sample ms = {.ms_min_target = UINT64_MAX};
+	uint64_t lsn = 0;
+	char key[KV_KEY_MAX];
+	uint32_t klen, len;
+	/* Pass 1: logged puts, each in its own locked section, racing the sync thread. */
+	for (unsigned k = 0; k < nkeys; k++) {
+		klen = key_make(key, k);
+		val_fill(big, k, 1, sizeof(big));
+		int rc =
+		    kv_exec(kv, KV_OP_PUT, key, klen, big, sizeof(big), NULL, 0, NULL, &lsn, &ks);
+		CHECKF(rc == 0, "put %u: %s", k, sh_strerror(rc));
+		if (rc != 0)
+			break;
+		pool_lock(p);
+		mem_sample_take(p, &ms);
+		pool_unlock(p);
+	}
+	CHECK(kv_commit(kv, lsn) == 0);
+	/* Reading every value fills the cache with clean blocks. */
+	for (unsigned k = 0; k < nkeys; k++) {
+		klen = key_make(key, k);
+		CHECK(kv_exec(kv, KV_OP_GET, key, klen, NULL, 0, got, sizeof(got), &len, NULL,
+		              &ks) == 0);
+	}
+	struct arc_stats as;
+	arc_stats(p->p_arc, &as);
+	CHECKF(as.as_size_bytes >= c / 2, "the reads left %" PRIu64 " cached", as.as_size_bytes);
+	/* Pass 2: as many new keys (after the others: their tree path stays dirty, in memory) in
+	 * one locked section, which the sync thread cannot enter, so dirty data pile up until the
+	 * throttle defers the writer; it then lets go of the lock until its callback (after the
+	 * next txg) and carries on. */
+	struct kv_wait w;
+	kv_wait_init(&w);
+	w.kw_pw.pw_done = kv_throttle_cb;
+	unsigned throttled = 0;
+	pool_lock(p);
+	for (unsigned k = 0; k < nkeys;) {
+		int rc = pool_tx_throttle(p, &w.kw_pw);
+		if (rc == POOL_THROTTLED) {
+			throttled++;
+			pool_unlock(p);
+			CHECK(kv_wait_for(&w) == 0);
+			pool_lock(p);
+			continue;
+		}
+		CHECK(rc == 0);
+		klen = key_make(key, nkeys + k);
+		val_fill(big, nkeys + k, 2, sizeof(big));
+		struct blk_ptr missing;
+		rc = kv_put(kv, key, klen, big, sizeof(big), &missing);
+		/* A node the shrunken cache let go: the driver loads it. */
+		if (rc == -SH_ENEEDBLOCK) {
+			pool_unlock(p);
+			rc = kv_exec(kv, KV_OP_PUT, key, klen, big, sizeof(big), NULL, 0, NULL,
+			             NULL, &ks);
+			pool_lock(p);
+		}
+		CHECKF(rc == 0, "pass 2 put %u: %s", k, sh_strerror(rc));
+		if (rc != 0)
+			break;
+		mem_sample_take(p, &ms);
+		k++;
+	}
+	pool_unlock(p);
+	kv_wait_fini(&w);
+	printf("# %u puts: cached + outside at most %" PRIu64 " KiB of %" PRIu64
+	       " KiB, outside at most %" PRIu64 " KiB, target down to %" PRIu64
+	       " KiB, throttled %u times\n",
+	       ms.ms_count, ms.ms_max_total >> 10, c >> 10, ms.ms_max_outside >> 10,
+	       ms.ms_min_target >> 10, throttled);
+	/* The bound holds up to what one put adds between two throttle checks (a value, the nodes
+	 * it dirties, a new log block) and the reservation's rounding. */
+	const uint64_t slack =
+	    sizeof(big) + 4 * POOL_DS_NODE_BYTES + ILOG_BLOCK_MAX + ARC_RESERVE_QUANTUM;
+	CHECKF(ms.ms_max_total <= c + slack, "cached + outside reached %" PRIu64 " of %" PRIu64,
+	       ms.ms_max_total, c);
+	/* The outside part stays within what the model gives it (4 D plus the log), below c / 2. */
+	CHECKF(ms.ms_max_outside <= c / 2, "outside the cache: %" PRIu64, ms.ms_max_outside);
+	/* The cache gave way to the dirty data instead of staying at its limit. */
+	CHECKF(ms.ms_min_target < c - 8 * MIB, "the target never fell below %" PRIu64,
+	       ms.ms_min_target);
+	/* The writer went beyond the limit, was throttled, and completed. */
+	CHECKF(throttled >= 5, "%u samples, throttled %u times", ms.ms_count, throttled);
+	for (unsigned k = 0; k < 2 * nkeys; k += 7) {
+		klen = key_make(key, k);
+		val_fill(big, k, k < nkeys ? 1 : 2, sizeof(big));
+		CHECK(kv_exec(kv, KV_OP_GET, key, klen, NULL, 0, got, sizeof(got), &len, NULL,
+		              &ks) == 0 &&
+		      len == sizeof(big) && memcmp(got, big, len) == 0);
+	}
+	CHECK(arc_check(p->p_arc) == 0);
+	kv_close(kv);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(check_pool(p) == 0);
+	/* Everything written: nothing is reserved for dirty or syncing data any more. */
+	pool_lock(p);
+	uint64_t left = pool_dirty_bytes(p) + p->p_sync_bytes;
+	pool_unlock(p);
+	CHECK(left == 0);
+	CHECK(pool_export(p) == 0);
+	blk_dev_close(d);
+}
+
 /* A cache far smaller than the trees: misses are loaded asynchronously and retried. */
 static void test_small_arc(void)
 {
@@ -1165,6 +1314,7 @@ int main(void)
 	TAP_RUN(test_full_pool);
 	TAP_RUN(test_throttle);
 	TAP_RUN(test_small_arc);
+	TAP_RUN(test_memory_bound);
 	TAP_RUN(test_import_errors);
 	TAP_RUN(test_suspend);
 	TAP_RUN(test_props_and_status);
