@@ -47,7 +47,8 @@ static void shale_serve_usage(FILE *out)
 		"  --fd-cache N          open files kept by the posix back end; default 16384\n"
 		"  --pool-dir DIR        where the leaves of the pools named in the exports (POOL/FS)\n"
 		"                        are; default " SERVER_POOL_DIR_DEFAULT "\n"
-		"  --arc-max BYTES       the pools' block cache limit (suffix K, M, G); default 256M\n"
+		"  --arc-max BYTES       the pools' memory: cached blocks plus dirty data (suffix K,\n"
+		"                        M, G); default 256M\n"
 		"  --ready-file FILE     write port=N and portmap=MODE here once serving\n"
 		"  --log-level LEVEL     debug, info, warn or error; default info\n");
 }

@@ -133,9 +133,10 @@ int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
 	memset(out, 0, sizeof(*out));
 	if (lsize == 0 || lsize > BLK_MAX_BLOCK_BYTES || compress > BLK_COMPRESS_ZSTD)
 		return -EINVAL;
-	/* Big enough for the uncompressed form, hence for any compressed form worth keeping. */
+	/* Big enough for the uncompressed form, hence for any compressed form worth keeping. Not
+	 * zeroed: every byte up to asize is written below. */
 	uint32_t cap_bytes = (uint32_t)blk_round_up(lsize, BLK_SECTOR_BYTES);
-	uint8_t *buf = blk_buf_alloc(cap_bytes);
+	uint8_t *buf = mem_aligned_alloc(BLK_SECTOR_BYTES, cap_bytes);
 	if (!buf)
 		return -ENOMEM;
 	size_t psize = 0;
@@ -153,6 +154,17 @@ int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
 	out->bw_compress = (uint8_t)compress;
 	/* The compressor may have scribbled past psize before giving up or finishing: re-zero. */
 	memset(buf + psize, 0, out->bw_asize - psize);
+	/* A block that compressed to half its size or less moves to a buffer of its own size: the
+	 * prepared image lives until its write is done (a whole txg's worth of them at once), and
+	 * should take the memory it writes, not the block's logical size. */
+	if (out->bw_asize <= cap_bytes / 2) {
+		uint8_t *small = mem_aligned_alloc(BLK_SECTOR_BYTES, out->bw_asize);
+		if (small) {
+			memcpy(small, buf, out->bw_asize);
+			mem_free(buf);
+			out->bw_buf = buf = small;
+		}
+	}
 	blk_checksum(buf, psize, out->bw_cksum);
 	return 0;
 }

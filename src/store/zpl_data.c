@@ -49,8 +49,10 @@ int zpl_dtab_init(struct zpl_dtab *dt)
 
 void zpl_dbuf_rele(struct zpl_dbuf *db)
 {
-	if (atomic_fetch_sub_explicit(&db->db_refs, 1, memory_order_acq_rel) == 1)
+	if (atomic_fetch_sub_explicit(&db->db_refs, 1, memory_order_acq_rel) == 1) {
+		mem_free(db->db_data);
 		mem_free(db);
+	}
 }
 
 void zpl_dtab_fini(struct zpl_dtab *dt)
@@ -216,9 +218,14 @@ static void zpl_dtab_drop_from(struct zpl_dtab *dt, uint64_t obj, uint64_t first
 
 static struct zpl_dbuf *zpl_dbuf_alloc(uint64_t obj, uint64_t blk, uint32_t size)
 {
-	struct zpl_dbuf *db = mem_alloc(sizeof(*db) + size);
+	struct zpl_dbuf *db = mem_alloc(sizeof(*db));
 	if (db == NULL)
 		return NULL;
+	db->db_data = mem_alloc(size);
+	if (db->db_data == NULL) {
+		mem_free(db);
+		return NULL;
+	}
 	db->db_obj = obj;
 	db->db_blk = blk;
 	db->db_size = size;

@@ -141,7 +141,11 @@ struct zpl_dbuf {
 	struct zpl_dbuf *db_hnext; /* hash chain by (obj, blk) */
 	struct zpl_dbuf *db_onext; /* the object's list */
 	struct zpl_dbuf *db_oprev;
-	uint8_t db_data[];
+	/* Owned, db_size bytes, allocated apart from this header: a data buffer then has exactly
+	 * the size of the cached blocks' buffers, so the heap reuses the one's space for the other
+	 * (a header in front of it made sizes no cached block has, and freed dirty data left holes
+	 * the ARC could not fill). */
+	uint8_t *db_data;
 };
 
 /* The object's list head, in a second hash by object id. */
