@@ -447,13 +447,26 @@ if [ "$server" = shale ]; then
 	fi
 fi
 
+# The kernel client talks from a reserved port (665..1023); tshark decodes a TCP or UDP
+# conversation by its lower port first, so a client port that another protocol owns (862 is
+# TWAMP-Control, 873 rsync, 993 TLS ...) would be dissected as that protocol and reported
+# malformed. The capture holds only NFS, MOUNT and portmap traffic (its filter), so every such
+# port is decoded as RPC.
+decode_as=()
+while read -r table port; do
+	decode_as+=(-d "$table==$port,rpc")
+done < <(tshark -G decodes 2>/dev/null |
+	awk -F'\t' '($1 == "tcp.port" || $1 == "udp.port") && $2 >= 512 && $2 < 1024 {print $1, $2}')
+tshark_read() { # tshark options: reads the capture
+	tshark "${decode_as[@]}" -r "$capture" "$@"
+}
 count_frames() { # $1: display filter
-	tshark -r "$capture" -Y "$1" -T fields -e frame.number 2>/dev/null | wc -l
+	tshark_read -Y "$1" -T fields -e frame.number 2>/dev/null | wc -l
 }
 nfs_n=$(count_frames nfs)
 mount_n=$(count_frames mount)
 portmap_n=$(count_frames portmap)
-malformed=$(tshark -r "$capture" -Y _ws.malformed 2>/dev/null)
+malformed=$(tshark_read -Y _ws.malformed 2>/dev/null)
 malformed_n=$(printf '%s' "$malformed" | grep -c .)
 expert_errors=$(count_frames '_ws.expert.severity == error')
 udp_n=$(count_frames 'udp && (portmap || mount)')
@@ -465,13 +478,13 @@ else
 	printf '%s\n' "$malformed" | head -n 20 | sed 's/^/# malformed: /'
 fi
 if [ "$expert_errors" -gt 0 ]; then
-	tshark -r "$capture" -Y '_ws.expert.severity == error' 2>/dev/null | head -n 10 | sed 's/^/# expert error: /'
+	tshark_read -Y '_ws.expert.severity == error' 2>/dev/null | head -n 10 | sed 's/^/# expert error: /'
 fi
 # Which procedures the kernel used, for the log.
-procs=$(tshark -r "$capture" -Y 'nfs && rpc.msgtyp == 0' -T fields -e nfs.procedure_v3 2>/dev/null |
+procs=$(tshark_read -Y 'nfs && rpc.msgtyp == 0' -T fields -e nfs.procedure_v3 2>/dev/null |
 	tr ',' '\n' | sort -n | uniq -c | awk '{printf "%s:%s ", $2, $1}')
 note "NFSv3 procedures called (number:count): $procs"
-errs=$(tshark -r "$capture" -Y 'nfs && rpc.msgtyp == 1 && nfs.status3 != 0' -T fields \
+errs=$(tshark_read -Y 'nfs && rpc.msgtyp == 1 && nfs.status3 != 0' -T fields \
 	-e rpc.procedure -e nfs.status3 2>/dev/null | sort | uniq -c | awk '{printf "%s:%s:%s ", $2, $3, $1}')
 note "NFSv3 error replies (procedure:nfsstat3:count): ${errs:-none}"
 
