@@ -63,6 +63,7 @@
 #   BENCH_PHASE_WARMUP (varmail's and syncwrite's run and warm-up seconds), BENCH_SEQ_MB (seq file size),
 #   BENCH_META_FILES (meta file count), BENCH_IPERF_S (seconds per iperf3 run),
 #   BENCH_POOL_SIZE (the pool's file; default 2 x BENCH_SEQ_MB + BENCH_FILESET_MB + 2 GiB),
+#   BENCH_SHALE_ARC_MB (the compared Shale's --arc-max; the sfs2008 file set + seq's file + 512),
 #   BENCH_ARC_MAX_MB (memory-pool's --arc-max; 256), BENCH_MEM_WRITE_MB (memory-pool's write;
 #   10240, quick 1024), BENCH_MEM_FILES (memory-pool's directory; 1000000, quick 100000),
 #   BENCH_SPIN_US (the load thread polls this long before it sleeps; default 1000; 0: off),
@@ -150,6 +151,9 @@ shale_threads=${BENCH_SHALE_THREADS:-1}
 # until the old ones are freed), the sfs2008 file set, and room for everything else.
 pool_size=${BENCH_POOL_SIZE:-$((2 * seq_mb + fileset_mb + 2048))M}
 arc_max_mb=${BENCH_ARC_MAX_MB:-256}
+# The compared Shale's pool cache: large enough for the sfs2008 file set and seq's file, as
+# Ganesha has the whole page cache (the memory bound itself is memory-pool's test).
+shale_arc_mb=${BENCH_SHALE_ARC_MB:-$((fileset_mb + seq_mb + 512))}
 mem_write_mb=${BENCH_MEM_WRITE_MB:-$d_mem_write_mb}
 mem_files=${BENCH_MEM_FILES:-$d_mem_files}
 
@@ -285,7 +289,8 @@ start_shale() {
 	say "shale serve did not report port=$port"
 	return 1
 }
-start_shale "$work/state" "$work/pool" "$SHALE_PORT" "$logs/shale.log" || fail "shale serve failed to start"
+start_shale "$work/state" "$work/pool" "$SHALE_PORT" "$logs/shale.log" --arc-max "${shale_arc_mb}M" ||
+	fail "shale serve failed to start"
 shale_pid=$started_pid
 pin "$shale_pid" shale
 
@@ -369,7 +374,7 @@ cat >"$results/config.txt" <<-EOF
 	seq               one file of $seq_mb MB, 1 MiB transfers
 	meta              $meta_files files in one directory
 	syncwrite         4 KiB FILE_SYNC WRITEs, 4 conns x depth 16, 64 files of 4 MB, warm-up ${phase_warmup}s, run ${phase_s}s
-	pool              W-pool: tank/bench on a sparse file of $pool_size in $work/pool, served by the same shale
+	pool              W-pool: tank/bench on a sparse file of $pool_size in $work/pool, served by the same shale (--arc-max ${shale_arc_mb}M)
 	memory-pool       a second shale (--arc-max ${arc_max_mb}M, pool on a sparse file in $work/pool-mem): sfs2008 at its own peak (3 points), a $mem_write_mb MB write, $mem_files files created and listed; goal peak RSS <= $((arc_max_mb + 64)) MiB
 	load average      $load_start at the start
 	loopback TCP      iperf3, one stream, 1 MiB writes, ${iperf_s}s, server CPU $SERVER_CPU, client CPU $LOAD_CPU: $(tcp_median) MB/s median of ${tcp_list[*]} before the workloads; $tcp_128k MB/s with iperf3's default 128 KiB writes
