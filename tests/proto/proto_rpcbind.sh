@@ -15,21 +15,8 @@ if [ "${1:-}" != "--inside" ]; then
 	exec unshare -n "$0" --inside
 fi
 
-pass=0
-fail=0
+. "$(dirname "$0")/../lib/tap.sh"
 root=$(mktemp -d /tmp/shale-rpcbind.XXXXXX)
-check() { # check NAME COMMAND...
-	local name=$1
-	shift
-	if "$@" >"$root/check.out" 2>&1; then
-		echo "ok - $name"
-		pass=$((pass + 1))
-	else
-		echo "not ok - $name"
-		sed 's/^/#   /' "$root/check.out" | head -n 20
-		fail=$((fail + 1))
-	fi
-}
 cleanup() {
 	[ -n "${shale_pid:-}" ] && kill -9 "$shale_pid" 2>/dev/null
 	[ -n "${rpcbind_pid:-}" ] && kill "$rpcbind_pid" 2>/dev/null
@@ -90,5 +77,4 @@ rpcinfo -p 127.0.0.1 >"$root/list-after" 2>&1
 check "registrations are removed on exit" \
 	awk '$1 == 100003 || $1 == 100005 { left = 1 } END { exit left }' "$root/list-after"
 
-echo "# $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+tap_finish proto_rpcbind
