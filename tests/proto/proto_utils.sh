@@ -4,24 +4,9 @@
 # export. Prints TAP lines. Needs $SHALE_BIN.
 set -u
 
-pass=0
-fail=0
-check() { # check NAME COMMAND...: runs COMMAND, prints ok/not ok
-	local name=$1
-	shift
-	# Command output would confuse the TAP reader: keep it, show it only on failure.
-	if "$@" >"${root:-/tmp}/check.out" 2>&1; then
-		echo "ok - $name"
-		pass=$((pass + 1))
-	else
-		echo "not ok - $name"
-		sed 's/^/#   /' "${root:-/tmp}/check.out" | head -n 20
-		fail=$((fail + 1))
-	fi
-}
+. "$(dirname "$0")/../lib/tap.sh"
 finish() {
-	echo "# $pass passed, $fail failed"
-	[ "$fail" -eq 0 ]
+	tap_finish proto_utils
 	exit $?
 }
 
