@@ -1031,6 +1031,15 @@ static const struct pool_ds_owner pfs_owner_ops = {
 	.do_replay_blocks = pfs_do_replay_blocks,
 };
 
+/* The inode cache of each dataset takes 1/256 of the pool's memory limit (--arc-max): 6 MiB of a
+ * 2 GiB ARC, 32,768 inodes; 768 KiB and 4,096 inodes of the default 256 MiB. It is one of the
+ * owners' own structures of pool.c's memory model, beside the limit. */
+static uint32_t pfs_icache_entries(const struct pool *p)
+{
+	uint64_t n = p->p_opts.po_arc_max_bytes / 256 / ZPL_ICACHE_ENTRY_BYTES;
+	return n > ZPL_ICACHE_MAX_ENTRIES ? ZPL_ICACHE_MAX_ENTRIES : (uint32_t)n;
+}
+
 int pool_fs_attach(void *arg, struct pool_ds *ds)
 {
 	(void)arg;
@@ -1054,6 +1063,7 @@ int pool_fs_attach(void *arg, struct pool_ds *ds)
 		.ze_space = pfs_env_space,
 		.ze_now = pfs_env_now,
 		.ze_fsid = 0,
+		.ze_icache_entries = pfs_icache_entries(o->po_pool),
 	};
 	/* Opened now when formatted (the reads may block: po_attach runs where they may). An
 	 * unformatted dataset keeps po_zpl NULL: checking or destroying it must not format it. */

@@ -155,7 +155,15 @@
  * None inside: the caller serializes every call on a zpl and its tree. READ may hand out pointers
  * into dirty buffers (reference counted, atomically: released from any thread) and into cached
  * block images (released through ze_release). The plan's arrays are kept in the zpl between
- * operations. */
+ * operations.
+ *
+ * ---- The inode cache ----
+ * Nearly every operation starts by loading an inode, and walking the tree for it costs a binary
+ * search per level over nodes spread through memory. So the zpl keeps committed inode records by
+ * object id (zpl_impl.h: two-way set associative, its size from ze_icache_entries). zpl_op_inode
+ * and READDIRPLUS read through it and fill it on a miss; zpl_op_commit writes every inode record it
+ * puts into it and drops every one it deletes, right after the tree change, so an entry is always
+ * the tree's record. A failed commit (zpl_fail) empties it. */
 #include <stdio.h>
 #include <xxhash.h>
 
@@ -419,6 +427,122 @@ int zpl_op_lookup(struct zpl_op *op, const uint8_t *key, uint32_t klen, void *va
 	return zpl_map_tree_error(op, rc, &missing);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The inode cache (zpl_impl.h) */
+
+static uint32_t zpl_icache_set(const struct zpl_icache *ic, uint64_t objid)
+{
+	return (uint32_t)((objid * 0x9e3779b97f4a7c15ull) >> 32) & (ic->ic_nsets - 1);
+}
+
+static struct zpl_icache_ent *zpl_icache_find(struct zpl *z, uint64_t objid)
+{
+	struct zpl_icache *ic = &z->z_icache;
+	if (ic->ic_ents == NULL)
+		return NULL;
+	uint32_t set = zpl_icache_set(ic, objid);
+	for (uint32_t w = 0; w < ZPL_ICACHE_WAYS; w++) {
+		struct zpl_icache_ent *e = &ic->ic_ents[set * ZPL_ICACHE_WAYS + w];
+		if (e->ie_objid == objid) {
+			ic->ic_last_used[set] = (uint8_t)w;
+			return e;
+		}
+	}
+	return NULL;
+}
+
+/* Caches objid's record (replacing its entry, else the way of its set not used last). An
+ * allocation failure or a long record only means no entry. */
+static void zpl_icache_put(struct zpl *z, uint64_t objid, const uint8_t *rec, uint32_t len)
+{
+	struct zpl_icache *ic = &z->z_icache;
+	struct zpl_icache_ent *e = zpl_icache_find(z, objid);
+	if (e == NULL) {
+		if (ic->ic_ents == NULL) {
+			ic->ic_ents = mem_zalloc(sizeof(*ic->ic_ents) * ic->ic_nsets * ZPL_ICACHE_WAYS);
+			ic->ic_last_used = mem_zalloc(ic->ic_nsets);
+			if (ic->ic_ents == NULL || ic->ic_last_used == NULL) {
+				mem_free(ic->ic_ents);
+				mem_free(ic->ic_last_used);
+				ic->ic_ents = NULL;
+				ic->ic_last_used = NULL;
+				return;
+			}
+		}
+		uint32_t set = zpl_icache_set(ic, objid);
+		uint32_t way = 1u - ic->ic_last_used[set];
+		e = &ic->ic_ents[set * ZPL_ICACHE_WAYS + way];
+		ic->ic_last_used[set] = (uint8_t)way;
+	}
+	if (len > ZPL_ICACHE_REC_MAX) {
+		e->ie_objid = 0;
+		return;
+	}
+	e->ie_objid = objid;
+	e->ie_len = len;
+	memcpy(e->ie_rec, rec, len);
+}
+
+static void zpl_icache_drop(struct zpl *z, uint64_t objid)
+{
+	struct zpl_icache_ent *e = zpl_icache_find(z, objid);
+	if (e != NULL)
+		e->ie_objid = 0;
+}
+
+static void zpl_icache_init(struct zpl_icache *ic, uint32_t entries)
+{
+	if (entries < ZPL_ICACHE_MIN_ENTRIES)
+		entries = ZPL_ICACHE_MIN_ENTRIES;
+	if (entries > ZPL_ICACHE_MAX_ENTRIES)
+		entries = ZPL_ICACHE_MAX_ENTRIES;
+	uint32_t sets = 1;
+	while (sets * 2 * ZPL_ICACHE_WAYS <= entries)
+		sets *= 2;
+	memset(ic, 0, sizeof(*ic));
+	ic->ic_nsets = sets;
+}
+
+/* Forgets every entry (and their memory; the next insert allocates again). */
+static void zpl_icache_fini(struct zpl *z)
+{
+	struct zpl_icache *ic = &z->z_icache;
+	mem_free(ic->ic_ents);
+	mem_free(ic->ic_last_used);
+	ic->ic_ents = NULL;
+	ic->ic_last_used = NULL;
+}
+
+int zpl_op_read_inode(struct zpl_op *op, uint64_t objid, struct zpl_inode *out)
+{
+	struct zpl *z = op->op_z;
+	const struct zpl_icache_ent *e = zpl_icache_find(z, objid);
+	const uint8_t *rec;
+	uint32_t len;
+	uint8_t val[ZPL_VAL_MAX];
+	if (e != NULL) {
+		z->z_icache.ic_hits++;
+		rec = e->ie_rec;
+		len = e->ie_len;
+	} else {
+		uint8_t key[ZPL_SHORT_KEY];
+		zpl_key_inode(key, objid);
+		int rc = zpl_op_lookup(op, key, sizeof(key), val, sizeof(val), &len);
+		if (rc != 0)
+			return rc;
+		z->z_icache.ic_misses++;
+		rec = val;
+	}
+	if (zpl_inode_decode(rec, len, out) != 0) {
+		log_ratelimited(LOG_WARN, "zpl: malformed inode record of object %llu",
+		                (unsigned long long)objid);
+		return -EIO;
+	}
+	if (e == NULL)
+		zpl_icache_put(z, objid, rec, len);
+	return 0;
+}
+
 int zpl_op_inode(struct zpl_op *op, uint64_t objid, struct zpl_oino **out)
 {
 	for (uint32_t i = 0; i < op->op_ninos; i++) {
@@ -431,20 +555,11 @@ int zpl_op_inode(struct zpl_op *op, uint64_t objid, struct zpl_oino **out)
 	}
 	if (op->op_ninos == ZPL_OP_INODES)
 		return -ENOMEM; /* no operation touches more than 4; the table is a safety margin */
-	uint8_t key[ZPL_SHORT_KEY];
-	uint8_t val[ZPL_VAL_MAX];
-	uint32_t vlen;
-	zpl_key_inode(key, objid);
-	int rc = zpl_op_lookup(op, key, sizeof(key), val, sizeof(val), &vlen);
-	if (rc != 0)
-		return rc;
 	struct zpl_oino *oi = &op->op_inos[op->op_ninos];
 	memset(oi, 0, offsetof(struct zpl_oino, oi_ino));
-	if (zpl_inode_decode(val, vlen, &oi->oi_ino) != 0) {
-		log_ratelimited(LOG_WARN, "zpl: malformed inode record of object %llu",
-		                (unsigned long long)objid);
-		return -EIO;
-	}
+	int rc = zpl_op_read_inode(op, objid, &oi->oi_ino);
+	if (rc != 0)
+		return rc;
 	oi->oi_objid = objid;
 	op->op_ninos++;
 	*out = oi;
@@ -616,6 +731,7 @@ void zpl_fail(struct zpl *z, int rc, const char *what)
 		          "rebuilt",
 		          what, sh_strerror(rc));
 	z->z_failed = rc != 0 ? rc : -EIO;
+	zpl_icache_fini(z); /* the tree may now hold anything */
 }
 
 int zpl_op_commit(struct zpl_op *op)
@@ -664,6 +780,7 @@ int zpl_op_commit(struct zpl_op *op)
 		               oi->oi_created ? BTREE_PUT_NEW : BTREE_PUT_REPLACE, NULL);
 		if (rc != 0)
 			goto failed;
+		zpl_icache_put(z, oi->oi_objid, val, vlen);
 	}
 	for (uint32_t i = 0; i < op->op_nmuts; i++) {
 		const struct zpl_mut *m = &op->op_muts[i];
@@ -696,6 +813,7 @@ int zpl_op_commit(struct zpl_op *op)
 		if (!oi->oi_deleted || oi->oi_created)
 			continue;
 		zpl_key_inode(key, oi->oi_objid);
+		zpl_icache_drop(z, oi->oi_objid);
 		if ((rc = btree_delete(t, key, sizeof(key), NULL)) != 0)
 			goto failed;
 	}
@@ -825,6 +943,7 @@ int zpl_open(struct btree *tree, const struct zpl_env *env, uint32_t record_byte
 	z->z_env = *env;
 	z->z_record_bytes = record_bytes;
 	z->z_meta = me;
+	zpl_icache_init(&z->z_icache, env->ze_icache_entries);
 	if (zpl_dtab_init(&z->z_dtab) != 0) {
 		mem_free(z);
 		return -ENOMEM;
@@ -838,6 +957,7 @@ void zpl_close(struct zpl *z)
 	if (z == NULL)
 		return;
 	zpl_dtab_fini(&z->z_dtab);
+	zpl_icache_fini(z);
 	mem_free(z->z_muts);
 	mem_free(z->z_dchg);
 	mem_free(z->z_scratch);
@@ -847,6 +967,18 @@ void zpl_close(struct zpl *z)
 void zpl_root(const struct zpl *z, struct fs_obj_id *root_out)
 {
 	zpl_objid_encode(z->z_meta.me_root_objid, z->z_meta.me_root_gen, root_out);
+}
+
+void zpl_cache_stats(const struct zpl *z, struct zpl_cache_stats *out)
+{
+	out->zcs_hits = z->z_icache.ic_hits;
+	out->zcs_misses = z->z_icache.ic_misses;
+	out->zcs_entries = z->z_icache.ic_nsets * ZPL_ICACHE_WAYS;
+}
+
+void zpl_cache_forget(struct zpl *z)
+{
+	zpl_icache_fini(z);
 }
 
 void zpl_info(const struct zpl *z, struct fs_info *info_out)

@@ -51,6 +51,9 @@
 #define ZPL_LINK_MAX 65000u                /* most links to one object (as ext4): EMLINK beyond */
 #define ZPL_READ_MAX_BYTES (1024u * 1024u) /* most bytes one READ returns */
 #define ZPL_SYMLINK_INLINE_MAX 1024u       /* longer symlink targets go in data block 0 */
+#define ZPL_ICACHE_MIN_ENTRIES 2048u        /* the inode cache (struct zpl_env) */
+#define ZPL_ICACHE_MAX_ENTRIES (1u << 20)
+#define ZPL_ICACHE_ENTRY_BYTES 192u
 #define ZPL_OBJ_ID_BYTES 16u               /* object id (u64 LE) then generation (u64 LE) */
 #define ZPL_ROOT_OBJID 2u                  /* object id of the root directory (1 is reserved) */
 
@@ -88,6 +91,10 @@ struct zpl_env {
 	/* The current time (tests pass a fake clock). */
 	void (*ze_now)(void *ctx, struct fs_time *now_out);
 	uint64_t ze_fsid; /* reported in every attribute's fa_fsid */
+	/* Entries of the inode cache (zpl_impl.h), rounded down to a power of two within
+	 * [ZPL_ICACHE_MIN_ENTRIES, ZPL_ICACHE_MAX_ENTRIES]; 0: the minimum. Each takes
+	 * ZPL_ICACHE_ENTRY_BYTES, allocated at the first operation. */
+	uint32_t ze_icache_entries;
 };
 
 struct zpl;
@@ -125,6 +132,16 @@ void zpl_root(const struct zpl *z, struct fs_obj_id *root_out);
 
 /* Static properties for FSINFO and PATHCONF. */
 void zpl_info(const struct zpl *z, struct fs_info *info_out);
+/* The inode cache's counters since zpl_open: lookups served from it, and those that walked the
+ * tree; entries is its capacity. */
+struct zpl_cache_stats {
+	uint64_t zcs_hits, zcs_misses;
+	uint32_t zcs_entries;
+};
+void zpl_cache_stats(const struct zpl *z, struct zpl_cache_stats *out);
+/* Empties the inode cache: for whoever changes inode records in the tree behind the zpl's back
+ * (tests planting damage). */
+void zpl_cache_forget(struct zpl *z);
 
 /* ---------------------------------------------------------------------------------------------
  * Operations */

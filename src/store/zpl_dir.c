@@ -198,15 +198,11 @@ static int zpl_rd_gather(struct zpl_op *op, struct zpl_rd_batch *b, const uint8_
  * absent or malformed: the entry is still listed) or -SH_ENEEDBLOCK. */
 static int zpl_rd_plus(struct zpl_op *op, struct zpl_rd_ent *e)
 {
-	uint8_t key[ZPL_SHORT_KEY];
-	uint8_t val[ZPL_VAL_MAX];
-	uint32_t vlen;
 	struct zpl_inode ino;
-	zpl_key_inode(key, e->re_child);
-	int rc = zpl_op_lookup(op, key, sizeof(key), val, sizeof(val), &vlen);
+	int rc = zpl_op_read_inode(op, e->re_child, &ino);
 	if (rc == -SH_ENEEDBLOCK)
 		return rc;
-	if (rc == 0 && zpl_inode_decode(val, vlen, &ino) == 0) {
+	if (rc == 0) {
 		e->re_has_obj = true;
 		zpl_objid_encode(e->re_child, ino.ino_gen, &e->re_obj);
 		zpl_attr_from_inode(op->op_z, e->re_child, &ino, &e->re_attr);

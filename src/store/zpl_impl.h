@@ -165,6 +165,28 @@ struct zpl_dtab {
 	uint64_t dt_bytes; /* sum of db_size */
 };
 
+/* ---- the inode cache (zpl.c) ----
+ * Committed inode records by object id, so that an operation's first step (zpl_op_obj) does not
+ * walk the tree. Two-way set associative, ic_nsets sets (ze_icache_entries / 2), allocated at the
+ * first insert; records longer than ZPL_ICACHE_REC_MAX (inline symlink targets over 52 bytes) are
+ * not cached. Invariant: an entry holds exactly the record the tree holds under that inode key
+ * (zpl_op_commit updates or drops the entry of every inode it puts or deletes; nothing else
+ * changes inode records). */
+#define ZPL_ICACHE_WAYS 2u
+#define ZPL_ICACHE_REC_MAX (ZPL_INODE_FIXED_BYTES + 52u)
+struct zpl_icache_ent {
+	uint64_t ie_objid; /* 0: empty (object ids start at ZPL_FIRST_OBJID) */
+	uint32_t ie_len;
+	uint8_t ie_rec[ZPL_ICACHE_REC_MAX];
+};
+_Static_assert(sizeof(struct zpl_icache_ent) == ZPL_ICACHE_ENTRY_BYTES, "zpl.h's entry size");
+struct zpl_icache {
+	struct zpl_icache_ent *ic_ents; /* ic_nsets * ZPL_ICACHE_WAYS, or NULL */
+	uint8_t *ic_last_used;          /* per set: the way used last (the other is replaced) */
+	uint32_t ic_nsets;              /* a power of two */
+	uint64_t ic_hits, ic_misses;
+};
+
 /* ---- the per-operation plan ---- */
 
 /* An inode an operation works on: loaded once, changed in memory, written at commit. */
@@ -248,6 +270,7 @@ struct zpl {
 	struct zpl_dchg *z_dchg;
 	uint32_t z_cap_dchg;
 	void *z_scratch; /* READDIR batch */
+	struct zpl_icache z_icache;
 };
 
 /* ---- zpl.c: codecs ---- */
@@ -277,6 +300,9 @@ SH_MUST_CHECK int zpl_op_lookup(struct zpl_op *op, const uint8_t *key, uint32_t 
                                 uint32_t val_cap, uint32_t *vlen);
 /* The inode objid, loaded into the operation's table once: 0, -ENOENT, -EIO, -SH_ENEEDBLOCK. */
 SH_MUST_CHECK int zpl_op_inode(struct zpl_op *op, uint64_t objid, struct zpl_oino **out);
+/* The committed inode objid (from the inode cache, else the tree, then cached) decoded into *out,
+ * outside the operation's table: 0, -ENOENT, -EIO, -SH_ENEEDBLOCK. */
+SH_MUST_CHECK int zpl_op_read_inode(struct zpl_op *op, uint64_t objid, struct zpl_inode *out);
 /* The inode an object id names: 0; -SH_EBADHANDLE (malformed or never issued); -ESTALE (removed,
  * or another generation); -EIO; -SH_ENEEDBLOCK. */
 SH_MUST_CHECK int zpl_op_obj(struct zpl_op *op, const struct fs_obj_id *id, struct zpl_oino **out);

@@ -1026,6 +1026,7 @@ static void plant_inode_nlink(struct tenv *e, const struct fs_obj_id *id, uint32
 	for (int i = 0; i < 4; i++)
 		val[8 + i] = (uint8_t)(nlink >> (8 * i));
 	VERIFY(btree_put(e->e_tree, key, 9, val, vlen, BTREE_PUT_REPLACE, NULL) == 0);
+	zpl_cache_forget(e->e_z);
 }
 
 static void test_link(void)
@@ -2374,9 +2375,11 @@ static void test_check_damage(void)
 	uint32_t saved_len;
 	VERIFY(btree_lookup(e->e_tree, ikey, 9, saved, sizeof(saved), &saved_len, NULL) == 0);
 	VERIFY(btree_delete(e->e_tree, ikey, 9, NULL) == 0);
+	zpl_cache_forget(e->e_z);
 	CHECK(t_check(e, report, sizeof(report)) == -EIO && strstr(report, "R") != NULL);
 	CHECK(t_lookup(e, &d, "victim", NULL, NULL) == -EIO);
 	VERIFY(btree_put(e->e_tree, ikey, 9, saved, saved_len, BTREE_PUT_NEW, NULL) == 0);
+	zpl_cache_forget(e->e_z);
 	CHECK_SOUND(e);
 	/* A dirent whose value is cut short: clean errors everywhere. */
 	const uint8_t shortval[5] = {1, 2, 3, 4, 5};
@@ -2393,6 +2396,7 @@ static void test_check_damage(void)
 	const uint8_t shortino[50] = {FS_REG};
 	VERIFY(btree_put(e->e_tree, ikey, 9, shortino, sizeof(shortino), BTREE_PUT_REPLACE, NULL) ==
 	       0);
+	zpl_cache_forget(e->e_z);
 	CHECK(t_getattr(e, &g, NULL) == -EIO);
 	CHECK(t_write(e, &g, 0, "x", 1) == -EIO);
 	/* An orphan inode (no dirent), unless the caller says it is open. */
@@ -2405,6 +2409,123 @@ static void test_check_damage(void)
 	CHECK(zpl_check(e2->e_z, st_load, &e2->e_st, NULL, 0, report, sizeof(report)) == -EIO);
 	CHECK(strstr(report, "R4") != NULL || strstr(report, "R6") != NULL);
 	env_free(e2);
+	env_free(e);
+}
+
+/* The inode cache: after a random mix of changes over more files than it holds, every object's
+ * attributes read through it are those a fresh zpl reads from the tree; a cached inode is served
+ * without the tree (no block loaded with every image forgotten); a removed object is stale at
+ * once. */
+static bool attr_same(const struct fs_attr *a, const struct fs_attr *b)
+{
+	return a->fa_type == b->fa_type && a->fa_mode == b->fa_mode && a->fa_nlink == b->fa_nlink &&
+	       a->fa_uid == b->fa_uid && a->fa_gid == b->fa_gid && a->fa_size == b->fa_size &&
+	       a->fa_used_bytes == b->fa_used_bytes && a->fa_fileid == b->fa_fileid &&
+	       time_eq(a->fa_atime, b->fa_atime) && time_eq(a->fa_mtime, b->fa_mtime) &&
+	       time_eq(a->fa_ctime, b->fa_ctime);
+}
+
+static void test_inode_cache(void)
+{
+	enum { NFILES = 3000, NDIRS = 4 };
+	struct tenv *e = env_new();
+	struct zpl_cache_stats cs;
+	zpl_cache_stats(e->e_z, &cs);
+	CHECK(cs.zcs_entries == ZPL_ICACHE_MIN_ENTRIES && cs.zcs_hits == 0);
+	CHECK(NFILES > cs.zcs_entries); /* evictions happen */
+	struct fs_obj_id root = t_root(e), dirs[NDIRS];
+	static struct fs_obj_id files[NFILES];
+	static bool gone[NFILES];
+	static uint32_t links[NFILES]; /* extra links, each "l<i>" in dirs[i % NDIRS] */
+	memset(gone, 0, sizeof(gone));
+	memset(links, 0, sizeof(links));
+	for (int d = 0; d < NDIRS; d++) {
+		char name[16];
+		snprintf(name, sizeof(name), "d%d", d);
+		CHECK(t_mkdir(e, &root, name, 0755, &dirs[d]) == 0);
+	}
+	for (int i = 0; i < NFILES; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "f%d", i);
+		CHECK(t_create(e, &dirs[i % NDIRS], name, 0644, &files[i]) == 0);
+	}
+	bool ok = true;
+	static struct fs_attr before[NFILES];
+	for (int step = 0; step < 6000 && ok; step++) {
+		int i = (int)(rnd() % NFILES);
+		uint64_t r = rnd() % 100;
+		char name[16], lname[16];
+		snprintf(name, sizeof(name), "f%d", i);
+		snprintf(lname, sizeof(lname), "l%d", i);
+		const struct fs_obj_id *dir = &dirs[i % NDIRS];
+		struct fs_attr a;
+		if (gone[i]) {
+			ok = t_getattr(e, &files[i], NULL) == -ESTALE;
+		} else if (r < 40) {
+			ok = t_getattr(e, &files[i], &a) == 0 && a.fa_nlink == 1 + links[i];
+		} else if (r < 60) {
+			struct fs_sattr sa = {.fs_set_mode = true, .fs_mode = (uint32_t)(rnd() % 0777),
+			                      .fs_set_size = rnd() % 2 == 0, .fs_size = rnd() % 100000};
+			ok = t_setattr(e, &files[i], &sa, NULL) == 0;
+		} else if (r < 70) {
+			ok = t_write(e, &files[i], rnd() % 50000, "cache", 5) == 0;
+		} else if (r < 80 && links[i] == 0) {
+			ok = t_link(e, &files[i], dir, lname) == 0;
+			links[i] = 1;
+		} else if (r < 88 && links[i] == 1) {
+			ok = t_remove(e, dir, lname) == 0;
+			links[i] = 0;
+		} else if (r < 92) {
+			/* Cached right before: the removal must not leave it behind. */
+			ok = t_getattr(e, &files[i], NULL) == 0 && t_remove(e, dir, name) == 0 &&
+			     (links[i] == 0 || t_remove(e, dir, lname) == 0) &&
+			     t_getattr(e, &files[i], NULL) == -ESTALE;
+			gone[i] = true;
+		} else if (r < 95) {
+			ok = env_sync(e) == 0;
+		} else {
+			char to[16];
+			snprintf(to, sizeof(to), "f%d", i);
+			const struct fs_obj_id *other = &dirs[(i + 1) % NDIRS];
+			ok = t_rename(e, dir, name, other, to) == 0 && t_rename(e, other, to, dir, name) == 0;
+		}
+		CHECKF(ok, "step %d, file %d, action %llu", step, i, (unsigned long long)r);
+		if (step % 2000 != 1999 || !ok)
+			continue;
+		for (int j = 0; j < NFILES; j++)
+			if (!gone[j])
+				ok = ok && t_getattr(e, &files[j], &before[j]) == 0;
+		zpl_cache_stats(e->e_z, &cs);
+		CHECKF(cs.zcs_hits > 0 && cs.zcs_misses > 0, "step %d: %llu hits, %llu misses", step,
+		       (unsigned long long)cs.zcs_hits, (unsigned long long)cs.zcs_misses);
+		env_reopen(e); /* a fresh zpl: the tree's own records */
+		for (int j = 0; j < NFILES && ok; j++) {
+			struct fs_attr after;
+			if (gone[j])
+				continue;
+			ok = t_getattr(e, &files[j], &after) == 0 && attr_same(&before[j], &after);
+			CHECKF(ok, "step %d: file %d's cached attributes differ from the tree's", step, j);
+		}
+		CHECK_SOUND(e);
+	}
+	CHECK(ok);
+	/* Served from the cache: no block needed even with every image forgotten. */
+	int k = 0;
+	while (gone[k])
+		k++;
+	struct fs_attr a1, a2;
+	CHECK(t_getattr(e, &files[k], &a1) == 0);
+	ms_forget(&e->e_st);
+	uint64_t loads = e->e_st.ms_loads;
+	zpl_cache_stats(e->e_z, &cs);
+	uint64_t hits = cs.zcs_hits;
+	CHECK(t_getattr(e, &files[k], &a2) == 0 && attr_same(&a1, &a2));
+	zpl_cache_stats(e->e_z, &cs);
+	CHECK(e->e_st.ms_loads == loads && cs.zcs_hits == hits + 1);
+	/* Forgotten, it walks the tree again. */
+	zpl_cache_forget(e->e_z);
+	CHECK(t_getattr(e, &files[k], &a2) == 0 && attr_same(&a1, &a2));
+	CHECK(e->e_st.ms_loads > loads);
 	env_free(e);
 }
 
@@ -2507,6 +2628,7 @@ int main(void)
 	TAP_RUN(test_record_encode);
 	TAP_RUN(test_check_damage);
 	TAP_RUN(test_enomem);
+	TAP_RUN(test_inode_cache);
 	TAP_RUN(test_create_lookup_cold);
 	TAP_RUN(test_exclusive_cold);
 	TAP_RUN(test_mkdir_rmdir_cold);
