@@ -110,15 +110,19 @@ void pool_mem_reserve_locked(struct pool *p, uint64_t dirty)
 	arc_set_reserved(p->p_arc, reserved);
 }
 
-/* At most every POOL_TRIM_INTERVAL_NS, after a txg, free heap pages go back to the system. */
-#define POOL_TRIM_INTERVAL_NS (10ull * 1000000000ull)
+/* After a txg, at most every POOL_TRIM_INTERVAL_NS, free heap pages go back to the system when
+ * the heap holds more than POOL_TRIM_FREE_DIVISOR-th of the memory limit free. */
+#define POOL_TRIM_INTERVAL_NS (100000000ull)
+#define POOL_TRIM_FREE_DIVISOR 8u
 
 /* The C library keeps freed memory resident, and holes between live blocks of one size cannot
  * always serve blocks of another (a cache of small blocks, then a long write of 128 KiB ones):
  * resident free memory then adds to what the memory model bounds. glibc's malloc_trim returns
- * the whole free pages inside the heap to the system (the pages of a hole still in use by the
- * next txg fault back in, about 2.5 us each here: at most a fraction of a percent of a core at
- * this interval). Only one pool trims at a time; the interval is per pool. Sync thread. */
+ * the whole free pages inside the heap to the system. It is done only when the free bytes pass
+ * the threshold, because the pages of a hole that the next txg uses again fault back in (about
+ * 2.5 us each here): when the heap's free memory stays below the threshold, nothing is trimmed;
+ * when a workload keeps freeing more, a trim per second returns it. Only one pool trims at a time;
+ * the interval is per pool. Sync thread. */
 static void pool_mem_trim(struct pool *p)
 {
 #ifdef __GLIBC__
@@ -126,6 +130,9 @@ static void pool_mem_trim(struct pool *p)
 	if (now - p->p_trim_ns < POOL_TRIM_INTERVAL_NS)
 		return;
 	p->p_trim_ns = now;
+	struct mallinfo2 mi = mallinfo2();
+	if (mi.fordblks < p->p_opts.po_arc_max_bytes / POOL_TRIM_FREE_DIVISOR)
+		return;
 	(void)malloc_trim(0);
 #else
 	(void)p;
