@@ -169,9 +169,11 @@ uint64_t blk_vdev_data_start(const struct blk_vdev *vdev);
 uint64_t blk_vdev_data_bytes(const struct blk_vdev *vdev);
 
 /* Raw vdev I/O (the intent log's own records, which carry their own checksums): a write goes to
- * every child and completes when all have (status: the first error); a read is served by one
- * child, chosen by `child` (modulo the child count) so a caller that finds a bad copy can ask the
- * next one; a flush flushes every child. Same alignment rules as blk_io. */
+ * every child that is not faulted and completes when all have; a flush flushes each of them. On a
+ * mirror, a write or flush succeeds when at least one child's did, and every child whose failed is
+ * faulted (written around from then on: blk_vdev_child_faulted); when every child fails, the
+ * status is the first error. A read is served by one child, chosen by `child` (modulo the child
+ * count) so a caller that finds a bad copy can ask the next one. Same alignment rules as blk_io. */
 struct blk_vdev_io {
 	enum blk_io_op vi_op;     /* (in) */
 	struct blk_vdev *vi_vdev; /* (in) */
@@ -185,6 +187,7 @@ struct blk_vdev_io {
 	/* private */
 	struct blk_io vi_ios[BLK_MIRROR_MAX];
 	unsigned vi_pending;
+	uint32_t vi_sent; /* children written or flushed (bit i: child i) */
 };
 void blk_vdev_submit(struct blk_vdev_io *vio);
 SH_MUST_CHECK int blk_vdev_io_sync(struct blk_vdev_io *vio);
@@ -196,7 +199,13 @@ struct blk_vdev_stats {
 	uint64_t vs_checksum_errors; /* copies that failed their checksum */
 	uint64_t vs_io_errors;       /* reads or writes that failed */
 	uint64_t vs_repairs;         /* bad copies rewritten from a good one */
+	bool vs_faulted;             /* written around since a write or flush of it failed */
 };
+/* True once a write or flush of child `child` failed while another child's succeeded: the child
+ * is then neither written, flushed, read nor repaired (unless no other child is left to read), so
+ * its copies may be stale until the pool is imported again and checked. Only a mirror child is
+ * ever faulted; a vdev keeps the state for its life. */
+bool blk_vdev_child_faulted(const struct blk_vdev *vdev, unsigned child);
 /* Counters of child `child` of vdev. */
 void blk_vdev_stats(const struct blk_vdev *vdev, unsigned child, struct blk_vdev_stats *stats_out);
 
@@ -301,7 +310,7 @@ struct blk_uberblock {
 };
 
 /* Writes ub into slot ub_txg % BLK_UB_RING_SLOTS of all four labels of every leaf of every vdev
- * (top-level and log vdevs alike), then flushes all of them. The caller has flushed the blocks ub
+ * (top-level and log vdevs alike) but the faulted ones, then flushes all of them. The caller has flushed the blocks ub
  * refers to beforehand; the uberblock write is the commit point of the txg. Returns 0 or the first
  * error (the txg is durable when at least one copy is: import picks the best valid copy). */
 SH_MUST_CHECK int blk_uberblock_write(struct blk_engine *engine, struct blk_vdev *const *vdevs, unsigned nvdevs,

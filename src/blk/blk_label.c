@@ -303,6 +303,8 @@ int blk_uberblock_write(struct blk_engine *engine, struct blk_vdev *const *vdevs
 	size_t k = 0;
 	for (unsigned v = 0; v < nvdevs; v++) {
 		for (unsigned c = 0; c < blk_vdev_children(vdevs[v]); c++) {
+			if (blk_vdev_child_faulted(vdevs[v], c))
+				continue; /* written around (blk_vdev.c) */
 			struct blk_dev *dev = blk_vdev_child(vdevs[v], c);
 			for (unsigned i = 0; i < BLK_LABELS; i++) {
 				ios[k] = (struct blk_io){
@@ -321,6 +323,8 @@ int blk_uberblock_write(struct blk_engine *engine, struct blk_vdev *const *vdevs
 	k = 0;
 	for (unsigned v = 0; v < nvdevs; v++) {
 		for (unsigned c = 0; c < blk_vdev_children(vdevs[v]); c++) {
+			if (blk_vdev_child_faulted(vdevs[v], c))
+				continue;
 			ios[k] = (struct blk_io){.bi_op = BLK_IO_FLUSH,
 			                         .bi_dev = blk_vdev_child(vdevs[v], c)};
 			blk_batch_submit(&batch, engine, &ios[k++]);

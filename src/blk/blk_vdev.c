@@ -19,13 +19,26 @@
  *   A vdev's data area is [512 KiB, min child size - 512 KiB): a mirror of unequal leaves uses the
  *   smallest one's size. Every child must hold the four labels and at least 1 MiB of data.
  *
- *   Writes of a block go to every child and complete when all have, with the first error. Reads go
+ *   Writes of a block go to every child that is not faulted and complete when all have. Reads go
  *   to one child, chosen round-robin (vd_next_read) to spread the load; the copy is read into a
  *   sector-aligned bounce buffer of asize bytes, its first psize bytes are checksummed, then
  *   decompressed into the caller's buffer. A read error, a checksum mismatch or a decompression
  *   failure (counted as a checksum error: the bytes cannot be what was written) moves on to the
- *   next child. Once a good copy is found, every child that failed (unless pulled) is rewritten
- *   with the good asize bytes before the caller hears of the result: self-healing.
+ *   next child. Once a good copy is found, every child that failed (unless pulled or faulted) is
+ *   rewritten with the good asize bytes before the caller hears of the result: self-healing.
+ *
+ *   Write-around. When a write or flush of a mirror fails on some children and succeeds on at
+ *   least one, the failed children become faulted (vd_faulted) and the operation succeeds: the
+ *   data is on the others, as it would be had the device been missing from the start. A faulted
+ *   child is no longer written or flushed, and reads try it only after every other child, so
+ *   nothing waits on a dying device and its stale copies are not read while a current one exists.
+ *   It stays faulted for the vdev's life (until the pool is imported again). Nothing about the
+ *   fault is written to disk, and none needs to be: every block is found through a pointer that
+ *   carries its checksum, so a stale copy read later is a checksum error, read around and
+ *   repaired; the intent log's reader tries each child's copy until one continues the chain
+ *   (ilog_replay.c); and import takes the newest uberblock of any leaf. A check after the next
+ *   import rewrites every stale copy (resilvering by scrub). When every child fails, the status
+ *   is the first error and nothing is faulted: the caller (the pool) suspends.
  *
  *   Invariants
  *     1. A vdev never touches bytes outside [data start, data start + data bytes) of its children;
@@ -36,8 +49,9 @@
  *     3. Nothing decoded from disk is trusted: sizes and enums are checked before use and
  *        decompression is bounded by lsize.
  *
- *   Concurrency: a vdev is immutable after creation except for vd_next_read and the counters,
- *   which are atomics (updated on the engine thread, read by anyone). Per-operation state lives in
+ *   Concurrency: a vdev is immutable after creation except for vd_next_read, vd_faulted and the
+ *   counters, which are atomics (updated on the engine thread, read by anyone; a submission reads
+ *   vd_faulted once and keeps to what it read). Per-operation state lives in
  *   the caller's struct blk_vdev_io or in a context allocated for one block read or write, touched
  *   only by the engine thread once submitted. */
 #include <errno.h>
@@ -57,6 +71,7 @@ struct blk_vdev {
 	uint64_t vd_data_start;
 	uint64_t vd_data_bytes;
 	atomic_uint vd_next_read;
+	atomic_bool vd_faulted[BLK_MIRROR_MAX];
 	struct blk_vdev_counters vd_counters[BLK_MIRROR_MAX];
 };
 
@@ -88,6 +103,8 @@ int blk_vdev_create(struct blk_engine *engine, struct blk_dev *const *children, 
 	vdev->vd_data_start = BLK_DATA_START_BYTES;
 	vdev->vd_data_bytes = min_bytes - 2ull * BLK_LABEL_AREA_BYTES;
 	atomic_init(&vdev->vd_next_read, 0);
+	for (unsigned i = 0; i < BLK_MIRROR_MAX; i++)
+		atomic_init(&vdev->vd_faulted[i], false);
 	*vdev_out = vdev;
 	return 0;
 }
@@ -136,6 +153,23 @@ void blk_vdev_stats(const struct blk_vdev *vdev, unsigned child, struct blk_vdev
 	stats_out->vs_checksum_errors = atomic_load(&c->vc_checksum_errors);
 	stats_out->vs_io_errors = atomic_load(&c->vc_io_errors);
 	stats_out->vs_repairs = atomic_load(&c->vc_repairs);
+	stats_out->vs_faulted = atomic_load(&vdev->vd_faulted[child]);
+}
+
+bool blk_vdev_child_faulted(const struct blk_vdev *vdev, unsigned child)
+{
+	return child < vdev->vd_nchildren && atomic_load(&vdev->vd_faulted[child]);
+}
+
+/* The children not faulted, as a bit mask. */
+static uint32_t blk_vdev_live_mask(const struct blk_vdev *vdev)
+{
+	uint32_t mask = 0;
+	for (unsigned i = 0; i < vdev->vd_nchildren; i++) {
+		if (!atomic_load(&vdev->vd_faulted[i]))
+			mask |= 1u << i;
+	}
+	return mask;
 }
 
 /* Counts one finished child io. */
@@ -169,6 +203,39 @@ static bool blk_vdev_in_range(const struct blk_vdev *vdev, uint64_t offset, uint
 
 /* ---- raw vdev I/O ---- */
 
+/* A mirror write or flush has ended on every child it was sent to: it succeeded if one child's
+ * did, and the children whose failed are faulted (write-around, theory above). */
+static void blk_vdev_settle(struct blk_vdev_io *vio)
+{
+	struct blk_vdev *vdev = vio->vi_vdev;
+	unsigned ok = 0;
+	int first_error = 0;
+	for (unsigned i = 0; i < vdev->vd_nchildren; i++) {
+		if (!(vio->vi_sent & (1u << i)))
+			continue;
+		int st = vio->vi_ios[i].bi_status;
+		if (st == 0)
+			ok++;
+		else if (first_error == 0)
+			first_error = st;
+	}
+	if (ok == 0 || first_error == -EINVAL) {
+		vio->vi_status = first_error != 0 ? first_error : -EIO;
+		return;
+	}
+	for (unsigned i = 0; i < vdev->vd_nchildren; i++) {
+		int st = vio->vi_ios[i].bi_status;
+		if (!(vio->vi_sent & (1u << i)) || st == 0)
+			continue;
+		if (!atomic_exchange(&vdev->vd_faulted[i], true))
+			log_error("blk: %s of mirror child %u (%s) failed (%s): the child is faulted and "
+			          "written around; check the pool after its next import",
+			          vio->vi_op == BLK_IO_FLUSH ? "a flush" : "a write", i,
+			          blk_dev_path(vdev->vd_children[i]), sh_strerror(st));
+	}
+	vio->vi_status = 0;
+}
+
 static void blk_vdev_child_done(struct blk_io *io)
 {
 	struct blk_vdev_io *vio = io->bi_arg;
@@ -177,8 +244,11 @@ static void blk_vdev_child_done(struct blk_io *io)
 		blk_vdev_count(vio->vi_vdev, child, io);
 	if (io->bi_status != 0 && vio->vi_status == 0)
 		vio->vi_status = io->bi_status;
-	if (--vio->vi_pending == 0)
-		vio->vi_done(vio);
+	if (--vio->vi_pending > 0)
+		return;
+	if (vio->vi_sent != 0 && vio->vi_vdev->vd_nchildren > 1)
+		blk_vdev_settle(vio);
+	vio->vi_done(vio);
 }
 
 static void blk_vdev_child_io(struct blk_vdev_io *vio, unsigned child, enum blk_io_op op)
@@ -195,6 +265,16 @@ static void blk_vdev_child_io(struct blk_vdev_io *vio, unsigned child, enum blk_
 	};
 }
 
+/* Completes vio with status on the engine thread, as every completion does. */
+static void blk_vdev_fail(struct blk_vdev_io *vio, int status)
+{
+	vio->vi_status = status;
+	vio->vi_pending = 1;
+	vio->vi_ios[0] =
+	    (struct blk_io){.bi_op = BLK_IO_NOP, .bi_done = blk_vdev_child_done, .bi_arg = vio};
+	blk_submit(vio->vi_vdev->vd_engine, &vio->vi_ios[0]);
+}
+
 void blk_vdev_submit(struct blk_vdev_io *vio)
 {
 	struct blk_vdev *vdev = vio->vi_vdev;
@@ -202,16 +282,12 @@ void blk_vdev_submit(struct blk_vdev_io *vio)
 	struct blk_engine *engine = vdev->vd_engine;
 	unsigned n = vdev->vd_nchildren;
 	vio->vi_status = 0;
+	vio->vi_sent = 0;
 	bool valid = vio->vi_op == BLK_IO_FLUSH ||
 	             ((vio->vi_op == BLK_IO_READ || vio->vi_op == BLK_IO_WRITE) &&
 	              blk_vdev_in_range(vdev, vio->vi_offset, vio->vi_len));
 	if (!valid) {
-		/* Complete on the engine thread, as every completion does. */
-		vio->vi_status = -EINVAL;
-		vio->vi_pending = 1;
-		vio->vi_ios[0] = (struct blk_io){
-		    .bi_op = BLK_IO_NOP, .bi_done = blk_vdev_child_done, .bi_arg = vio};
-		blk_submit(engine, &vio->vi_ios[0]);
+		blk_vdev_fail(vio, -EINVAL);
 		return;
 	}
 	if (vio->vi_op == BLK_IO_READ) {
@@ -221,12 +297,22 @@ void blk_vdev_submit(struct blk_vdev_io *vio)
 		blk_submit(engine, &vio->vi_ios[child]);
 		return;
 	}
+	uint32_t live = blk_vdev_live_mask(vdev);
+	if (live == 0) {
+		blk_vdev_fail(vio, -EIO); /* never: the last child standing is not faulted */
+		return;
+	}
 	/* Set the count before the first submission: completions may start at once. */
-	vio->vi_pending = n;
-	for (unsigned i = 0; i < n; i++)
-		blk_vdev_child_io(vio, i, vio->vi_op);
-	for (unsigned i = 0; i < n; i++)
-		blk_submit(engine, &vio->vi_ios[i]);
+	vio->vi_sent = live;
+	vio->vi_pending = (unsigned)__builtin_popcount(live);
+	for (unsigned i = 0; i < n; i++) {
+		if (live & (1u << i))
+			blk_vdev_child_io(vio, i, vio->vi_op);
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (live & (1u << i))
+			blk_submit(engine, &vio->vi_ios[i]);
+	}
 }
 
 /* A waiter for the synchronous wrappers. */
@@ -339,8 +425,8 @@ struct blk_block_read_ctx {
 	void (*rd_done)(void *arg, int status);
 	void *rd_arg;
 	uint8_t *rd_bounce;          /* asize bytes, sector-aligned */
-	unsigned rd_first;           /* the child tried first */
-	unsigned rd_tries;           /* children tried so far */
+	unsigned rd_order[BLK_MIRROR_MAX]; /* the children in the order tried: faulted ones last */
+	unsigned rd_tries;                 /* children tried so far */
 	int rd_status;               /* for a read that ends before any device io */
 	int rd_read_error;           /* the first read error */
 	bool rd_bad_checksum;        /* some copy failed its checksum */
@@ -370,7 +456,7 @@ static void blk_block_read_io_done(struct blk_io *io);
 static void blk_block_read_next(struct blk_block_read_ctx *ctx)
 {
 	struct blk_vdev *vdev = ctx->rd_vdev;
-	unsigned child = (ctx->rd_first + ctx->rd_tries) % vdev->vd_nchildren;
+	unsigned child = ctx->rd_order[ctx->rd_tries];
 	ctx->rd_tries++;
 	ctx->rd_io = (struct blk_io){
 	    .bi_op = BLK_IO_READ,
@@ -404,7 +490,8 @@ static void blk_block_read_repair(struct blk_block_read_ctx *ctx)
 	struct blk_vdev *vdev = ctx->rd_vdev;
 	unsigned n = 0;
 	for (unsigned i = 0; i < vdev->vd_nchildren; i++) {
-		if (ctx->rd_bad[i] && !atomic_load(&vdev->vd_children[i]->bd_pulled))
+		if (ctx->rd_bad[i] && !atomic_load(&vdev->vd_children[i]->bd_pulled) &&
+		    !atomic_load(&vdev->vd_faulted[i]))
 			n++;
 	}
 	if (n == 0) {
@@ -414,7 +501,8 @@ static void blk_block_read_repair(struct blk_block_read_ctx *ctx)
 	/* All on the engine thread: the count cannot drop before every rewrite is submitted. */
 	ctx->rd_repairs_pending = n;
 	for (unsigned i = 0; i < vdev->vd_nchildren; i++) {
-		if (!ctx->rd_bad[i] || atomic_load(&vdev->vd_children[i]->bd_pulled))
+		if (!ctx->rd_bad[i] || atomic_load(&vdev->vd_children[i]->bd_pulled) ||
+		    atomic_load(&vdev->vd_faulted[i]))
 			continue;
 		ctx->rd_repairs[i] = (struct blk_io){
 		    .bi_op = BLK_IO_WRITE,
@@ -433,7 +521,7 @@ static void blk_block_read_io_done(struct blk_io *io)
 {
 	struct blk_block_read_ctx *ctx = io->bi_arg;
 	struct blk_vdev *vdev = ctx->rd_vdev;
-	unsigned child = (ctx->rd_first + ctx->rd_tries - 1) % vdev->vd_nchildren;
+	unsigned child = ctx->rd_order[ctx->rd_tries - 1];
 	const struct blk_ptr *bp = &ctx->rd_bp;
 	blk_vdev_count(vdev, child, io);
 	if (io->bi_status != 0) {
@@ -503,7 +591,16 @@ void blk_block_read(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
 	else if (!(ctx->rd_bounce = blk_buf_alloc(bp->bp_asize)))
 		ctx->rd_status = -ENOMEM;
 	else {
-		ctx->rd_first = atomic_fetch_add(&vdev->vd_next_read, 1) % vdev->vd_nchildren;
+		unsigned n = vdev->vd_nchildren, first = atomic_fetch_add(&vdev->vd_next_read, 1) % n;
+		uint32_t live = blk_vdev_live_mask(vdev);
+		unsigned k = 0;
+		for (int pass = 0; pass < 2; pass++) {
+			for (unsigned i = 0; i < n; i++) {
+				unsigned c = (first + i) % n;
+				if (((live >> c) & 1u) == (pass == 0 ? 1u : 0u))
+					ctx->rd_order[k++] = c;
+			}
+		}
 		blk_block_read_next(ctx);
 		return;
 	}

@@ -160,10 +160,13 @@
  * every live block.
  *
  * Failures and limits. A txg whose writes, flush or uberblock fail (after one retry) suspends the
- * pool (R8): a mirror child that starts failing writes at run time therefore suspends the pool
- * rather than being faulted and written around (the vdev layer reports the first error of a
- * mirror write); import a degraded pool without it. Import uses the newest valid uberblock only:
- * if its trees cannot be read, import fails (no rewind to an older txg yet).
+ * pool (R8). A mirror child that starts failing writes or flushes at run time does not: the vdev
+ * layer faults it and writes around it while another child takes the writes (blk_vdev.c), the
+ * pool reports itself DEGRADED, and the uberblock goes to the other leaves; after the next import
+ * (with the child mended, or without it) a check rewrites its stale copies. Import uses the newest
+ * valid uberblock only: if its trees cannot be read, import fails (no rewind to an older txg
+ * yet). With a faulted child's partner gone, an import from the faulted child alone would come up
+ * at the txg it was faulted in: nothing on the leaves records the fault yet.
  *
  * ------------------------------------------------------------------------------------------------
  * ON-DISK FORMATS (integers little-endian)

@@ -225,7 +225,7 @@ void pool_space(struct pool *p, uint64_t *total_out, uint64_t *free_out, uint64_
 
 enum pool_state {
 	POOL_STATE_ONLINE = 0,
-	POOL_STATE_DEGRADED = 1,  /* a mirror child is missing */
+	POOL_STATE_DEGRADED = 1,  /* a mirror child is missing or faulted */
 	POOL_STATE_SUSPENDED = 2, /* a txg could not be written: changes refused, reads work */
 };
 

@@ -107,6 +107,8 @@ static int pool_walk_verify(struct pool *p, struct pool_walk *w, const struct bl
 	bool bad[BLK_MIRROR_MAX] = {false};
 	w->w_blocks++;
 	for (unsigned c = 0; c < n; c++) {
+		if (blk_vdev_child_faulted(vdev, c))
+			continue; /* written around: stale until the next import's check */
 		struct blk_dev *dev = blk_vdev_child(vdev, c);
 		int rc = blk_read_sync(p->p_engine, dev, bp->bp_offset, w->w_copy, bp->bp_asize);
 		bool ok = false;
@@ -606,6 +608,16 @@ static void pool_status_vdev(const struct pool_top *t, bool log, struct pool_sta
 	}
 }
 
+/* True when a child of the vdev is faulted (written around: blk_vdev.c). */
+static bool pool_status_vdev_faulted(const struct pool_status_vdev *sv)
+{
+	for (unsigned j = 0; j < sv->sv_nchildren; j++) {
+		if (sv->sv_children[j].sl_present && sv->sv_children[j].sl_stats.vs_faulted)
+			return true;
+	}
+	return false;
+}
+
 static bool pool_count_visit(void *arg, const void *key, uint32_t klen, const void *val,
                              uint32_t vlen)
 {
@@ -622,15 +634,18 @@ void pool_status(struct pool *p, struct pool_status *st)
 	memset(st, 0, sizeof(*st));
 	snprintf(st->ps_name, sizeof(st->ps_name), "%s", p->p_name);
 	st->ps_guid = p->p_guid;
-	st->ps_state = pool_is_suspended(p) ? POOL_STATE_SUSPENDED
-	               : p->p_degraded      ? POOL_STATE_DEGRADED
-	                                    : POOL_STATE_ONLINE;
 	st->ps_ntops = p->p_ntops;
 	for (unsigned i = 0; i < p->p_ntops; i++)
 		pool_status_vdev(&p->p_tops[i], false, &st->ps_tops[i]);
 	st->ps_has_log = p->p_has_log;
 	if (p->p_has_log)
 		pool_status_vdev(&p->p_logtop, true, &st->ps_log);
+	bool faulted = st->ps_has_log && pool_status_vdev_faulted(&st->ps_log);
+	for (unsigned i = 0; i < st->ps_ntops; i++)
+		faulted = faulted || pool_status_vdev_faulted(&st->ps_tops[i]);
+	st->ps_state = pool_is_suspended(p)       ? POOL_STATE_SUSPENDED
+	               : p->p_degraded || faulted ? POOL_STATE_DEGRADED
+	                                          : POOL_STATE_ONLINE;
 	arc_stats(p->p_arc, &st->ps_arc);
 	uint64_t lookups = st->ps_arc.as_hits + st->ps_arc.as_misses;
 	st->ps_arc_hit_rate = lookups ? (double)st->ps_arc.as_hits / (double)lookups : 0.0;
@@ -684,8 +699,8 @@ static void pool_print_vdev(FILE *out, const struct pool_status_vdev *sv, unsign
 	for (unsigned j = 0; j < sv->sv_nchildren; j++)
 		present += sv->sv_children[j].sl_present;
 	const char *vst = pool_st == POOL_STATE_SUSPENDED ? "SUSPENDED"
-	                  : present < sv->sv_nchildren    ? "DEGRADED"
-	                                                  : "ONLINE";
+	                  : present < sv->sv_nchildren || pool_status_vdev_faulted(sv) ? "DEGRADED"
+	                                                                                : "ONLINE";
 	unsigned indent = 2;
 	if (sv->sv_mirror) {
 		char name[32];
@@ -707,7 +722,9 @@ static void pool_print_vdev(FILE *out, const struct pool_status_vdev *sv, unsign
 		}
 		fprintf(out, "\t%*s%-*s %-9s %5" PRIu64 " %5" PRIu64 " %5" PRIu64 " %8" PRIu64 "\n",
 		        (int)indent, "", 30 - (int)indent, name,
-		        pool_st == POOL_STATE_SUSPENDED ? "SUSPENDED" : "ONLINE",
+		        pool_st == POOL_STATE_SUSPENDED ? "SUSPENDED"
+		        : sl->sl_stats.vs_faulted        ? "FAULTED"
+		                                         : "ONLINE",
 		        sl->sl_stats.vs_io_errors, sl->sl_stats.vs_checksum_errors,
 		        sl->sl_stats.vs_repairs, sl->sl_stats.vs_reads + sl->sl_stats.vs_writes);
 	}
@@ -730,8 +747,9 @@ int pool_status_print(struct pool *p, FILE *out)
 	fprintf(out, "    id: %" PRIu64 "\n", st->ps_guid);
 	fprintf(out, " state: %s\n", pool_state_name(st->ps_state));
 	if (st->ps_state == POOL_STATE_DEGRADED)
-		fprintf(out, "status: One or more devices are missing. The pool continues without "
-		             "redundancy there.\n");
+		fprintf(out, "status: One or more devices are missing or faulted. The pool continues "
+		             "without redundancy there; a faulted device's copies may be stale: "
+		             "export, mend or replace it, import and check the pool.\n");
 	else if (st->ps_state == POOL_STATE_SUSPENDED)
 		fprintf(out, "status: A transaction group could not be written. Changes are "
 		             "refused; export and "

@@ -568,41 +568,88 @@ static void test_read_errors_and_pulled(void)
 	CHECK(blk_vdev_io_sync(&vio) == 0 && raw[0] == orig[0]);
 	blk_dev_mem_bytes(d[2])[off] ^= 0xff;
 
-	/* A pulled child: writes report an error, reads go around it without repairing it. */
+	/* A pulled child: writes and flushes succeed on the others and fault it (write-around);
+	 * reads go around it without repairing it. */
+	CHECK(!blk_vdev_child_faulted(v, 1));
 	blk_dev_set_pulled(d[1], true);
 	struct blk_vdev_io w = {.vi_op = BLK_IO_WRITE,
 	                        .vi_vdev = v,
 	                        .vi_offset = off + 64 * SECTOR,
 	                        .vi_buf = raw,
 	                        .vi_len = SECTOR};
-	CHECK(blk_vdev_io_sync(&w) == -EIO);
-	CHECK(blk_dev_mem_bytes(d[0])[off + 64 * SECTOR] == raw[0]); /* the others did get it */
+	uint8_t before_d1 = blk_dev_mem_bytes(d[1])[off + 64 * SECTOR];
+	raw[0] = (uint8_t)(before_d1 + 1);
+	CHECK(blk_vdev_io_sync(&w) == 0);
+	CHECK(blk_vdev_child_faulted(v, 1) && !blk_vdev_child_faulted(v, 0) &&
+	      !blk_vdev_child_faulted(v, 2));
+	CHECK(blk_dev_mem_bytes(d[0])[off + 64 * SECTOR] == raw[0] &&
+	      blk_dev_mem_bytes(d[2])[off + 64 * SECTOR] == raw[0]);
 	struct blk_vdev_io fl = {.vi_op = BLK_IO_FLUSH, .vi_vdev = v};
-	CHECK(blk_vdev_io_sync(&fl) == -EIO);
+	CHECK(blk_vdev_io_sync(&fl) == 0);
 	struct blk_ptr bp2;
 	fill_text(data, 8192, 6);
 	struct blk_prepared p;
 	CHECK(blk_prepare(data, 8192, BLK_COMPRESS_OFF, &p) == 0);
 	blk_ptr_fill(&bp2, &p, 0, off + 128 * SECTOR, 1, 0, 9, 1);
-	CHECK(blk_block_write_sync(v, &bp2, &p) == -EIO);
+	CHECK(blk_block_write_sync(v, &bp2, &p) == 0);
 	struct blk_vdev_stats before, after;
 	blk_vdev_stats(v, 1, &before);
-	for (int i = 0; i < 3; i++)
+	CHECK(before.vs_faulted);
+	for (int i = 0; i < 6; i++)
 		CHECK(blk_block_read_sync(v, &bp, out) == 0 && memcmp(out, orig, 32768) == 0);
 	blk_vdev_stats(v, 1, &after);
-	CHECK(after.vs_io_errors == before.vs_io_errors + 1 &&
+	CHECK(after.vs_reads == before.vs_reads && after.vs_writes == before.vs_writes &&
 	      after.vs_repairs == before.vs_repairs);
+	/* Back, it stays faulted: nothing is written to it, its stale copies are not read while
+	 * another child has a good one. */
 	blk_dev_set_pulled(d[1], false);
-	CHECK(blk_block_write_sync(v, &bp2, &p) == 0);
+	raw[0]++;
+	CHECK(blk_vdev_io_sync(&w) == 0);
+	CHECK(blk_dev_mem_bytes(d[1])[off + 64 * SECTOR] == before_d1);
+	CHECK(blk_vdev_child_faulted(v, 1));
+	memset(blk_dev_mem_bytes(d[1]) + off + 128 * SECTOR, 0x5a, 8192);
+	uint8_t out8k[8192];
+	for (int i = 0; i < 3; i++)
+		CHECK(blk_block_read_sync(v, &bp2, out8k) == 0 && memcmp(out8k, data, 8192) == 0);
+	blk_vdev_stats(v, 1, &after);
+	CHECK(after.vs_reads == before.vs_reads && after.vs_checksum_errors == 0);
+	/* With every other child unreadable, the faulted one is still tried. */
+	blk_dev_inject_errors(d[0], 1, -1);
+	blk_dev_inject_errors(d[2], 1, -1);
+	CHECK(blk_block_read_sync(v, &bp, out) == 0 && memcmp(out, orig, 32768) == 0);
+	blk_dev_inject_errors(d[0], -1, -1);
+	blk_dev_inject_errors(d[2], -1, -1);
+	blk_vdev_stats(v, 1, &after);
+	CHECK(after.vs_reads == before.vs_reads + 1);
 	blk_prepared_fini(&p);
 
-	/* Injected write errors fail the block write. */
-	blk_dev_inject_errors(d[0], -1, 1);
+	/* A fresh vdev over the same leaves: a write that fails on every child fails and faults
+	 * none; one that fails on one child succeeds and faults that one. */
+	struct blk_vdev *v2;
+	CHECK(blk_vdev_create(e, d, 3, &v2) == 0);
+	for (int i = 0; i < 3; i++)
+		blk_dev_inject_errors(d[i], -1, 1);
 	CHECK(blk_prepare(data, 8192, BLK_COMPRESS_OFF, &p) == 0);
-	CHECK(blk_block_write_sync(v, &bp2, &p) == -EIO);
-	CHECK(blk_block_write_sync(v, &bp2, &p) == 0); /* only the next write was to fail */
+	CHECK(blk_block_write_sync(v2, &bp2, &p) == -EIO);
+	for (unsigned c = 0; c < 3; c++)
+		CHECK(!blk_vdev_child_faulted(v2, c));
+	blk_dev_inject_errors(d[0], -1, 1);
+	CHECK(blk_block_write_sync(v2, &bp2, &p) == 0);
+	CHECK(blk_vdev_child_faulted(v2, 0) && !blk_vdev_child_faulted(v2, 1));
 	blk_prepared_fini(&p);
 	blk_dev_inject_errors(d[0], -1, -1);
+	blk_vdev_destroy(v2);
+	/* A single leaf is never faulted: its write error is the write's. */
+	struct blk_vdev *v1;
+	CHECK(blk_vdev_create(e, &d[2], 1, &v1) == 0);
+	blk_dev_inject_errors(d[2], -1, 1);
+	CHECK(blk_prepare(data, 8192, BLK_COMPRESS_OFF, &p) == 0);
+	CHECK(blk_block_write_sync(v1, &bp2, &p) == -EIO);
+	CHECK(!blk_vdev_child_faulted(v1, 0));
+	CHECK(blk_block_write_sync(v1, &bp2, &p) == 0); /* only the next write was to fail */
+	blk_prepared_fini(&p);
+	blk_dev_inject_errors(d[2], -1, -1);
+	blk_vdev_destroy(v1);
 
 	/* Every child pulled: the read error comes back. */
 	for (int i = 0; i < 3; i++)

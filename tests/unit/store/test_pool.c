@@ -515,6 +515,17 @@ static void report_count_repairs(void *arg, const char *line)
 		printf("#   check: %s\n", line);
 }
 
+/* A check that repairs something, then one that finds everything repaired by the first. */
+static void check_repairs_all(struct pool *p)
+{
+	g_repaired_lines = 0;
+	CHECK(pool_check(p, report_count_repairs, NULL) == 0);
+	CHECK(g_repaired_lines > 0);
+	g_repaired_lines = 0;
+	CHECK(pool_check(p, report_count_repairs, NULL) == 0);
+	CHECK(g_repaired_lines == 0);
+}
+
 /* A mirror with one side of every block damaged: reads are right and repair; a check repairs
  * every copy; then the damaged side alone holds the whole pool. */
 static void test_mirror_repair(void)
@@ -554,12 +565,7 @@ static void test_mirror_repair(void)
 	vs = st->ps_tops[0].sv_children[0].sl_stats;
 	CHECK(vs.vs_checksum_errors > 0 && vs.vs_repairs > 0);
 	mem_free(st);
-	g_repaired_lines = 0;
-	CHECK(pool_check(p, report_count_repairs, NULL) == 0);
-	CHECK(g_repaired_lines > 0);
-	g_repaired_lines = 0;
-	CHECK(pool_check(p, report_count_repairs, NULL) == 0);
-	CHECK(g_repaired_lines == 0); /* all repaired by the first check */
+	check_repairs_all(p);
 	CHECK(pool_export(p) == 0);
 	/* leaf 0 alone: degraded, complete */
 	CHECK(pool_import_devs(d, 1, &o, &p) == 0);
@@ -579,6 +585,81 @@ out:
 	model_fini(&m);
 	blk_dev_close(d[0]);
 	blk_dev_close(d[1]);
+}
+
+/* A mirror child that fails every write at run time (and a log mirror child that is pulled) is
+ * faulted and written around: the pool keeps taking logged and synced changes, reports itself
+ * DEGRADED, and after a crash imports with the stale children back, replays the log from the good
+ * log child, and a check rewrites every stale copy, so that the once faulted leaves alone then
+ * hold the whole pool. */
+static void test_mirror_write_around(void)
+{
+	struct blk_dev *d[2] = {mem_dev(48 * MIB), mem_dev(48 * MIB)};
+	struct blk_dev *l[2] = {mem_dev(8 * MIB), mem_dev(8 * MIB)};
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {
+	    .pc_name = "wa", .pc_layout = POOL_LAYOUT_MIRROR, .pc_opts = &o};
+	struct pool *p;
+	struct model m;
+	model_init(&m, 300);
+	CHECK(pool_create_on_devs(&a, d, 2, l, 2, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(workload(kv, &m, 600, 200, true, 51) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	blk_dev_inject_errors(d[1], -1, 1 << 30);
+	blk_dev_set_pulled(l[1], true);
+	/* synced and logged changes go on */
+	CHECK(workload(kv, &m, 900, 150, true, 52) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(!pool_is_suspended(p));
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	pool_status(p, st);
+	CHECK(st->ps_state == POOL_STATE_DEGRADED);
+	CHECK(!st->ps_tops[0].sv_children[0].sl_stats.vs_faulted &&
+	      st->ps_tops[0].sv_children[1].sl_stats.vs_faulted);
+	CHECK(st->ps_has_log && !st->ps_log.sv_children[0].sl_stats.vs_faulted &&
+	      st->ps_log.sv_children[1].sl_stats.vs_faulted);
+	mem_free(st);
+	char out[4096];
+	FILE *f = fmemopen(out, sizeof(out), "w");
+	CHECK(pool_status_print(p, f) == 0);
+	fclose(f);
+	CHECK(strstr(out, "state: DEGRADED") != NULL && strstr(out, "FAULTED") != NULL);
+	CHECK(check_pool(p) == 0); /* the faulted child is not counted against the pool */
+	/* a tail that lives in the log only, then a crash */
+	CHECK(workload(kv, &m, 300, 0, true, 53) == 0);
+	kv_close(kv);
+	pool_close(p);
+	/* the stale children come back */
+	blk_dev_inject_errors(d[1], -1, -1);
+	blk_dev_set_pulled(l[1], false);
+	CHECK(pool_import_devs((struct blk_dev *[]){d[0], d[1], l[0], l[1]}, 4, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	check_repairs_all(p);
+	CHECK(pool_export(p) == 0);
+	/* resilvered: the once faulted leaves alone hold everything */
+	CHECK(pool_import_devs((struct blk_dev *[]){d[1], l[1]}, 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+out:
+	model_fini(&m);
+	for (int i = 0; i < 2; i++) {
+		blk_dev_close(d[i]);
+		blk_dev_close(l[i]);
+	}
 }
 
 /* An unmirrored block that fails its checksum: -EIO for its key alone, the pool keeps working. */
@@ -1310,6 +1391,7 @@ int main(void)
 	TAP_RUN(test_files);
 	TAP_RUN(test_ds_destroy);
 	TAP_RUN(test_mirror_repair);
+	TAP_RUN(test_mirror_write_around);
 	TAP_RUN(test_bad_block);
 	TAP_RUN(test_full_pool);
 	TAP_RUN(test_throttle);
