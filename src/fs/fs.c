@@ -1,5 +1,6 @@
 /* fs.c: the parts of the fs interface that are the same for every back end: completion delivery
- * to the requesting loop, and operation names for logs. The interface itself is in fs.h. */
+ * to the requesting loop, operation names for logs, and which operations change the file
+ * system. The interface itself is in fs.h. */
 #include "fs/fs.h"
 
 static void fs_req_run_done(struct loop_task *task)
@@ -31,4 +32,29 @@ const char *fs_op_name(enum fs_op op)
 	if ((unsigned)op < SH_ARRAY_SIZE(names) && names[op])
 		return names[op];
 	return "unknown";
+}
+
+bool fs_op_changes(enum fs_op op)
+{
+	switch (op) {
+	case FS_OP_SETATTR:
+	case FS_OP_WRITE:
+	case FS_OP_CREATE:
+	case FS_OP_MKDIR:
+	case FS_OP_SYMLINK:
+	case FS_OP_MKNOD:
+	case FS_OP_REMOVE:
+	case FS_OP_RMDIR:
+	case FS_OP_RENAME:
+	case FS_OP_LINK: return true;
+	case FS_OP_GETATTR:
+	case FS_OP_LOOKUP:
+	case FS_OP_ACCESS:
+	case FS_OP_READLINK:
+	case FS_OP_READ:
+	case FS_OP_READDIR:
+	case FS_OP_FSSTAT:
+	case FS_OP_COMMIT: return false;
+	}
+	return false; /* not an operation */
 }

@@ -336,5 +336,10 @@ static inline void fs_destroy(struct fs *fs)
 void fs_req_complete(struct fs_req *req);
 /* Convenience for back ends: the name of an operation, for logs. */
 const char *fs_op_name(enum fs_op op);
+/* Whether op changes the file system: true for SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD,
+ * REMOVE, RMDIR, RENAME and LINK, the operations a back end's intent log must record when they
+ * succeed (an UNSTABLE WRITE's data may wait there for its COMMIT); false for the others, which
+ * read, and COMMIT, which only makes earlier writes durable. */
+bool fs_op_changes(enum fs_op op);
 
 #endif

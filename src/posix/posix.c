@@ -98,22 +98,13 @@
 
 #include "posix/posix_impl.h"
 
+/* Reads, and UNSTABLE writes (page-cache copies), run on the caller's thread; everything else
+ * (changes, stable writes, COMMIT) may wait on the disk and goes to a worker. */
 static bool posix_runs_inline(const struct fs_req *req)
 {
-	switch (req->fr_op) {
-	case FS_OP_GETATTR:
-	case FS_OP_LOOKUP:
-	case FS_OP_ACCESS:
-	case FS_OP_READLINK:
-	case FS_OP_READ:
-	case FS_OP_READDIR:
-	case FS_OP_FSSTAT:
-		return true;
-	case FS_OP_WRITE:
+	if (req->fr_op == FS_OP_WRITE)
 		return req->u.write.wr_stable == FS_UNSTABLE;
-	default:
-		return false;
-	}
+	return !fs_op_changes(req->fr_op) && req->fr_op != FS_OP_COMMIT;
 }
 
 static void posix_enqueue(struct posix_fs *pf, struct fs_req *req)

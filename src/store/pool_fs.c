@@ -1237,25 +1237,6 @@ static void pfs_commit_cb(struct ilog_waiter *w, int status)
 /* ---------------------------------------------------------------------------------------------
  * The request path */
 
-static bool pfs_op_changes(enum fs_op op)
-{
-	switch (op) {
-	case FS_OP_SETATTR:
-	case FS_OP_WRITE:
-	case FS_OP_CREATE:
-	case FS_OP_MKDIR:
-	case FS_OP_SYMLINK:
-	case FS_OP_MKNOD:
-	case FS_OP_REMOVE:
-	case FS_OP_RMDIR:
-	case FS_OP_RENAME:
-	case FS_OP_LINK:
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* New space a change needs before it may start (0: none checked). */
 static uint64_t pfs_space_need(const struct fs_req *req)
 {
@@ -1331,7 +1312,7 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 {
 	struct pool *p = pf->pf_pool;
 	enum fs_op op = req->fr_op;
-	bool change = pfs_op_changes(op);
+	bool change = fs_op_changes(op);
 	bool stable = change && (op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE);
 	size_t rec_bytes = stable ? zpl_record_bytes(req) : 0;
 	bool oversize = rec_bytes > POOL_LOG_PAYLOAD_MAX;

@@ -8,7 +8,8 @@
  * process-wide counter (blk_fault_global_seq). A cut at number G keeps, on every leaf, exactly the
  * events numbered below G (blk_fault_events_before), i.e. what had completed everywhere when the
  * engine thread handed out G; the fault modes then drop, tear or reorder each leaf's writes since
- * its last flush before the cut, independently per leaf, as independent drives would.
+ * its last flush before the cut, independently per leaf, as independent drives would (the cuts
+ * and the images: crash_plan and crash_cut_import in pool_fs_fixture.h).
  *
  * What must hold for every cut and mode:
  *   - import succeeds and pool_check finds no problem;
@@ -30,24 +31,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool_fs_fixture.h"
 #include "pool_kv.h"
 #include "store/pool.h"
 #include "tap.h"
 
-#define MIB (1024ull * 1024ull)
 #define NTHREADS 4u
 #define KEYS_PER_THREAD 48u
 #define NKEYS (NTHREADS * KEYS_PER_THREAD)
 #define WINDOW 4u /* commits in flight per thread */
-#define ACK_NONE UINT64_MAX
-
-static uint64_t rng_next(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /* ---- values: key, version and length in a header, then bytes derived from them ---- */
 
@@ -324,77 +316,27 @@ static bool crash_run_workload(struct crash_run *cr)
 
 /* ---- cutting and verifying ---- */
 
-/* The global number of event index i of dev (binary search over blk_fault_events_before). */
-static uint64_t event_seq(const struct blk_dev *dev, size_t i, uint64_t lo, uint64_t hi)
-{
-	/* smallest s with events_before(dev, s + 1) > i */
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (blk_fault_events_before(dev, mid + 1) > i)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return lo;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
 struct verify_stats {
 	unsigned vs_images;
 	unsigned vs_failed;
 	uint64_t vs_replayed_total;
 };
 
-struct check_lines {
-	char cl_lines[6][200];
-	unsigned cl_n;
-};
-
-static void report_keep(void *arg, const char *line)
-{
-	struct check_lines *cl = arg;
-	if (cl->cl_n < 6)
-		snprintf(cl->cl_lines[cl->cl_n++], sizeof(cl->cl_lines[0]), "%s", line);
-}
-
 /* Imports the images at cut g in mode/seed and verifies them. Returns true when all holds. */
 static bool crash_verify_cut(struct crash_run *cr, uint64_t g, enum blk_fault_mode mode,
                              uint64_t seed, struct verify_stats *vs)
 {
 	struct blk_dev *img[8] = {NULL};
-	bool ok = true;
-	for (unsigned i = 0; i < cr->cr_nleaves; i++) {
-		size_t cut = blk_fault_events_before(cr->cr_leaves[i], g);
-		VERIFY(blk_fault_image(cr->cr_leaves[i], cut, mode, seed * 31 + i, &img[i]) == 0);
-	}
 	vs->vs_images++;
 	struct pool_open_opts o = crash_opts();
 	struct pool *p = NULL;
-	int rc = pool_import_devs(img, cr->cr_nleaves, &o, &p);
-	if (rc != 0) {
-		printf("#   cut %" PRIu64 " mode %d seed %" PRIu64 ": import failed: %s\n", g, mode,
-		       seed, sh_strerror(rc));
-		ok = false;
+	bool ok = crash_cut_import(cr->cr_leaves, cr->cr_nleaves, g, mode, seed, &o, img, &p);
+	if (p == NULL)
 		goto out;
-	}
-	struct check_lines cl = {.cl_n = 0};
-	int64_t problems = pool_check(p, report_keep, &cl);
-	if (problems != 0) {
-		printf("#   cut %" PRIu64 " mode %d seed %" PRIu64 ": pool_check: %" PRId64 "\n", g,
-		       mode, seed, problems);
-		for (unsigned i = 0; i < cl.cl_n; i++)
-			printf("#     %s\n", cl.cl_lines[i]);
-		ok = false;
-	}
 	/* the recovered contents */
 	unsigned got[NKEYS];
 	struct kv *kv = NULL;
-	rc = kv_open(p, "kv", &kv);
+	int rc = kv_open(p, "kv", &kv);
 	if (rc != 0) {
 		printf("#   cut %" PRIu64 ": dataset: %s\n", g, sh_strerror(rc));
 		ok = false;
@@ -454,14 +396,6 @@ out:
 	return ok;
 }
 
-/* SHALE_CRASH_CUTS, or the configuration's default. */
-static unsigned crash_cuts_wanted(unsigned dflt)
-{
-	const char *e = getenv("SHALE_CRASH_CUTS");
-	long n = e ? strtol(e, NULL, 10) : 0;
-	return n > 0 ? (unsigned)n : dflt;
-}
-
 static unsigned g_total_cuts, g_total_images;
 
 static void crash_config(const struct crash_cfg *cfg, unsigned ops_per_thread,
@@ -476,37 +410,13 @@ static void crash_config(const struct crash_cfg *cfg, unsigned ops_per_thread,
 	if (!ok)
 		goto out;
 	/* Cut points: just before flush events (all leaves), plus random instants. */
-	uint64_t end = blk_fault_global_seq();
-	uint64_t *flushes = NULL;
-	size_t nflush = 0, cap = 0;
-	for (unsigned i = 0; i < cr->cr_nleaves; i++) {
-		size_t n = blk_fault_event_count(cr->cr_leaves[i]);
-		size_t first = blk_fault_events_before(cr->cr_leaves[i], cr->cr_start_seq);
-		for (size_t e = first; e < n; e++) {
-			if (!blk_fault_event_is_flush(cr->cr_leaves[i], e))
-				continue;
-			if (nflush == cap) {
-				cap = cap ? cap * 2 : 256;
-				flushes = realloc(flushes, cap * sizeof(*flushes));
-				VERIFY(flushes != NULL);
-			}
-			flushes[nflush++] = event_seq(cr->cr_leaves[i], e, cr->cr_start_seq, end);
-		}
-	}
-	qsort(flushes, nflush, sizeof(*flushes), cmp_u64);
-	unsigned want = crash_cuts_wanted(default_cuts);
-	unsigned nflush_cuts = (unsigned)SH_MIN((size_t)want * 3 / 4, nflush);
-	unsigned nrandom = want - nflush_cuts;
+	struct crash_plan plan;
+	crash_plan_init(&plan, cr->cr_leaves, cr->cr_nleaves, cr->cr_start_seq, default_cuts,
+	                0x5157);
 	struct verify_stats vs = {0};
-	uint64_t seed = 0x5157;
 	unsigned cuts = 0;
-	for (unsigned c = 0; c < nflush_cuts + nrandom; c++) {
-		uint64_t g;
-		if (c < nflush_cuts)
-			g = flushes[(size_t)c * nflush /
-			            nflush_cuts]; /* spread over the whole run */
-		else
-			g = cr->cr_start_seq + rng_next(&seed) % (end - cr->cr_start_seq + 1);
+	for (unsigned c = 0; c < plan.cp_ncuts; c++) {
+		uint64_t g = crash_plan_cut(&plan, c);
 		cuts++;
 		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER; mode++) {
 			bool okc = crash_verify_cut(cr, g, (enum blk_fault_mode)mode,
@@ -517,14 +427,14 @@ static void crash_config(const struct crash_cfg *cfg, unsigned ops_per_thread,
 		if (vs.vs_failed > 8)
 			break;
 	}
-	free(flushes);
 	g_total_cuts += cuts;
 	g_total_images += vs.vs_images;
 	CHECKF(vs.vs_failed == 0, "%s: %u of %u crash images failed", cfg->cc_name, vs.vs_failed,
 	       vs.vs_images);
 	printf(
 	    "#   %s: %u cut points (%zu flush events available), %u images, all in 5 fault modes\n",
-	    cfg->cc_name, cuts, nflush, vs.vs_images);
+	    cfg->cc_name, cuts, plan.cp_nflush, vs.vs_images);
+	crash_plan_fini(&plan);
 out:
 	for (unsigned i = 0; i < cr->cr_nleaves; i++)
 		blk_dev_close(cr->cr_leaves[i]);

@@ -7,7 +7,7 @@
  * modelled as one more COMMIT); txgs run every few milliseconds, so COMMITs and writes straddle
  * syncs. Then, for many cut points and every fault mode, images of the leaves at one instant are
  * imported (replaying the log), checked with pool_check, and every file is compared with the model.
- * The cut machinery is test_pool_crash.c's (one global event counter over all fault leaves).
+ * The cut machinery is pool_fs_fixture.h's (one global event counter over all fault leaves).
  *
  * What must hold for every cut and mode:
  *   - import succeeds and pool_check finds no problem;
@@ -30,11 +30,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool_fs_fixture.h"
 #include "store/pool.h"
 #include "store/pool_fs.h"
 #include "tap.h"
 
-#define MIB (1024ull * 1024ull)
 #define NWORKERS 3u
 #define NAMES_PER_WORKER 4u /* small files; worker 0 also has the big one */
 #define NNAMES (NWORKERS * NAMES_PER_WORKER + 1u)
@@ -48,18 +48,7 @@
 #define LARGE_SYNC_MIN (32u * 1024u)
 #define LARGE_SYNC_BIG_MAX (1024u * 1024u)
 #define LARGE_SYNC_SMALL_MAX (160u * 1024u)
-#define ACK_NONE UINT64_MAX
 #define FSID 77u
-
-static const struct fs_cred root_cred = {.fc_uid = 0, .fc_gid = 0};
-
-static uint64_t rng_next(uint64_t *state)
-{
-	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /* The byte write wid puts at offset b: never zero. */
 static uint8_t wbyte(uint32_t wid, uint64_t b)
@@ -145,170 +134,6 @@ static void name_of(unsigned n, char *buf, size_t cap)
 		snprintf(buf, cap, "w%uf%u", n / NAMES_PER_WORKER, n % NAMES_PER_WORKER);
 }
 
-/* ---- the synchronous driver; the completion reads the global event number ---- */
-
-struct call {
-	struct fs_req c_req;
-	pthread_mutex_t c_lock;
-	pthread_cond_t c_cond;
-	bool c_done;
-	uint64_t c_ack;
-};
-
-static void call_done(struct fs_req *req)
-{
-	struct call *c = req->fr_done_arg;
-	uint64_t seq = blk_fault_global_seq(); /* after the flush that made it durable */
-	pthread_mutex_lock(&c->c_lock);
-	c->c_ack = seq;
-	c->c_done = true;
-	pthread_cond_broadcast(&c->c_cond);
-	pthread_mutex_unlock(&c->c_lock);
-}
-
-static void call_init(struct call *c, struct fs *fs, enum fs_op op, const struct fs_obj_id *obj)
-{
-	memset(c, 0, sizeof(*c));
-	VERIFY(pthread_mutex_init(&c->c_lock, NULL) == 0);
-	VERIFY(pthread_cond_init(&c->c_cond, NULL) == 0);
-	c->c_req.fr_op = op;
-	c->c_req.fr_fs = fs;
-	c->c_req.fr_cred = &root_cred;
-	c->c_req.fr_done = call_done;
-	c->c_req.fr_done_arg = c;
-	if (obj)
-		c->c_req.fr_obj = *obj;
-}
-
-static int call_run(struct call *c)
-{
-	fs_submit(&c->c_req);
-	pthread_mutex_lock(&c->c_lock);
-	while (!c->c_done)
-		pthread_cond_wait(&c->c_cond, &c->c_lock);
-	pthread_mutex_unlock(&c->c_lock);
-	pthread_cond_destroy(&c->c_cond);
-	pthread_mutex_destroy(&c->c_lock);
-	return c->c_req.fr_status;
-}
-
-static int op_create(struct fs *fs, const struct fs_obj_id *dir, const char *name,
-                     struct fs_obj_id *out)
-{
-	struct call c;
-	call_init(&c, fs, FS_OP_CREATE, dir);
-	c.c_req.u.create.cr_name = name;
-	c.c_req.u.create.cr_mode = FS_CREATE_GUARDED;
-	c.c_req.u.create.cr_sattr.fs_set_mode = true;
-	c.c_req.u.create.cr_sattr.fs_mode = 0644;
-	int rc = call_run(&c);
-	if (rc == 0)
-		*out = c.c_req.u.create.cr_obj;
-	return rc;
-}
-
-static int op_write_ack(struct fs *fs, const struct fs_obj_id *obj, uint64_t off,
-                        const void *data, uint32_t len, enum fs_stable stable, uint64_t *ack)
-{
-	struct call c;
-	call_init(&c, fs, FS_OP_WRITE, obj);
-	c.c_req.u.write.wr_offset = off;
-	c.c_req.u.write.wr_data = data;
-	c.c_req.u.write.wr_len = len;
-	c.c_req.u.write.wr_stable = stable;
-	int rc = call_run(&c);
-	*ack = c.c_ack;
-	if (rc == 0 && c.c_req.u.write.wr_committed != FS_FILE_SYNC)
-		return -EIO;
-	return rc == 0 && c.c_req.u.write.wr_count != len ? -EIO : rc;
-}
-
-static int op_write(struct fs *fs, const struct fs_obj_id *obj, uint64_t off, const void *data,
-                    uint32_t len, enum fs_stable stable)
-{
-	struct call c;
-	call_init(&c, fs, FS_OP_WRITE, obj);
-	c.c_req.u.write.wr_offset = off;
-	c.c_req.u.write.wr_data = data;
-	c.c_req.u.write.wr_len = len;
-	c.c_req.u.write.wr_stable = stable;
-	int rc = call_run(&c);
-	return rc == 0 && c.c_req.u.write.wr_count != len ? -EIO : rc;
-}
-
-static int op_truncate(struct fs *fs, const struct fs_obj_id *obj, uint64_t size)
-{
-	struct call c;
-	call_init(&c, fs, FS_OP_SETATTR, obj);
-	c.c_req.u.setattr.sa_sattr.fs_set_size = true;
-	c.c_req.u.setattr.sa_sattr.fs_size = size;
-	return call_run(&c);
-}
-
-static int op_commit(struct fs *fs, const struct fs_obj_id *obj, uint64_t *ack)
-{
-	struct call c;
-	call_init(&c, fs, FS_OP_COMMIT, obj);
-	int rc = call_run(&c);
-	*ack = c.c_ack;
-	return rc;
-}
-
-static int op_remove(struct fs *fs, const struct fs_obj_id *dir, const char *name)
-{
-	struct call c;
-	call_init(&c, fs, FS_OP_REMOVE, dir);
-	c.c_req.u.remove.rm_name = name;
-	return call_run(&c);
-}
-
-static int op_rename(struct fs *fs, const struct fs_obj_id *dir, const char *from, const char *to)
-{
-	struct call c;
-	call_init(&c, fs, FS_OP_RENAME, dir);
-	c.c_req.u.rename.rn_from_name = from;
-	c.c_req.u.rename.rn_to_dir = *dir;
-	c.c_req.u.rename.rn_to_name = to;
-	return call_run(&c);
-}
-
-static int op_lookup(struct fs *fs, const struct fs_obj_id *dir, const char *name,
-                     struct fs_obj_id *out, uint64_t *size)
-{
-	struct call c;
-	call_init(&c, fs, FS_OP_LOOKUP, dir);
-	c.c_req.u.lookup.lk_name = name;
-	int rc = call_run(&c);
-	if (rc == 0) {
-		*out = c.c_req.u.lookup.lk_obj;
-		*size = c.c_req.u.lookup.lk_attr.fa_size;
-	}
-	return rc;
-}
-
-static int op_read_all(struct fs *fs, const struct fs_obj_id *obj, uint8_t *buf, uint64_t len)
-{
-	uint64_t got = 0;
-	while (got < len) {
-		struct call c;
-		call_init(&c, fs, FS_OP_READ, obj);
-		c.c_req.u.read.rd_offset = got;
-		c.c_req.u.read.rd_count = (uint32_t)SH_MIN(len - got, 1024u * 1024u);
-		int rc = call_run(&c);
-		if (rc != 0)
-			return rc;
-		struct fs_buf *b = &c.c_req.u.read.rd_buf;
-		memcpy(buf + got, b->fb_data, b->fb_len);
-		got += b->fb_len;
-		uint32_t n = b->fb_len;
-		if (b->fb_release)
-			b->fb_release(b->fb_release_arg);
-		if (n == 0)
-			return -EIO; /* shorter than its size */
-	}
-	return 0;
-}
-
 /* ---- the workload ---- */
 
 struct worker {
@@ -335,8 +160,11 @@ static void large_sync_write(struct crash_run *cr, struct name_log *nl, const st
 	wfill(buf, wid, off, len);
 	nl_add(nl, K_WRITE, wid, off, len);
 	struct fop *f = nl_add(nl, K_COMMIT, 0, 0, 0);
+	enum fs_stable committed = FS_UNSTABLE;
 	uint64_t ack;
-	int rc = op_write_ack(cr->cr_fs, id, off, buf, len, FS_FILE_SYNC, &ack);
+	int rc = op_write_ack(cr->cr_fs, id, off, buf, len, FS_FILE_SYNC, &committed, &ack);
+	if (rc == 0 && committed != FS_FILE_SYNC)
+		rc = -EIO;
 	if (rc != 0)
 		return wk_fail(cr, "large FILE_SYNC write", rc);
 	f->f_ack = ack;
@@ -353,7 +181,7 @@ static void big_round(struct crash_run *cr, struct fs_obj_id *id, bool *exists, 
 	struct name_log *nl = &cr->cr_names[BIG_NAME];
 	int rc;
 	if (!*exists) {
-		if ((rc = op_create(fs, &cr->cr_root, "big", id)) != 0)
+		if ((rc = op_create(fs, FS_OP_CREATE, &cr->cr_root, "big", NULL, 0, id)) != 0)
 			return wk_fail(cr, "create big", rc);
 		nl_add(nl, K_CREATE, 0, 0, 0);
 		*exists = true;
@@ -364,25 +192,25 @@ static void big_round(struct crash_run *cr, struct fs_obj_id *id, bool *exists, 
 			uint64_t off = (uint64_t)k * BIG_CHUNK;
 			wfill(buf, wid, off, BIG_CHUNK);
 			nl_add(nl, K_WRITE, wid, off, BIG_CHUNK);
-			if ((rc = op_write(fs, id, off, buf, BIG_CHUNK, FS_UNSTABLE)) != 0)
+			if ((rc = op_write(fs, id, off, buf, BIG_CHUNK, FS_UNSTABLE, NULL)) != 0)
 				return wk_fail(cr, "big write", rc);
 		}
 	} else {
 		uint64_t size = rng_next(seed) % ((uint64_t)BIG_CHUNK * BIG_CHUNKS);
 		nl_add(nl, K_TRUNC, 0, size, 0);
-		if ((rc = op_truncate(fs, id, size)) != 0)
+		if ((rc = op_setattr(fs, id, (int64_t)size, -1, NULL)) != 0)
 			return wk_fail(cr, "big truncate", rc);
 		uint32_t wid = atomic_fetch_add(&cr->cr_next_wid, 1);
 		uint64_t off = rng_next(seed) % ((uint64_t)BIG_CHUNK * BIG_CHUNKS);
 		uint32_t len = 1 + (uint32_t)(rng_next(seed) % 20000);
 		wfill(buf, wid, off, len);
 		nl_add(nl, K_WRITE, wid, off, len);
-		if ((rc = op_write(fs, id, off, buf, len, FS_UNSTABLE)) != 0)
+		if ((rc = op_write(fs, id, off, buf, len, FS_UNSTABLE, NULL)) != 0)
 			return wk_fail(cr, "big write", rc);
 	}
 	struct fop *f = nl_add(nl, K_COMMIT, 0, 0, 0);
 	uint64_t ack;
-	if ((rc = op_commit(fs, id, &ack)) != 0)
+	if ((rc = op_commit_ack(fs, id, &ack)) != 0)
 		return wk_fail(cr, "big commit", rc);
 	f->f_ack = ack;
 	if (rng_next(seed) % 3 != 0)
@@ -417,7 +245,8 @@ static void *crash_worker(void *arg)
 		name_of(n, name, sizeof(name));
 		int rc = 0;
 		if (!exists[k]) {
-			if ((rc = op_create(fs, &cr->cr_root, name, &ids[k])) != 0) {
+			if ((rc = op_create(fs, FS_OP_CREATE, &cr->cr_root, name, NULL, 0,
+			                    &ids[k])) != 0) {
 				wk_fail(cr, "create", rc);
 				break;
 			}
@@ -441,11 +270,11 @@ static void *crash_worker(void *arg)
 				wfill(buf, wid, off, len);
 				nl_add(nl, K_WRITE, wid, off, len);
 				rc = op_write(fs, &ids[k], off, buf, len,
-				              r >= 60 ? FS_FILE_SYNC : FS_UNSTABLE);
+				              r >= 60 ? FS_FILE_SYNC : FS_UNSTABLE, NULL);
 			} else {
 				uint64_t size = rng_next(&seed) % (SMALL_SPAN + SMALL_LEN);
 				nl_add(nl, K_TRUNC, 0, size, 0);
-				rc = op_truncate(fs, &ids[k], size);
+				rc = op_setattr(fs, &ids[k], (int64_t)size, -1, NULL);
 			}
 		}
 		if (rc != 0) {
@@ -460,7 +289,7 @@ static void *crash_worker(void *arg)
 			if (rng_next(&seed) % 3 == 0)
 				pool_txg_request_sync(cr->cr_pool);
 			struct fop *f = nl_add(nl, K_COMMIT, 0, 0, 0);
-			if ((rc = op_commit(fs, &ids[k], &ack)) != 0) {
+			if ((rc = op_commit_ack(fs, &ids[k], &ack)) != 0) {
 				wk_fail(cr, "commit", rc);
 				break;
 			}
@@ -476,7 +305,7 @@ static void *crash_worker(void *arg)
 		if (r >= 70 && r < 88) {
 			/* remove, with pending writes (r < 80) or just committed */
 			nl_add(nl, K_REMOVE, 0, 0, 0);
-			if ((rc = op_remove(fs, &cr->cr_root, name)) != 0) {
+			if ((rc = op_remove(fs, FS_OP_REMOVE, &cr->cr_root, name)) != 0) {
 				wk_fail(cr, "remove", rc);
 				break;
 			}
@@ -488,14 +317,17 @@ static void *crash_worker(void *arg)
 			uint32_t wid = atomic_fetch_add(&cr->cr_next_wid, 1);
 			uint32_t len = 1 + (uint32_t)(rng_next(&seed) % SMALL_LEN);
 			wfill(buf, wid, 0, len);
-			if ((rc = op_create(fs, &cr->cr_root, tmp, &t)) != 0 ||
-			    (rc = op_write(fs, &t, 0, buf, len, FS_UNSTABLE)) != 0 ||
-			    (rc = op_commit(fs, &t, &ack)) != 0) {
+			rc = op_create(fs, FS_OP_CREATE, &cr->cr_root, tmp, NULL, 0, &t);
+			if (rc == 0)
+				rc = op_write(fs, &t, 0, buf, len, FS_UNSTABLE, NULL);
+			if (rc == 0)
+				rc = op_commit_ack(fs, &t, &ack);
+			if (rc != 0) {
 				wk_fail(cr, "the file to rename", rc);
 				break;
 			}
 			nl_add(nl, K_REPLACE, wid, 0, len);
-			if ((rc = op_rename(fs, &cr->cr_root, tmp, name)) != 0) {
+			if ((rc = op_rename(fs, &cr->cr_root, tmp, &cr->cr_root, name)) != 0) {
 				wk_fail(cr, "rename", rc);
 				break;
 			}
@@ -669,8 +501,9 @@ static bool verify_name(struct crash_run *cr, struct fs *fs, const struct fs_obj
 		max_size = SH_MAX(max_size, s);
 	}
 	struct fs_obj_id id;
-	uint64_t size = 0;
-	int rc = op_lookup(fs, root, name, &id, &size);
+	struct fs_attr attr = {0};
+	int rc = op_lookup(fs, root, name, &id, &attr);
+	uint64_t size = attr.fa_size;
 	if (rc == -ENOENT) {
 		if (may_miss)
 			return true;
@@ -687,7 +520,11 @@ static bool verify_name(struct crash_run *cr, struct fs *fs, const struct fs_obj
 		       name, size, min_size, max_size, ci, nl->nl_n);
 		return false;
 	}
-	if ((rc = op_read_all(fs, &id, got, size)) != 0) {
+	uint32_t got_bytes = 0;
+	rc = op_read(fs, &id, 0, (uint32_t)size, got, &got_bytes, NULL);
+	if (rc == 0 && got_bytes != size)
+		rc = -EIO; /* shorter than its size */
+	if (rc != 0) {
 		printf("#   %s: read: %s\n", name, sh_strerror(rc));
 		return false;
 	}
@@ -707,45 +544,17 @@ struct verify_stats {
 	unsigned vs_images, vs_failed;
 };
 
-struct check_lines {
-	char cl_lines[6][200];
-	unsigned cl_n;
-};
-
-static void report_keep(void *arg, const char *line)
-{
-	struct check_lines *cl = arg;
-	if (cl->cl_n < 6)
-		snprintf(cl->cl_lines[cl->cl_n++], sizeof(cl->cl_lines[0]), "%s", line);
-}
-
 static bool crash_verify_cut(struct crash_run *cr, uint64_t g, enum blk_fault_mode mode,
                              uint64_t seed, struct verify_stats *vs, uint8_t *model, uint8_t *got)
 {
 	struct blk_dev *img[2] = {NULL, NULL};
-	bool ok = true;
-	for (unsigned i = 0; i < cr->cr_nleaves; i++) {
-		size_t cut = blk_fault_events_before(cr->cr_leaves[i], g);
-		VERIFY(blk_fault_image(cr->cr_leaves[i], cut, mode, seed * 31 + i, &img[i]) == 0);
-	}
 	vs->vs_images++;
 	struct pool_open_opts o = crash_opts();
 	struct pool *p = NULL;
-	int rc = pool_import_devs(img, cr->cr_nleaves, &o, &p);
-	if (rc != 0) {
-		printf("#   cut %" PRIu64 " mode %d: import failed: %s\n", g, mode,
-		       sh_strerror(rc));
-		ok = false;
+	bool ok = crash_cut_import(cr->cr_leaves, cr->cr_nleaves, g, mode, seed, &o, img, &p);
+	if (p == NULL)
 		goto out;
-	}
-	struct check_lines cl = {.cl_n = 0};
-	int64_t problems = pool_check(p, report_keep, &cl);
-	if (problems != 0) {
-		printf("#   cut %" PRIu64 " mode %d: pool_check: %" PRId64 "\n", g, mode, problems);
-		for (unsigned i = 0; i < cl.cl_n; i++)
-			printf("#     %s\n", cl.cl_lines[i]);
-		ok = false;
-	}
+	int rc;
 	struct fs *fs = NULL;
 	struct fs_obj_id root;
 	if ((rc = pool_fs_open(p, "fs", FSID, &fs)) != 0 || (rc = fs_root(fs, &root)) != 0) {
@@ -770,31 +579,6 @@ out:
 	return ok;
 }
 
-static uint64_t event_seq(const struct blk_dev *dev, size_t i, uint64_t lo, uint64_t hi)
-{
-	while (lo < hi) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (blk_fault_events_before(dev, mid + 1) > i)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return lo;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? -1 : x > y;
-}
-
-static unsigned crash_cuts_wanted(unsigned dflt)
-{
-	const char *e = getenv("SHALE_CRASH_CUTS");
-	long n = e ? strtol(e, NULL, 10) : 0;
-	return n > 0 ? (unsigned)n : dflt;
-}
-
 static void crash_config(const struct crash_cfg *cfg, unsigned default_cuts)
 {
 	struct crash_run *cr = calloc(1, sizeof(*cr));
@@ -808,46 +592,25 @@ static void crash_config(const struct crash_cfg *cfg, unsigned default_cuts)
 	if (!ok)
 		goto out;
 	/* Cut points: three quarters just before flush events, the rest at random instants. */
-	uint64_t end = blk_fault_global_seq();
-	uint64_t *flushes = NULL;
-	size_t nflush = 0, cap = 0;
-	for (unsigned i = 0; i < cr->cr_nleaves; i++) {
-		size_t n = blk_fault_event_count(cr->cr_leaves[i]);
-		size_t first = blk_fault_events_before(cr->cr_leaves[i], cr->cr_start_seq);
-		for (size_t e = first; e < n; e++) {
-			if (!blk_fault_event_is_flush(cr->cr_leaves[i], e))
-				continue;
-			if (nflush == cap) {
-				cap = cap ? cap * 2 : 256;
-				flushes = realloc(flushes, cap * sizeof(*flushes));
-				VERIFY(flushes != NULL);
-			}
-			flushes[nflush++] = event_seq(cr->cr_leaves[i], e, cr->cr_start_seq, end);
-		}
-	}
-	qsort(flushes, nflush, sizeof(*flushes), cmp_u64);
-	unsigned want = crash_cuts_wanted(default_cuts);
-	unsigned nflush_cuts = (unsigned)SH_MIN((size_t)want * 3 / 4, nflush);
-	unsigned nrandom = want - nflush_cuts;
+	struct crash_plan plan;
+	crash_plan_init(&plan, cr->cr_leaves, cr->cr_nleaves, cr->cr_start_seq, default_cuts,
+	                0x5158);
 	struct verify_stats vs = {0};
-	uint64_t seed = 0x5158;
 	unsigned cuts = 0;
-	for (unsigned c = 0; c < nflush_cuts + nrandom && vs.vs_failed <= 4; c++) {
-		uint64_t g = c < nflush_cuts ? flushes[(size_t)c * nflush / nflush_cuts]
-		                             : cr->cr_start_seq +
-		                                   rng_next(&seed) % (end - cr->cr_start_seq + 1);
+	for (unsigned c = 0; c < plan.cp_ncuts && vs.vs_failed <= 4; c++) {
+		uint64_t g = crash_plan_cut(&plan, c);
 		cuts++;
 		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER && vs.vs_failed <= 4;
 		     mode++)
 			(void)crash_verify_cut(cr, g, (enum blk_fault_mode)mode,
 			                       c * 7 + (uint64_t)mode, &vs, model, got);
 	}
-	free(flushes);
 	CHECKF(vs.vs_failed == 0, "%s: %u of %u crash images failed", cfg->cc_name, vs.vs_failed,
 	       vs.vs_images);
 	printf(
 	    "#   %s: %u cut points (%zu flush events available), %u images, 5 fault modes each\n",
-	    cfg->cc_name, cuts, nflush, vs.vs_images);
+	    cfg->cc_name, cuts, plan.cp_nflush, vs.vs_images);
+	crash_plan_fini(&plan);
 out:
 	free(model);
 	free(got);

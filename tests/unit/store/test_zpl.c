@@ -357,23 +357,6 @@ static void env_reopen(struct tenv *e)
 	VERIFY(rc == 0);
 }
 
-static bool op_changes(enum fs_op op)
-{
-	switch (op) {
-	case FS_OP_SETATTR:
-	case FS_OP_WRITE:
-	case FS_OP_CREATE:
-	case FS_OP_MKDIR:
-	case FS_OP_SYMLINK:
-	case FS_OP_MKNOD:
-	case FS_OP_REMOVE:
-	case FS_OP_RMDIR:
-	case FS_OP_RENAME:
-	case FS_OP_LINK: return true;
-	default: return false;
-	}
-}
-
 static void env_log(struct tenv *e, const struct fs_req *req)
 {
 	size_t cap = zpl_record_bytes(req), len = 0;
@@ -426,7 +409,7 @@ static int env_run(struct tenv *e, struct fs_req *req)
 		}
 		e->e_restarts++;
 	}
-	if (req->fr_status == 0 && e->e_logging && op_changes(req->fr_op))
+	if (req->fr_status == 0 && e->e_logging && fs_op_changes(req->fr_op))
 		env_log(e, req);
 	return req->fr_status;
 }
