@@ -137,25 +137,38 @@
  *   2. The request runs as in step 3 above (F8's flush of pending writes, zpl_execute, all in one
  *      locked section), but its record names the blocks (zpl_record_encode_blocks) instead of
  *      carrying the data; the indirect write becomes LOGGED with the record's txg. Replies after
- *      the log commit, as any stable change. The data is written twice (the blocks, then the txg
- *      writes the file's dirty buffers as usual), but never into the log, and no txg is waited
- *      for. Adopting the blocks as the file's extents at sync (ZFS's dbuf override) would save
- *      the second write; it is not done yet.
+ *      the log commit, as any stable change. The data never goes into the log, and no txg is
+ *      waited for.
+ *   3. Block adoption (ZFS's dbuf override): right after the record, each block that is one
+ *      whole dirty buffer of the file byte for byte (aligned to the file's block size, which
+ *      the dataset's record size usually is) is offered to zpl (zpl_adopt), which marks the
+ *      buffer; at the sync, zpl_sync takes the block as the file's extent (pfs_env_adopt,
+ *      pool_sync_adopt) instead of writing the buffer again, so a large aligned FILE_SYNC write
+ *      costs one data write. A later change of the buffer unmarks it, and its block is freed
+ *      as below.
  *
- *   F12 An indirect write's blocks are freed exactly once, in a txg whose state no replayable
+ *   F12 An indirect write's blocks, but those adopted (F13), are freed exactly once, in a txg
+ *      whose state no replayable
  *      record depends on them in: under the pool lock, in do_sync of txg T, a LOGGED one whose
  *      record is tagged <= T is freed in T (its record is skipped at replay once T is durable,
  *      and replayed, with the blocks free in the state replay starts from, while it is not); a
  *      LIVE one is freed in T as well and becomes FREED: no record will ever name it (the
  *      request finds it FREED when it resumes and falls back to the copy or the txg), and its
  *      write, if still in flight, keeps T from becoming durable until it lands (C1), so the
- *      space cannot be reused under it. Hence no synced state shows an indirect block allocated,
- *      and an allocation followed by a crash leaks nothing. A request that ends elsewhere (a
+ *      space cannot be reused under it. Hence no synced state shows an indirect block allocated
+ *      unless an extent names it, and an allocation followed by a crash leaks nothing. A request that ends elsewhere (a
  *      failure found on a thread where the pool lock may not be taken) marks its indirect write
  *      abandoned and the next do_sync frees it. While blocks are LIVE or LOGGED they belong to the
  *      dataset: do_visit_blocks names them with the dataset's meta entry, so that pool_check
  *      counts them as live (destroy never sees any: no request runs then, and its txg frees the
  *      LOGGED ones first).
+ *   F13 A block is adopted only in the sync of its record's txg (the txg that allocated it and
+ *      whose dirty buffer it stands for: a LOGGED write always is; pool_sync_adopt refuses any
+ *      other birth), in zpl_sync, before pfs_ind_sync of the same do_sync, which then frees the
+ *      write's other blocks and never the adopted ones. From there the block is a data block of
+ *      the dataset like any other (charged to its usage, freed through ze_free_block). The
+ *      record stays as it was: once that txg is durable it is skipped, and while it is not,
+ *      replay starts from a state in which the block is free and claims it as for any record.
  *   Replay (pool_log.c, pool_claim.c) claims a record's blocks, verifying their checksums, before
  *   applying it, and frees them after; zpl_replay reads them through ze_get_block. That such a
  *   record is replayed exactly when its change is missing from the uberblock's state is R5 of
@@ -238,6 +251,7 @@ struct pfs_ind {
 	unsigned pi_nprepared;     /* images in pi_preps still to release */
 	struct pool_iwrite pi_iw;
 	struct blk_ptr *pi_bps;
+	bool *pi_adopted;          /* per block: taken by the txg as a file's block (pool lock) */
 	struct blk_prepared *pi_preps;
 	struct blk_vdev_io *pi_flushes;
 };
@@ -273,6 +287,7 @@ struct pfs_owner {
 	uint8_t *po_rec;           /* the buffer range records are encoded in */
 	size_t po_rec_cap;
 	struct pfs_ind *po_inds;   /* indirect writes whose blocks are allocated (pool lock) */
+	_Atomic uint64_t po_adopted; /* blocks adopted (F13) */
 };
 
 struct pool_fs;
@@ -784,6 +799,7 @@ static void pfs_ind_free(struct pfs_ind *pi)
 	for (unsigned i = 0; i < pi->pi_nprepared; i++)
 		blk_prepared_fini(&pi->pi_preps[i]);
 	mem_free(pi->pi_bps);
+	mem_free(pi->pi_adopted);
 	mem_free(pi->pi_preps);
 	mem_free(pi->pi_flushes);
 	mem_free(pi);
@@ -815,9 +831,10 @@ static struct pfs_ind *pfs_ind_prepare(struct pool_fs *pf, const struct fs_req *
 		return NULL;
 	pi->pi_nblocks = n;
 	pi->pi_bps = mem_zalloc(n * sizeof(*pi->pi_bps));
+	pi->pi_adopted = mem_zalloc(n * sizeof(*pi->pi_adopted));
 	pi->pi_preps = mem_zalloc(n * sizeof(*pi->pi_preps));
 	pi->pi_flushes = mem_zalloc(SH_MIN(n, POOL_MAX_TOPS) * sizeof(*pi->pi_flushes));
-	if (!pi->pi_bps || !pi->pi_preps || !pi->pi_flushes) {
+	if (!pi->pi_bps || !pi->pi_adopted || !pi->pi_preps || !pi->pi_flushes) {
 		pfs_ind_free(pi);
 		return NULL;
 	}
@@ -872,8 +889,34 @@ static void pfs_ind_unlink(struct pfs_owner *o, struct pfs_ind *pi)
 
 static void pfs_ind_free_blocks(struct pfs_owner *o, struct pfs_ind *pi)
 {
-	for (unsigned i = 0; i < pi->pi_nblocks; i++)
-		pool_iblock_free(o->po_pool, &pi->pi_bps[i]);
+	for (unsigned i = 0; i < pi->pi_nblocks; i++) {
+		if (!pi->pi_adopted[i])
+			pool_iblock_free(o->po_pool, &pi->pi_bps[i]);
+	}
+}
+
+/* zpl_sync's ze_adopt_block, in do_sync under the pool lock: bp is one of a LOGGED indirect
+ * write's blocks, which a file's dirty buffer holds byte for byte (zpl_adopt): the txg takes it
+ * as that file's block (rule F13) instead of writing the data again. */
+static int pfs_env_adopt(void *ctx, const struct blk_ptr *bp, const void *data)
+{
+	struct pfs_owner *o = ctx;
+	for (struct pfs_ind *pi = o->po_inds; pi; pi = pi->pi_next) {
+		if (pi->pi_state != PFS_IND_LOGGED)
+			continue;
+		for (unsigned i = 0; i < pi->pi_nblocks; i++) {
+			const struct blk_ptr *b = &pi->pi_bps[i];
+			if (b->bp_vdev != bp->bp_vdev || b->bp_offset != bp->bp_offset ||
+			    b->bp_birth_txg != bp->bp_birth_txg || pi->pi_adopted[i])
+				continue;
+			if (pool_sync_adopt(o->po_pool, b, data) != 0)
+				return -EINVAL;
+			pi->pi_adopted[i] = true;
+			atomic_fetch_add(&o->po_adopted, 1);
+			return 0;
+		}
+	}
+	return -ENOENT; /* freed already (an earlier sync): written as usual */
 }
 
 /* Under the pool lock: the request lets go of its indirect write without logging it (failed, or
@@ -921,8 +964,10 @@ static int pfs_do_sync(void *owner, uint64_t txg)
 	struct pfs_owner *o = owner;
 	/* Syncs do not overlap: every txg before this one is durable now (rule F8). */
 	pfs_pend_prune_all(o, pool_synced_txg(o->po_pool));
+	/* zpl_sync first: the blocks it adopts (F13) are not freed by pfs_ind_sync. */
+	int rc = o->po_zpl ? zpl_sync(o->po_zpl, NULL) : 0;
 	pfs_ind_sync(o, txg);
-	return o->po_zpl ? zpl_sync(o->po_zpl, NULL) : 0;
+	return rc;
 }
 
 static uint64_t pfs_do_dirty_bytes(void *owner)
@@ -961,6 +1006,8 @@ static int pfs_ind_visit(struct pfs_owner *o, pool_bp_fn fn, void *arg)
 		if (pi->pi_state == PFS_IND_FREED || atomic_load(&pi->pi_iw.iw_status) != 0)
 			continue; /* freed, or a failed write (its request frees it) */
 		for (unsigned i = 0; i < pi->pi_nblocks; i++) {
+			if (pi->pi_adopted[i])
+				continue; /* an extent names it */
 			int rc = fn(arg, &pi->pi_bps[i]);
 			if (rc != 0)
 				return rc;
@@ -1064,6 +1111,7 @@ int pool_fs_attach(void *arg, struct pool_ds *ds)
 		.ze_now = pfs_env_now,
 		.ze_fsid = 0,
 		.ze_icache_entries = pfs_icache_entries(o->po_pool),
+		.ze_adopt_block = pfs_env_adopt,
 	};
 	/* Opened now when formatted (the reads may block: po_attach runs where they may). An
 	 * unformatted dataset keeps po_zpl NULL: checking or destroying it must not format it. */
@@ -1300,11 +1348,20 @@ static int pfs_ind_log_locked(struct pool_fs *pf, struct fs_req *req, struct pfs
 		pfs_ind_drop_locked(o, c);
 		return rc;
 	}
-	/* The record is tagged with the open txg: that txg's sync frees the blocks. */
+	/* The record is tagged with the open txg: that txg's sync frees the blocks, or adopts
+	 * those that are whole blocks of the file as the WRITE left them (F13). */
 	pi->pi_state = PFS_IND_LOGGED;
 	pi->pi_txg = pool_open_txg(pf->pf_pool);
 	pi->pi_ctx = NULL;
 	c->pc_ind = NULL;
+	if (o->po_zpl) {
+		uint32_t piece = pi->pi_bps[0].bp_lsize;
+		const uint8_t *data = req->u.write.wr_data;
+		for (unsigned i = 0; i < pi->pi_nblocks; i++)
+			(void)zpl_adopt(o->po_zpl, &req->fr_obj,
+			                req->u.write.wr_offset + (uint64_t)i * piece,
+			                data + (size_t)i * piece, &pi->pi_bps[i]);
+	}
 	return 0;
 }
 
@@ -1697,4 +1754,5 @@ void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st)
 	st->ps_txg_waits = atomic_load(&pf->pf_txg_waits);
 	st->ps_txg_waited_reqs = atomic_load(&pf->pf_txg_waited_reqs);
 	st->ps_slow_ctx_allocs = atomic_load(&pf->pf_ctx_allocs);
+	st->ps_adopted_blocks = atomic_load(&pf->pf_owner->po_adopted);
 }

@@ -36,6 +36,9 @@ struct pool_fs_stats {
 	                            * stable writes) */
 	uint64_t ps_txg_waited_reqs; /* requests completed by those waits */
 	uint64_t ps_slow_ctx_allocs; /* slow-path contexts allocated (not taken from the free list) */
+	uint64_t ps_adopted_blocks;  /* blocks of large stable writes a txg took as the files'
+	                              * blocks instead of writing them again (the dataset's, since it
+	                              * was loaded) */
 };
 /* Fills *st for a file system pool_fs_open returned. */
 void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st);

@@ -145,6 +145,13 @@ SH_MUST_CHECK int pool_block_read_sync(struct pool *p, const struct blk_ptr *bp)
  * -ENOSPC, -ENOMEM, -EINVAL (lsize 0 or above BLK_MAX_BLOCK_BYTES, or not inside a sync). */
 SH_MUST_CHECK int pool_sync_write(struct pool *p, const void *data, uint32_t lsize, uint8_t type,
                                   uint8_t level, uint64_t fill, struct blk_ptr *bp_out);
+/* Only inside do_sync, for a block the owner wrote and allocated itself before the sync
+ * (pool_iblock_alloc, birth = the syncing txg) and now references from the syncing dataset's
+ * tree instead of writing its data again (block adoption): charges the block to the dataset's
+ * used bytes, as pool_sync_write would, and caches a copy of data (bp_lsize bytes; skipped
+ * without memory). The caller no longer frees it as an indirect block. 0 or -EINVAL (not inside
+ * a sync, or a birth other than the syncing txg: it must then be written as usual). */
+SH_MUST_CHECK int pool_sync_adopt(struct pool *p, const struct blk_ptr *bp, const void *data);
 /* A block no longer referenced: its space is freed in the current txg (reused once that txg is
  * durable) and the cache forgets it. Under the lock. pool_ds_free also subtracts it from the
  * dataset's used bytes (pool_free does so only inside that dataset's do_sync). Returns 0, or

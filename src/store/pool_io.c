@@ -539,6 +539,26 @@ int pool_sync_write(struct pool *p, const void *data, uint32_t lsize, uint8_t ty
 	return rc;
 }
 
+int pool_sync_adopt(struct pool *p, const struct blk_ptr *bp, const void *data)
+{
+	struct pool_ds *ds = p->p_sync_ds;
+	if (!p->p_in_sync || bp->bp_birth_txg != p->p_syncing_txg || bp->bp_lsize == 0 ||
+	    bp->bp_lsize > BLK_MAX_BLOCK_BYTES)
+		return -EINVAL;
+	if (ds) {
+		ds->ds_used_bytes += bp->bp_asize;
+		ds->ds_record_dirty = true;
+	}
+	void *copy = arc_data_alloc(bp->bp_lsize);
+	if (copy) {
+		memcpy(copy, data, bp->bp_lsize);
+		struct arc_key key = pool_arc_key(bp);
+		if (arc_insert(p->p_arc, &key, copy, bp->bp_lsize, NULL) != 0)
+			log_debug("pool %s: an adopted block is not cached", p->p_name);
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Frees (R4) */
 

@@ -95,6 +95,12 @@ struct zpl_env {
 	 * [ZPL_ICACHE_MIN_ENTRIES, ZPL_ICACHE_MAX_ENTRIES]; 0: the minimum. Each takes
 	 * ZPL_ICACHE_ENTRY_BYTES, allocated at the first operation. */
 	uint32_t ze_icache_entries;
+	/* May be NULL. Called by zpl_sync only, for a dirty buffer zpl_adopt marked: the caller
+	 * already wrote bp (lsize logical bytes, equal to data) and offers it as the block; returns
+	 * 0 when the block is now the dataset's to reference (the extent takes bp, which is later
+	 * freed through ze_free_block like any data block), or -errno to have the buffer written as
+	 * usual (ze_write_block). */
+	int (*ze_adopt_block)(void *ctx, const struct blk_ptr *bp, const void *data);
 };
 
 struct zpl;
@@ -173,6 +179,15 @@ SH_MUST_CHECK int zpl_execute(struct zpl *z, struct fs_req *req, struct blk_ptr 
  * the number of blocks written. Returns 0, or the first ze_write_block error or -ENOMEM: the
  * buffers not yet written stay dirty (a later zpl_sync writes them), those written are done. */
 SH_MUST_CHECK int zpl_sync(struct zpl *z, uint64_t *written_blocks_out);
+
+/* Block adoption (ZFS's dbuf override after dmu_sync): the caller wrote bp (bp_lsize logical
+ * bytes, the same as data) to stand for bytes [off, off + bp_lsize) of obj, and a WRITE that
+ * just committed put those bytes in obj's dirty buffers. When they are exactly one whole dirty
+ * buffer (aligned, its size, byte for byte), that buffer is marked, and zpl_sync offers bp to
+ * ze_adopt_block instead of writing the buffer again. Any later change of the buffer unmarks it.
+ * True when marked. */
+bool zpl_adopt(struct zpl *z, const struct fs_obj_id *obj, uint64_t off, const void *data,
+               const struct blk_ptr *bp);
 
 /* Bytes of dirty data buffers zpl_sync has yet to write (the caller's dirty limit is its own). */
 uint64_t zpl_dirty_bytes(const struct zpl *z);

@@ -229,6 +229,7 @@ static struct zpl_dbuf *zpl_dbuf_alloc(uint64_t obj, uint64_t blk, uint32_t size
 	db->db_obj = obj;
 	db->db_blk = blk;
 	db->db_size = size;
+	db->db_adoptable = false;
 	atomic_init(&db->db_refs, 1);
 	db->db_hnext = db->db_onext = db->db_oprev = NULL;
 	return db;
@@ -245,6 +246,7 @@ void zpl_dchg_discard(struct zpl_dchg *dc)
 
 static void zpl_dchg_edit(struct zpl_dbuf *db, const struct zpl_dchg *dc)
 {
+	db->db_adoptable = false; /* its bytes change: no written block holds them */
 	if (dc->dc_len > 0)
 		memcpy(db->db_data + dc->dc_off, dc->dc_src, dc->dc_len);
 	if (dc->dc_zero && dc->dc_zero_from < db->db_size)
@@ -738,7 +740,7 @@ static int zpl_dbuf_cmp(const void *a, const void *b)
 int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 {
 	struct zpl_dtab *dt = &z->z_dtab;
-	uint64_t written = 0;
+	uint64_t written = 0, adopted = 0;
 	int rc = 0;
 	if (written_blocks_out != NULL)
 		*written_blocks_out = 0;
@@ -773,9 +775,14 @@ int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 			rc = -EIO;
 			break;
 		}
-		if ((rc = z->z_env.ze_write_block(z->z_env.ze_ctx, db->db_data, db->db_size,
-		                                  &bp)) != 0)
+		if (db->db_adoptable && z->z_env.ze_adopt_block != NULL &&
+		    z->z_env.ze_adopt_block(z->z_env.ze_ctx, &db->db_adopt, db->db_data) == 0) {
+			bp = db->db_adopt;
+			adopted++;
+		} else if ((rc = z->z_env.ze_write_block(z->z_env.ze_ctx, db->db_data, db->db_size,
+		                                         &bp)) != 0) {
 			break;
+		}
 		blk_ptr_encode(&bp, enc);
 		if ((rc = btree_put(z->z_tree, key, sizeof(key), enc, sizeof(enc),
 		                    BTREE_PUT_REPLACE, NULL)) != 0) {
@@ -793,6 +800,22 @@ int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 	}
 	mem_free(v);
 	if (written_blocks_out != NULL)
-		*written_blocks_out = written;
+		*written_blocks_out = written - adopted;
 	return rc;
+}
+
+bool zpl_adopt(struct zpl *z, const struct fs_obj_id *obj, uint64_t off, const void *data,
+               const struct blk_ptr *bp)
+{
+	if (z->z_failed != 0 || obj->foi_len != ZPL_OBJ_ID_BYTES || blk_ptr_is_hole(bp) ||
+	    bp->bp_lsize == 0 || off % bp->bp_lsize != 0)
+		return false;
+	uint64_t objid = zpl_get_le64(obj->foi_bytes);
+	struct zpl_dbuf *db = zpl_dbuf_find(&z->z_dtab, objid, off / bp->bp_lsize);
+	if (db == NULL || db->db_size != bp->bp_lsize ||
+	    memcmp(db->db_data, data, db->db_size) != 0)
+		return false;
+	db->db_adopt = *bp;
+	db->db_adoptable = true;
+	return true;
 }

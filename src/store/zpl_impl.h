@@ -146,6 +146,10 @@ struct zpl_dbuf {
 	 * (a header in front of it made sizes no cached block has, and freed dirty data left holes
 	 * the ARC could not fill). */
 	uint8_t *db_data;
+	/* Block adoption (zpl_adopt): while db_adoptable, db_adopt is a written block holding
+	 * exactly db_data; cleared by any change of the buffer. */
+	bool db_adoptable;
+	struct blk_ptr db_adopt;
 };
 
 /* The object's list head, in a second hash by object id. */

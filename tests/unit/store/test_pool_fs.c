@@ -958,6 +958,28 @@ static void indirect_writes(bool log_dev)
 	pool_space(p, NULL, &free_after, NULL);
 	CHECKF(free_after + 64 * KIB >= free_live, "free %" PRIu64 " then %" PRIu64, free_live,
 	       free_after);
+	/* 1 MiB of whole records at a record boundary: the txg adopts the eight blocks instead
+	 * of writing the data a second time */
+	struct pool_status *ps = mem_alloc(sizeof(*ps));
+	pool_status(p, ps);
+	uint64_t written0 = ps->ps_tops[0].sv_children[0].sl_stats.vs_write_bytes;
+	pool_fs_stats(fs, &s0);
+	fill(data, sizeof(data), 904);
+	CHECK(op_write(fs, &f, 2 * MIB, data, sizeof(data), FS_FILE_SYNC, NULL) == 0);
+	memcpy(model + 2 * MIB, data, sizeof(data));
+	size = 3 * MIB;
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	pool_fs_stats(fs, &s1);
+	pool_status(p, ps);
+	uint64_t written = ps->ps_tops[0].sv_children[0].sl_stats.vs_write_bytes - written0;
+	mem_free(ps);
+	CHECKF(s1.ps_adopted_blocks == s0.ps_adopted_blocks + 8, "%" PRIu64 " adopted",
+	       s1.ps_adopted_blocks - s0.ps_adopted_blocks);
+	CHECKF(written < MIB + MIB / 2, "%" PRIu64 " bytes written for 1 MiB", written);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	uint32_t got0 = 0;
+	CHECK(op_read(fs, &f, 0, (uint32_t)size, back, &got0, NULL) == 0 && got0 == size &&
+	      memcmp(back, model, size) == 0);
 	/* more that only the log holds: an overlapping 1 MiB, a growing 200 KiB, a small one */
 	uint64_t synced1 = pool_synced_txg(p);
 	pool_fs_stats(fs, &s0);

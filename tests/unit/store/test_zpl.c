@@ -2395,6 +2395,77 @@ static void test_check_damage(void)
 	env_free(e);
 }
 
+/* Block adoption: a block offered for exactly one whole dirty buffer is taken by zpl_sync
+ * instead of a write; an offer that is not a whole buffer byte for byte is refused; a change of
+ * the buffer after the offer makes zpl_sync write it after all; a refusal by ze_adopt_block too. */
+static int g_adopt_rc;
+static unsigned g_adopt_calls;
+static void fill_bytes(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)((seed + i) * 0x9e3779b97f4a7c15ull >> 56);
+}
+
+static int env_adopt(void *ctx, const struct blk_ptr *bp, const void *data)
+{
+	struct tenv *e = ctx;
+	g_adopt_calls++;
+	struct mblock *mb = ms_find(&e->e_st, bp);
+	CHECK(mb != NULL && mb->mb_len == bp->bp_lsize && memcmp(mb->mb_img, data, mb->mb_len) == 0);
+	return g_adopt_rc;
+}
+
+static void test_adopt(void)
+{
+	enum { B = 128 * 1024 };
+	struct tenv *e = env_new_ex(16384, B);
+	e->e_env.ze_adopt_block = env_adopt;
+	env_reopen(e); /* the zpl takes the env at open */
+	struct fs_obj_id root = t_root(e), f;
+	static uint8_t data[4 * B], back[4 * B];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)rnd();
+	CHECK(t_create(e, &root, "f", 0644, &f) == 0);
+	CHECK(t_write(e, &f, 0, data, sizeof(data)) == 0); /* four blocks of B */
+	CHECK(env_sync(e) == 0);
+	/* the caller's own copies of blocks 1 and 2, as an indirect write makes them */
+	fill_bytes(data + B, B, 11);
+	fill_bytes(data + 2 * B, B, 12);
+	CHECK(t_write(e, &f, B, data + B, 2 * B) == 0);
+	struct blk_ptr b1, b2;
+	CHECK(ms_store(&e->e_st, data + B, B, 2, &b1) == 0 && ms_store(&e->e_st, data + 2 * B, B, 2, &b2) == 0);
+	CHECK(!zpl_adopt(e->e_z, &f, B + 4096, data + B, &b1)); /* not aligned */
+	CHECK(!zpl_adopt(e->e_z, &f, 3 * B, data + 3 * B, &b1)); /* no dirty buffer there */
+	CHECK(!zpl_adopt(e->e_z, &f, B, data + 2 * B, &b1));     /* other bytes */
+	CHECK(zpl_adopt(e->e_z, &f, B, data + B, &b1));
+	CHECK(zpl_adopt(e->e_z, &f, 2 * B, data + 2 * B, &b2));
+	/* block 2 changes after the offer: it is written after all */
+	CHECK(t_write(e, &f, 2 * B + 100, "x", 1) == 0);
+	data[2 * B + 100] = 'x';
+	g_adopt_calls = 0;
+	g_adopt_rc = 0;
+	uint64_t writes = e->e_st.ms_data_writes, n = 0;
+	CHECK(zpl_sync(e->e_z, &n) == 0);
+	CHECK(g_adopt_calls == 1 && n == 1 && e->e_st.ms_data_writes == writes + 1);
+	CHECK(btree_sync(e->e_tree, &e->e_root) == 0);
+	e->e_st.ms_txg++;
+	/* a refused offer: written */
+	fill_bytes(data, B, 13);
+	CHECK(t_write(e, &f, 0, data, B) == 0);
+	struct blk_ptr b0;
+	CHECK(ms_store(&e->e_st, data, B, 2, &b0) == 0);
+	CHECK(zpl_adopt(e->e_z, &f, 0, data, &b0));
+	g_adopt_calls = 0;
+	g_adopt_rc = -ENOENT;
+	writes = e->e_st.ms_data_writes;
+	CHECK(env_sync(e) == 0 && g_adopt_calls == 1 && e->e_st.ms_data_writes == writes + 1);
+	ms_free(&e->e_st, &b0); /* the caller keeps what was refused */
+	env_reopen(e);
+	CHECK(read_all(e, &f, 0, back, sizeof(back)) && memcmp(back, data, sizeof(back)) == 0);
+	CHECK_SOUND(e);
+	env_free(e);
+}
+
 /* The inode cache: after a random mix of changes over more files than it holds, every object's
  * attributes read through it are those a fresh zpl reads from the tree; a cached inode is served
  * without the tree (no block loaded with every image forgotten); a removed object is stale at
@@ -2612,6 +2683,7 @@ int main(void)
 	TAP_RUN(test_check_damage);
 	TAP_RUN(test_enomem);
 	TAP_RUN(test_inode_cache);
+	TAP_RUN(test_adopt);
 	TAP_RUN(test_create_lookup_cold);
 	TAP_RUN(test_exclusive_cold);
 	TAP_RUN(test_mkdir_rmdir_cold);
