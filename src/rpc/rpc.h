@@ -95,6 +95,9 @@ struct rpc_call {
 	size_t rc_record_len;
 	bool rc_record_pooled;          /* rc_record belongs to the loop's large-record pool */
 	uint8_t *rc_reply_buf;          /* record mark + reply header + result body (rpc_call_res_init) */
+	size_t rc_reply_cap;            /* bytes of rc_reply_buf (kept when the call is recycled) */
+	bool rc_has_res;                /* rpc_call_res_init succeeded: rc_res writes into it */
+	struct rpc_call *rc_next_free;  /* the loop's free calls */
 	uint8_t rc_small[40];           /* record mark + header of a reply with no result body */
 	struct iovec rc_out_iov[3];     /* the reply as sent: mark+header(+result), bulk, padding */
 	unsigned rc_out_iovcnt;

@@ -44,7 +44,9 @@
  *     owned by the call. rc_bulk is the handler's; rc_bulk_release runs when the call is freed,
  *     after the bytes were written or discarded.
  *   - A queued reply is its call: the call stays allocated in the connection's output queue
- *     until writev has taken all of its bytes.
+ *     until writev has taken all of its bytes. A freed call goes to its loop's free list
+ *     (rl_free_calls, at most RPC_CALL_FREE_MAX) with its reply buffer when that is small, and
+ *     the loop's next call reuses both: the steady state allocates nothing per call.
  *
  * Limits
  *   - rsc_max_record_bytes: whole-record limit enforced by the reassembler before allocating;
@@ -175,6 +177,8 @@ struct rpc_loop {
 	bool rl_timer_armed;
 	uint8_t *rl_scratch;
 	struct rpc_buf_pool rl_pool; /* large-record buffers of this loop's connections */
+	struct rpc_call *rl_free_calls; /* freed calls kept for reuse, with their reply buffers */
+	unsigned rl_nfree_calls;
 	size_t rl_in_bytes; /* received bytes held by this loop's connections and calls */
 	size_t rl_in_budget;
 	struct rpc_conn *rl_conns;
@@ -287,6 +291,57 @@ static void rpc_record_free(struct rpc_loop *rl, uint8_t *record, bool pooled)
 		mem_free(record);
 }
 
+/* Calls a loop keeps for reuse (rpc_call_alloc), each with its reply buffer when that is at most
+ * RPC_CALL_KEEP_REPLY_BYTES: a call then costs no allocation at all once its loop has served a
+ * few. Bounded: RPC_CALL_FREE_MAX calls of well under 1 KiB, plus their buffers. */
+#define RPC_CALL_FREE_MAX 256u
+#define RPC_CALL_KEEP_REPLY_BYTES (16u * 1024u)
+
+/* A zeroed call for rl (its reply buffer kept from an earlier life, if any). Loop thread. */
+static struct rpc_call *rpc_call_alloc(struct rpc_loop *rl)
+{
+	struct rpc_call *call = rl->rl_free_calls;
+	if (!call)
+		return mem_zalloc(sizeof(*call));
+	rl->rl_free_calls = call->rc_next_free;
+	rl->rl_nfree_calls--;
+	uint8_t *buf = call->rc_reply_buf;
+	size_t cap = call->rc_reply_cap;
+	memset(call, 0, sizeof(*call));
+	call->rc_reply_buf = buf;
+	call->rc_reply_cap = cap;
+	return call;
+}
+
+/* Keeps a finished call on rl's free list, or frees it. Loop thread (or after it was joined). */
+static void rpc_call_recycle(struct rpc_loop *rl, struct rpc_call *call)
+{
+	if (rl && rl->rl_nfree_calls < RPC_CALL_FREE_MAX) {
+		if (call->rc_reply_cap > RPC_CALL_KEEP_REPLY_BYTES) {
+			mem_free(call->rc_reply_buf);
+			call->rc_reply_buf = NULL;
+			call->rc_reply_cap = 0;
+		}
+		call->rc_next_free = rl->rl_free_calls;
+		rl->rl_free_calls = call;
+		rl->rl_nfree_calls++;
+		return;
+	}
+	mem_free(call->rc_reply_buf);
+	mem_free(call);
+}
+
+static void rpc_loop_free_calls(struct rpc_loop *rl)
+{
+	while (rl->rl_free_calls) {
+		struct rpc_call *call = rl->rl_free_calls;
+		rl->rl_free_calls = call->rc_next_free;
+		mem_free(call->rc_reply_buf);
+		mem_free(call);
+	}
+	rl->rl_nfree_calls = 0;
+}
+
 /* Frees a call (its reply went out or was discarded) and drops its connection reference. */
 static void rpc_call_free(struct rpc_call *call)
 {
@@ -298,8 +353,7 @@ static void rpc_call_free(struct rpc_call *call)
 	}
 	if (call->rc_record)
 		rpc_record_free(conn->cn_rl, call->rc_record, call->rc_record_pooled);
-	mem_free(call->rc_reply_buf);
-	mem_free(call);
+	rpc_call_recycle(conn ? conn->cn_rl : NULL, call);
 	if (conn) {
 		atomic_fetch_sub_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_release);
 		rpc_conn_rele(conn);
@@ -553,24 +607,33 @@ static void rpc_call_finish(struct rpc_call *call, bool send)
 
 int rpc_call_res_init(struct rpc_call *call, size_t max_res_bytes)
 {
-	mem_free(call->rc_reply_buf);
-	call->rc_reply_buf = mem_alloc(RPC_REPLY_PREFIX_BYTES + max_res_bytes);
-	if (!call->rc_reply_buf) {
-		xdr_enc_init(&call->rc_res, NULL, 0);
-		call->rc_res.xe_failed = true;
-		return -ENOMEM;
+	size_t need = RPC_REPLY_PREFIX_BYTES + max_res_bytes;
+	call->rc_has_res = false;
+	if (!call->rc_reply_buf || call->rc_reply_cap < need) {
+		mem_free(call->rc_reply_buf);
+		call->rc_reply_cap = 0;
+		/* at least 1 KiB, so that a recycled call's buffer serves most later replies */
+		size_t cap = need < 1024 ? 1024 : need;
+		call->rc_reply_buf = mem_alloc(cap);
+		if (!call->rc_reply_buf) {
+			xdr_enc_init(&call->rc_res, NULL, 0);
+			call->rc_res.xe_failed = true;
+			return -ENOMEM;
+		}
+		call->rc_reply_cap = cap;
 	}
 	xdr_enc_init(&call->rc_res, call->rc_reply_buf + RPC_REPLY_PREFIX_BYTES, max_res_bytes);
+	call->rc_has_res = true;
 	return 0;
 }
 
 void rpc_reply_success(struct rpc_call *call)
 {
-	if (call->rc_reply_buf && xdr_enc_ok(&call->rc_res)) {
+	if (call->rc_has_res && xdr_enc_ok(&call->rc_res)) {
 		rpc_msg_put_accepted(call->rc_reply_buf + RPC_RM_HDR_BYTES, call->rc_xid, RPC_SUCCESS);
 		rpc_call_set_out(call, call->rc_reply_buf,
 				 RPC_REPLY_PREFIX_BYTES + xdr_enc_len(&call->rc_res), true);
-	} else if (!call->rc_reply_buf && xdr_enc_ok(&call->rc_res)) {
+	} else if (!call->rc_has_res && xdr_enc_ok(&call->rc_res)) {
 		/* No result body (e.g. a NULL procedure). */
 		rpc_msg_put_accepted(call->rc_small + RPC_RM_HDR_BYTES, call->rc_xid, RPC_SUCCESS);
 		rpc_call_set_out(call, call->rc_small, RPC_REPLY_PREFIX_BYTES, true);
@@ -652,6 +715,7 @@ static void rpc_call_replay(struct rpc_call *call, uint8_t *reply, size_t len)
 	mem_free(reply);
 	mem_free(call->rc_reply_buf);
 	call->rc_reply_buf = buf;
+	call->rc_reply_cap = len + RPC_RM_HDR_BYTES;
 	rpc_call_set_out(call, buf, len + RPC_RM_HDR_BYTES, false);
 	rpc_call_finish(call, true);
 }
@@ -670,7 +734,7 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 		rpc_record_free(conn->cn_rl, record, pooled);
 		return;
 	}
-	struct rpc_call *call = mem_zalloc(sizeof(*call));
+	struct rpc_call *call = rpc_call_alloc(conn->cn_rl);
 	if (!call) {
 		log_ratelimited(LOG_WARN, "rpc: no memory for a call; dropped");
 		rpc_record_free(conn->cn_rl, record, pooled);
@@ -1520,6 +1584,7 @@ void rpc_server_destroy(struct rpc_server *srv)
 	mem_free(srv->rs_eps);
 	for (unsigned l = 0; l < srv->rs_nloops; l++) {
 		loop_destroy(srv->rs_loops[l].rl_loop);
+		rpc_loop_free_calls(&srv->rs_loops[l]);
 		rpc_buf_pool_fini(&srv->rs_loops[l].rl_pool);
 		mem_free(srv->rs_loops[l].rl_scratch);
 		mem_free(srv->rs_loops[l].rl_udp);
