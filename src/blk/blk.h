@@ -310,8 +310,8 @@ struct blk_uberblock {
 };
 
 /* Writes ub into slot ub_txg % BLK_UB_RING_SLOTS of all four labels of every leaf of every vdev
- * (top-level and log vdevs alike) but the faulted ones, then flushes all of them. The caller has flushed the blocks ub
- * refers to beforehand; the uberblock write is the commit point of the txg. Returns 0 or the first
+ * (top-level and log vdevs alike) but the faulted ones, then flushes them. The caller has flushed
+ * the blocks ub refers to beforehand; the uberblock write is the commit point of the txg. Returns 0 or the first
  * error (the txg is durable when at least one copy is: import picks the best valid copy). */
 SH_MUST_CHECK int blk_uberblock_write(struct blk_engine *engine, struct blk_vdev *const *vdevs, unsigned nvdevs,
 				      const struct blk_uberblock *ub);

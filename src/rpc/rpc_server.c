@@ -297,6 +297,12 @@ static void rpc_record_free(struct rpc_loop *rl, uint8_t *record, bool pooled)
 #define RPC_CALL_FREE_MAX 256u
 #define RPC_CALL_KEEP_REPLY_BYTES (16u * 1024u)
 
+static void rpc_call_destroy(struct rpc_call *call)
+{
+	mem_free(call->rc_reply_buf);
+	mem_free(call);
+}
+
 /* A zeroed call for rl (its reply buffer kept from an earlier life, if any). Loop thread. */
 static struct rpc_call *rpc_call_alloc(struct rpc_loop *rl)
 {
@@ -327,8 +333,7 @@ static void rpc_call_recycle(struct rpc_loop *rl, struct rpc_call *call)
 		rl->rl_nfree_calls++;
 		return;
 	}
-	mem_free(call->rc_reply_buf);
-	mem_free(call);
+	rpc_call_destroy(call);
 }
 
 static void rpc_loop_free_calls(struct rpc_loop *rl)
@@ -336,8 +341,7 @@ static void rpc_loop_free_calls(struct rpc_loop *rl)
 	while (rl->rl_free_calls) {
 		struct rpc_call *call = rl->rl_free_calls;
 		rl->rl_free_calls = call->rc_next_free;
-		mem_free(call->rc_reply_buf);
-		mem_free(call);
+		rpc_call_destroy(call);
 	}
 	rl->rl_nfree_calls = 0;
 }

@@ -749,7 +749,7 @@ int pool_status_print(struct pool *p, FILE *out)
 	if (st->ps_state == POOL_STATE_DEGRADED)
 		fprintf(out, "status: One or more devices are missing or faulted. The pool continues "
 		             "without redundancy there; a faulted device's copies may be stale: "
-		             "export, mend or replace it, import and check the pool.\n");
+		             "export the pool, mend the device, import and check the pool.\n");
 	else if (st->ps_state == POOL_STATE_SUSPENDED)
 		fprintf(out, "status: A transaction group could not be written. Changes are "
 		             "refused; export and "

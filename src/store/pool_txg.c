@@ -121,7 +121,7 @@ void pool_mem_reserve_locked(struct pool *p, uint64_t dirty)
  * the whole free pages inside the heap to the system. It is done only when the free bytes pass
  * the threshold, because the pages of a hole that the next txg uses again fault back in (about
  * 2.5 us each here): when the heap's free memory stays below the threshold, nothing is trimmed;
- * when a workload keeps freeing more, a trim per second returns it. Only one pool trims at a time;
+ * when a workload keeps freeing more, a trim every POOL_TRIM_INTERVAL_NS returns it. Only one pool trims at a time;
  * the interval is per pool. Sync thread. */
 static void pool_mem_trim(struct pool *p)
 {

@@ -453,8 +453,14 @@ static struct zpl_icache_ent *zpl_icache_find(struct zpl *z, uint64_t objid)
 
 /* Caches objid's record (replacing its entry, else the way of its set not used last). An
  * allocation failure or a long record only means no entry. */
+static void zpl_icache_drop(struct zpl *z, uint64_t objid);
+
 static void zpl_icache_put(struct zpl *z, uint64_t objid, const uint8_t *rec, uint32_t len)
 {
+	if (len > ZPL_ICACHE_REC_MAX) {
+		zpl_icache_drop(z, objid); /* not cached, and no older record may stay */
+		return;
+	}
 	struct zpl_icache *ic = &z->z_icache;
 	struct zpl_icache_ent *e = zpl_icache_find(z, objid);
 	if (e == NULL) {
@@ -473,10 +479,6 @@ static void zpl_icache_put(struct zpl *z, uint64_t objid, const uint8_t *rec, ui
 		uint32_t way = 1u - ic->ic_last_used[set];
 		e = &ic->ic_ents[set * ZPL_ICACHE_WAYS + way];
 		ic->ic_last_used[set] = (uint8_t)way;
-	}
-	if (len > ZPL_ICACHE_REC_MAX) {
-		e->ie_objid = 0;
-		return;
 	}
 	e->ie_objid = objid;
 	e->ie_len = len;

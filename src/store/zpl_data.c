@@ -740,7 +740,7 @@ static int zpl_dbuf_cmp(const void *a, const void *b)
 int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 {
 	struct zpl_dtab *dt = &z->z_dtab;
-	uint64_t written = 0, adopted = 0;
+	uint64_t written = 0;
 	int rc = 0;
 	if (written_blocks_out != NULL)
 		*written_blocks_out = 0;
@@ -775,10 +775,10 @@ int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 			rc = -EIO;
 			break;
 		}
-		if (db->db_adoptable && z->z_env.ze_adopt_block != NULL &&
-		    z->z_env.ze_adopt_block(z->z_env.ze_ctx, &db->db_adopt, db->db_data) == 0) {
+		bool adopted = db->db_adoptable && z->z_env.ze_adopt_block != NULL &&
+		               z->z_env.ze_adopt_block(z->z_env.ze_ctx, &db->db_adopt, db->db_data) == 0;
+		if (adopted) {
 			bp = db->db_adopt;
-			adopted++;
 		} else if ((rc = z->z_env.ze_write_block(z->z_env.ze_ctx, db->db_data, db->db_size,
 		                                         &bp)) != 0) {
 			break;
@@ -796,11 +796,11 @@ int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 		if (!blk_ptr_is_hole(&old_bp))
 			z->z_env.ze_free_block(z->z_env.ze_ctx, &old_bp);
 		zpl_dtab_remove(dt, db);
-		written++;
+		written += !adopted;
 	}
 	mem_free(v);
 	if (written_blocks_out != NULL)
-		*written_blocks_out = written - adopted;
+		*written_blocks_out = written;
 	return rc;
 }
 
