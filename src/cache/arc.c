@@ -892,20 +892,22 @@ void arc_rele(struct arc *arc, struct arc_buf *b)
 /* ---------------------------------------------------------------------------------------------
  * Insert and remove */
 
-int arc_insert(struct arc *arc, const struct arc_key *key, void *data, uint32_t size,
-               struct arc_buf **buf_out)
+static int arc_insert_impl(struct arc *arc, const struct arc_key *key, void *data, uint32_t size,
+                           struct arc_buf **buf_out, bool free_on_error)
 {
 	if (buf_out)
 		*buf_out = NULL;
 	if (!data)
 		return -EINVAL;
 	if (size == 0) {
-		arc_data_free(data);
+		if (free_on_error)
+			arc_data_free(data);
 		return -EINVAL;
 	}
 	struct arc_buf *b = mem_zalloc(sizeof(*b));
 	if (!b) {
-		arc_data_free(data);
+		if (free_on_error)
+			arc_data_free(data);
 		return -ENOMEM;
 	}
 	uint64_t hash = arc_hash(arc, key);
@@ -946,10 +948,25 @@ int arc_insert(struct arc *arc, const struct arc_key *key, void *data, uint32_t 
 	b = NULL;
 out_unlock:
 	pthread_mutex_unlock(&sh->ash_lock);
-	if (b)
+	if (b) {
+		if (!free_on_error)
+			b->ab_data = NULL;
 		arc_buf_free(b);
+	}
 	arc_reap_run(&reap);
 	return rc;
+}
+
+int arc_insert(struct arc *arc, const struct arc_key *key, void *data, uint32_t size,
+               struct arc_buf **buf_out)
+{
+	return arc_insert_impl(arc, key, data, size, buf_out, true);
+}
+
+int arc_insert_keep_on_error(struct arc *arc, const struct arc_key *key, void *data,
+                             uint32_t size, struct arc_buf **buf_out)
+{
+	return arc_insert_impl(arc, key, data, size, buf_out, false);
 }
 
 bool arc_remove(struct arc *arc, const struct arc_key *key)

@@ -222,6 +222,9 @@ void arc_data_free(void *data);
  * lookup found it missing and is reading it), -EINVAL if data is NULL or size is 0, -ENOMEM. */
 SH_MUST_CHECK int arc_insert(struct arc *arc, const struct arc_key *key, void *data, uint32_t size,
                              struct arc_buf **buf_out);
+/* arc_insert, except that data stays the caller's when it fails. */
+SH_MUST_CHECK int arc_insert_keep_on_error(struct arc *arc, const struct arc_key *key, void *data,
+                                           uint32_t size, struct arc_buf **buf_out);
 
 /* Forgets key (a freed block): a cached buffer leaves the lists and is freed now if unheld,
  * else at its last arc_rele (its holders keep valid data); a buffer being filled is unlinked (its

@@ -44,14 +44,24 @@
  *     OPEN --sync thread, phase 1, under p_lock--> SYNCING --uberblock on disk--> DURABLE
  *
  * Sync of txg N (pool_txg.c):
+ *   0. Without p_lock (sealing): each dataset's owner prepares (compresses, checksums) the data
+ *      blocks phase 1 would write, with pool_seal_block, while requests go on; phase 1 takes a
+ *      sealed block instead of preparing the buffer again, as long as nothing changed it since
+ *      (the owner's rule; zpl.h's sealing). Bounded to 2 * po_dirty_max_bytes of prepared
+ *      blocks, counted in the reservation (the memory model below).
  *   1. Under p_lock: the open txg becomes N + 1. For each loaded dataset: its owner's do_sync
- *      (dirty data into the tree, data blocks through pool_sync_write), then btree_sync of its
- *      tree; the new roots and used bytes go into the MOS records; btree_sync of the MOS;
- *      space_sync(N); ilog_checkpoint_position(N); the uberblock is built. Nothing here waits:
- *      writes are queued to the engine. A failure is retried once at once (the trees and the
- *      allocator stay dirty and intact when a sync of theirs fails), then the pool is suspended.
- *   2. Without the lock: wait for every queued block write (a failed one is re-issued once),
- *      then flush every top-level vdev: the flush is what makes the blocks durable.
+ *      (dirty data into the tree, data blocks through pool_sync_write or, sealed,
+ *      pool_sync_write_sealed), then btree_sync of its tree; the new roots and used bytes go
+ *      into the MOS records; btree_sync of the MOS; space_sync(N); ilog_checkpoint_position(N);
+ *      the uberblock is built. Nothing here waits, and nothing is submitted: the writes queue in
+ *      p_sync_queue and go to the engine when the lock is let go (pool_writes_submit), so the
+ *      device's work does not take the CPU from the locked section. The lock is held for this
+ *      phase only: every request waits for it, so its length is the pool's worst stall (`pool
+ *      status` shows the last and the longest). A failure is retried once at once (the trees and
+ *      the allocator stay dirty and intact when a sync of theirs fails), then the pool is
+ *      suspended.
+ *   2. Without the lock: submit phase 1's writes, wait for every one (a failed one is re-issued
+ *      once), then flush every top-level vdev: the flush is what makes the blocks durable.
  *   3. blk_uberblock_write: the commit point. When it reports an error, the leaves are read back:
  *      the txg is durable if any leaf holds its uberblock; else it is retried once, then the pool
  *      is suspended.
@@ -65,8 +75,9 @@
  * Memory model. po_arc_max_bytes (C, `--arc-max`) bounds the pool's memory for blocks, not only
  * its cache, as zfs_arc_max does in ZFS, where dirty data are ARC buffers. Shale's dirty data live
  * outside the ARC, so the pool declares them to it (arc_set_reserved, the ARC's memory model):
- *     reserved = dirty + syncing + log
+ *     reserved = dirty + sealed + syncing + log
  *   dirty    pool_dirty_bytes: the owners' dirty buffers and the trees' dirty nodes, open txg;
+ *   sealed   p_sealed_bytes: the blocks phase 0 prepared that phase 1 has not taken yet;
  *   syncing  p_sync_bytes: what the txg being written holds outside the ARC from phase 1 until
  *            its writes complete (each written block's compressed copy, blk_prepare's buffer of
  *            its rounded logical size, lives until its write is done; the cached copy of the
@@ -78,7 +89,8 @@
  * keep the blocks they need). The dirty limit D keeps it there: by default D = C / 10 (within
  * [1 MiB, 64 MiB]); a sync starts at D and writers are throttled beyond 2 D, so the open txg
  * holds at most 2 D (plus the one change each throttle check lets through) and the txg being
- * written another 2 D: 4 D = 0.4 C, and the remaining 0.1 C is for the log, whose buffers are a
+ * written another 2 D (or, before phase 1, its sealed blocks: at most 2 D, while nothing is being
+ * written): 4 D = 0.4 C, and the remaining 0.1 C is for the log, whose buffers are a
  * few MiB while its device keeps up (an idle buffer or four and the block being filled; up to
  * ILOG_BACKLOG_MAX_BYTES more when it does not). ZFS's zfs_dirty_data_max is similar in
  * proportion: 10% of memory against an ARC of half of it. With C = 256 MiB: D = 25.6 MiB, and

@@ -253,6 +253,11 @@ struct pool_status {
 	uint64_t ps_synced_txg;
 	uint64_t ps_open_txg;
 	uint64_t ps_syncs; /* txgs written since open */
+	/* Data blocks prepared ahead of their txg's locked phase (sealed) and written so, since
+	 * open; the last and the longest time a txg held the pool lock to serialize itself. */
+	uint64_t ps_sealed_writes;
+	uint64_t ps_sealed_bytes; /* memory held by sealed blocks not written yet */
+	uint64_t ps_build_last_us, ps_build_max_us;
 	unsigned ps_ntops;
 	struct pool_status_vdev ps_tops[POOL_MAX_TOPS];
 	bool ps_has_log;

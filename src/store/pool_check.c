@@ -656,6 +656,8 @@ void pool_status(struct pool *p, struct pool_status *st)
 	st->ps_open_txg = p->p_open_txg;
 	st->ps_dirty_bytes = pool_dirty_bytes(p);
 	st->ps_free_errors = p->p_free_errors;
+	st->ps_sealed_writes = p->p_sealed_writes;
+	st->ps_sealed_bytes = atomic_load(&p->p_sealed_bytes);
 	if (btree_scan(p->p_mos, "ds/", 3, false, pool_count_visit, &st->ps_datasets, NULL) != 0)
 		st->ps_datasets = 0; /* the MOS is pinned (R9): only a damaged tree fails here */
 	pool_unlock(p);
@@ -665,6 +667,8 @@ void pool_status(struct pool *p, struct pool_status *st)
 	pthread_mutex_lock(&p->p_state_lock);
 	st->ps_synced_txg = p->p_synced_txg;
 	st->ps_syncs = p->p_syncs;
+	st->ps_build_last_us = p->p_build_last_us;
+	st->ps_build_max_us = p->p_build_max_us;
 	pthread_mutex_unlock(&p->p_state_lock);
 }
 
@@ -757,6 +761,11 @@ int pool_status_print(struct pool *p, FILE *out)
 	fprintf(out,
 	        "   txg: %" PRIu64 " durable, %" PRIu64 " open, %" PRIu64 " written since import\n",
 	        st->ps_synced_txg, st->ps_open_txg, st->ps_syncs);
+	fprintf(out,
+	        "  sync: pool lock held %.1f ms by the last txg's serialization (longest %.1f ms); "
+	        "%" PRIu64 " data blocks prepared before it\n",
+	        (double)st->ps_build_last_us / 1000.0, (double)st->ps_build_max_us / 1000.0,
+	        st->ps_sealed_writes);
 	fprintf(out, "config:\n\n");
 	fprintf(out, "\t%-30s %-9s %5s %5s %5s %8s\n", "NAME", "STATE", "IOERR", "CKSUM", "REPAIR",
 	        "IOS");

@@ -174,6 +174,17 @@
  *   record is replayed exactly when its change is missing from the uberblock's state is R5 of
  *   pool.c, as for every record: the change and its record share a locked section (step 2).
  *
+ * ---- Sealing (phase 0 of a sync, pool.c) ----
+ *   F14 do_seal (pfs_do_seal, on the sync thread) picks batches of dirty buffers under the pool
+ *      lock (zpl_seal_pick), prepares each without it (pool_seal_block, with the compression the
+ *      dataset had at the pick), and attaches them under it again (zpl_seal_attach), or, when the
+ *      zpl was reopened meanwhile (po_zpl changed), releases them (zpl_seal_release) and frees
+ *      the blocks. zpl keeps a picked buffer from being edited in place while it is held and
+ *      drops a seal at any later edit, so zpl_sync writes through ze_write_sealed only blocks
+ *      that hold the buffer's bytes at the sync: the txg's contents are what they would be
+ *      without sealing. A sealed block phase 1 does not take (the buffer was edited, truncated,
+ *      or the zpl closed) is freed through ze_drop_seal.
+ *
  * ---- Locks ----
  * The pool lock (pool_lock) guards the zpl, its tree and the owner's pending writes (a flush
  * reads the durable txg under it: p_state_lock nests inside). pf_lock (a leaf, may be taken under
@@ -367,6 +378,20 @@ static int pfs_env_write(void *ctx, const void *data, uint32_t lsize, struct blk
 {
 	struct pfs_owner *o = ctx;
 	return pool_sync_write(o->po_pool, data, lsize, POOL_BT_DATA, 0, 1, bp_out);
+}
+
+static int pfs_env_write_sealed(void *ctx, void *sealed, void *data, bool may_take,
+                                bool *taken_out, struct blk_ptr *bp_out)
+{
+	struct pfs_owner *o = ctx;
+	return pool_sync_write_sealed(o->po_pool, sealed, data, may_take, taken_out, POOL_BT_DATA,
+	                              0, 1, bp_out);
+}
+
+static void pfs_env_drop_seal(void *ctx, void *sealed)
+{
+	struct pfs_owner *o = ctx;
+	pool_sealed_free(o->po_pool, sealed);
 }
 
 static void pfs_env_free(void *ctx, const struct blk_ptr *bp)
@@ -970,6 +995,42 @@ static int pfs_do_sync(void *owner, uint64_t txg)
 	return rc;
 }
 
+/* Phase 0 of a sync (rule F14): batches of dirty buffers picked under the pool lock, sealed
+ * without it, attached under it again. */
+#define POOL_FS_SEAL_BATCH 32u
+
+static void pfs_do_seal(void *owner, uint64_t *budget)
+{
+	struct pfs_owner *o = owner;
+	struct pool *p = o->po_pool;
+	struct zpl_seal batch[POOL_FS_SEAL_BATCH];
+	uint64_t cursor = 0;
+	while (*budget > 0) {
+		pool_lock(p);
+		struct zpl *z = o->po_zpl;
+		enum blk_compress c = pool_ds_compress(o->po_ds);
+		size_t n = z ? zpl_seal_pick(z, &cursor, batch, POOL_FS_SEAL_BATCH, *budget) : 0;
+		pool_unlock(p);
+		if (n == 0)
+			return;
+		for (size_t i = 0; i < n; i++) {
+			struct pool_sealed *sealed = NULL;
+			if (pool_seal_block(p, batch[i].zs_data, batch[i].zs_size, c, &sealed) == 0)
+				batch[i].zs_sealed = sealed;
+			uint64_t cost = batch[i].zs_size; /* at most, once compressed */
+			*budget = *budget > cost ? *budget - cost : 0;
+		}
+		pool_lock(p);
+		if (o->po_zpl == z)
+			zpl_seal_attach(z, batch, n);
+		else
+			zpl_seal_release(batch, n);
+		pool_unlock(p);
+		for (size_t i = 0; i < n; i++)
+			pool_sealed_free(p, batch[i].zs_sealed);
+	}
+}
+
 static uint64_t pfs_do_dirty_bytes(void *owner)
 {
 	struct pfs_owner *o = owner;
@@ -1076,6 +1137,7 @@ static const struct pool_ds_owner pfs_owner_ops = {
 	.do_visit_blocks = pfs_do_visit_blocks,
 	.do_detach = pfs_do_detach,
 	.do_replay_blocks = pfs_do_replay_blocks,
+	.do_seal = pfs_do_seal,
 };
 
 /* The inode cache of each dataset takes 1/256 of the pool's memory limit (--arc-max): 6 MiB of a
@@ -1112,6 +1174,8 @@ int pool_fs_attach(void *arg, struct pool_ds *ds)
 		.ze_fsid = 0,
 		.ze_icache_entries = pfs_icache_entries(o->po_pool),
 		.ze_adopt_block = pfs_env_adopt,
+		.ze_write_sealed = pfs_env_write_sealed,
+		.ze_drop_seal = pfs_env_drop_seal,
 	};
 	/* Opened now when formatted (the reads may block: po_attach runs where they may). An
 	 * unformatted dataset keeps po_zpl NULL: checking or destroying it must not format it. */

@@ -107,6 +107,12 @@ struct pool_ds_owner {
 	 * May be NULL (no record names blocks). */
 	int (*do_replay_blocks)(void *owner, uint16_t type, const void *rec, uint32_t len,
 	                        pool_bp_fn fn, void *arg);
+	/* Phase 0 of a sync, on the sync thread, WITHOUT the pool lock (take it with pool_lock
+	 * around looking at the owner's state, and not around the work): prepare up to about
+	 * *budget bytes of the dirty data do_sync will write, with pool_seal_block, subtracting
+	 * what was prepared from *budget. The dataset stays loaded until it returns. May be
+	 * NULL. */
+	void (*do_seal)(void *owner, uint64_t *budget);
 };
 
 /* Attaches an owner (ops must outlive the dataset). Returns 0, or -EBUSY when one is attached
@@ -145,6 +151,23 @@ SH_MUST_CHECK int pool_block_read_sync(struct pool *p, const struct blk_ptr *bp)
  * -ENOSPC, -ENOMEM, -EINVAL (lsize 0 or above BLK_MAX_BLOCK_BYTES, or not inside a sync). */
 SH_MUST_CHECK int pool_sync_write(struct pool *p, const void *data, uint32_t lsize, uint8_t type,
                                   uint8_t level, uint64_t fill, struct blk_ptr *bp_out);
+/* Sealing (phase 0 of a sync, pool_txg.c): an owner's do_seal prepares its dirty data blocks
+ * before the sync takes the lock, so that do_sync under it does not compress or checksum them.
+ * pool_seal_block, on any thread and without the lock, prepares lsize bytes of data (compressed
+ * with compress, checksummed); the prepared block counts against the memory limit (the
+ * reservation) until pool_sync_write_sealed writes it or pool_sealed_free frees it.
+ * pool_sync_write_sealed, only inside do_sync, is pool_sync_write of data, the lsize bytes s was
+ * prepared from, and consumes s, on failure too. With may_take (data then being a buffer from
+ * mem_alloc or arc_data_alloc of exactly lsize bytes), the cache takes data itself instead of a
+ * copy: *taken_out says so (only on success; data stays readable until the block is freed or the
+ * sync ends). Returns as pool_sync_write. */
+struct pool_sealed;
+SH_MUST_CHECK int pool_seal_block(struct pool *p, const void *data, uint32_t lsize,
+                                  enum blk_compress compress, struct pool_sealed **out);
+SH_MUST_CHECK int pool_sync_write_sealed(struct pool *p, struct pool_sealed *s, void *data,
+                                         bool may_take, bool *taken_out, uint8_t type,
+                                         uint8_t level, uint64_t fill, struct blk_ptr *bp_out);
+void pool_sealed_free(struct pool *p, struct pool_sealed *s);
 /* Only inside do_sync, for a block the owner wrote and allocated itself before the sync
  * (pool_iblock_alloc, birth = the syncing txg) and now references from the syncing dataset's
  * tree instead of writing its data again (block adoption): charges the block to the dataset's
@@ -394,6 +417,14 @@ struct pool {
 	 * the ARC. */
 	uint64_t p_sync_bytes;
 	uint64_t p_reserved_bytes;
+	/* Sealing (phase 0): bytes the sealed blocks not yet written hold (any thread), and the
+	 * sealed blocks phase 1 wrote (p_lock). The longest and the last phase 1, in us
+	 * (p_state_lock). */
+	_Atomic uint64_t p_sealed_bytes;
+	/* p_lock: phase 1's writes, in order, submitted after it (pool_writes_submit) */
+	struct pool_write *p_sync_queue, *p_sync_queue_tail;
+	uint64_t p_sealed_writes;
+	uint64_t p_build_last_us, p_build_max_us;
 
 	/* p_state_lock (after p_lock when both are taken): the sync thread's requests, durable
 	 * txgs, writes in flight, the log's waiting records, throttled callers. */
@@ -460,6 +491,9 @@ struct arc_key pool_arc_key(const struct blk_ptr *bp);
 bool pool_bp_valid(const struct pool *p, const struct blk_ptr *bp);
 /* The vdev of a valid bp. */
 struct blk_vdev *pool_bp_vdev(const struct pool *p, const struct blk_ptr *bp);
+/* Submits the writes phase 1 queued (pool_write_block, pool_sync_write_sealed), once it has
+ * released the lock. Takes p_lock briefly; pool_writes_wait waits for them. */
+void pool_writes_submit(struct pool *p);
 /* A write of any class and compression, for the sync's own writers. cache: keep a copy in the
  * ARC until the write is done. */
 int pool_write_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,

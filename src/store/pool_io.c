@@ -430,23 +430,17 @@ static void pool_write_done(void *arg, int status)
 	pthread_mutex_unlock(&p->p_state_lock);
 }
 
-int pool_write_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,
-                     enum space_class cls, uint8_t type, uint8_t level, uint64_t fill, bool cache,
-                     struct blk_ptr *bp_out)
+/* Places w, whose wr_prep is filled: allocates its space, fills its pointer (*bp_out too),
+ * caches its logical bytes (data: copied, or taken as the cached buffer when take is set; on
+ * failure it stays the caller's), and queues the write. On failure frees w and the allocation. */
+static int pool_write_place(struct pool *p, struct pool_write *w, void *data, bool take,
+                            enum space_class cls, uint8_t type, uint8_t level, uint64_t fill,
+                            bool cache, struct blk_ptr *bp_out)
 {
-	if (!p->p_in_sync || lsize == 0 || lsize > BLK_MAX_BLOCK_BYTES)
-		return -EINVAL;
-	struct pool_write *w = mem_zalloc(sizeof(*w));
-	if (!w)
-		return -ENOMEM;
-	int rc = blk_prepare(data, lsize, compress, &w->wr_prep);
-	if (rc != 0) {
-		mem_free(w);
-		return rc;
-	}
+	uint32_t lsize = w->wr_prep.bw_lsize;
 	uint32_t vdev;
 	uint64_t off;
-	rc = space_alloc(p->p_space, cls, SPACE_VDEV_ANY, w->wr_prep.bw_asize, &vdev, &off);
+	int rc = space_alloc(p->p_space, cls, SPACE_VDEV_ANY, w->wr_prep.bw_asize, &vdev, &off);
 	if (rc == -ENOSPC && cls == SPACE_CLASS_NORMAL)
 		rc = space_alloc(p->p_space, SPACE_CLASS_RESERVED, SPACE_VDEV_ANY,
 		                 w->wr_prep.bw_asize, &vdev, &off);
@@ -458,13 +452,17 @@ int pool_write_block(struct pool *p, const void *data, uint32_t lsize, enum blk_
 	blk_ptr_fill(&w->wr_bp, &w->wr_prep, vdev, off, type, level, p->p_syncing_txg, fill);
 	if (cache) {
 		/* R3: readable through the cache until it is on disk */
-		void *copy = arc_data_alloc(lsize);
-		if (!copy) {
-			rc = -ENOMEM;
+		struct arc_key key = pool_arc_key(&w->wr_bp);
+		if (take) {
+			rc = arc_insert_keep_on_error(p->p_arc, &key, data, lsize, &w->wr_buf);
 		} else {
-			memcpy(copy, data, lsize);
-			struct arc_key key = pool_arc_key(&w->wr_bp);
-			rc = arc_insert(p->p_arc, &key, copy, lsize, &w->wr_buf);
+			void *copy = arc_data_alloc(lsize);
+			if (copy) {
+				memcpy(copy, data, lsize);
+				rc = arc_insert(p->p_arc, &key, copy, lsize, &w->wr_buf);
+			} else {
+				rc = -ENOMEM;
+			}
 		}
 		if (rc != 0) {
 			/* never referenced: give the space back in the syncing txg */
@@ -483,7 +481,111 @@ int pool_write_block(struct pool *p, const void *data, uint32_t lsize, enum blk_
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_writes_pending++;
 	pthread_mutex_unlock(&p->p_state_lock);
-	blk_block_write(w->wr_vdev, &w->wr_bp, &w->wr_prep, pool_write_done, w);
+	/* Submitted when phase 1 lets the lock go (pool_writes_submit): the device's work then
+	 * does not compete for the CPU with the locked section. */
+	w->wr_next = NULL;
+	if (p->p_sync_queue)
+		p->p_sync_queue_tail->wr_next = w;
+	else
+		p->p_sync_queue = w;
+	p->p_sync_queue_tail = w;
+	return 0;
+}
+
+void pool_writes_submit(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_lock);
+	struct pool_write *w = p->p_sync_queue;
+	p->p_sync_queue = p->p_sync_queue_tail = NULL;
+	pthread_mutex_unlock(&p->p_lock);
+	while (w) { /* in allocation order */
+		struct pool_write *next = w->wr_next;
+		w->wr_next = NULL;
+		blk_block_write(w->wr_vdev, &w->wr_bp, &w->wr_prep, pool_write_done, w);
+		w = next;
+	}
+}
+
+int pool_write_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,
+                     enum space_class cls, uint8_t type, uint8_t level, uint64_t fill, bool cache,
+                     struct blk_ptr *bp_out)
+{
+	if (!p->p_in_sync || lsize == 0 || lsize > BLK_MAX_BLOCK_BYTES)
+		return -EINVAL;
+	struct pool_write *w = mem_zalloc(sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	int rc = blk_prepare(data, lsize, compress, &w->wr_prep);
+	if (rc != 0) {
+		mem_free(w);
+		return rc;
+	}
+	return pool_write_place(p, w, (void *)data, false, cls, type, level, fill, cache, bp_out);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Sealed blocks (prepared ahead of phase 1) */
+
+struct pool_sealed {
+	struct blk_prepared sl_prep;
+};
+
+int pool_seal_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,
+                    struct pool_sealed **out)
+{
+	if (lsize == 0 || lsize > BLK_MAX_BLOCK_BYTES)
+		return -EINVAL;
+	struct pool_sealed *s = mem_zalloc(sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	int rc = blk_prepare(data, lsize, compress, &s->sl_prep);
+	if (rc != 0) {
+		mem_free(s);
+		return rc;
+	}
+	atomic_fetch_add(&p->p_sealed_bytes, s->sl_prep.bw_asize);
+	*out = s;
+	return 0;
+}
+
+void pool_sealed_free(struct pool *p, struct pool_sealed *s)
+{
+	if (!s)
+		return;
+	atomic_fetch_sub(&p->p_sealed_bytes, s->sl_prep.bw_asize);
+	blk_prepared_fini(&s->sl_prep);
+	mem_free(s);
+}
+
+int pool_sync_write_sealed(struct pool *p, struct pool_sealed *s, void *data, bool may_take,
+                           bool *taken_out, uint8_t type, uint8_t level, uint64_t fill,
+                           struct blk_ptr *bp_out)
+{
+	*taken_out = false;
+	if (!p->p_in_sync) {
+		pool_sealed_free(p, s);
+		return -EINVAL;
+	}
+	struct pool_write *w = mem_zalloc(sizeof(*w));
+	if (!w) {
+		pool_sealed_free(p, s);
+		return -ENOMEM;
+	}
+	/* Its buffer moves into the write: phase 1's accounting (p_sync_bytes) from here on. */
+	atomic_fetch_sub(&p->p_sealed_bytes, s->sl_prep.bw_asize);
+	w->wr_prep = s->sl_prep;
+	mem_free(s);
+	int rc = pool_write_place(p, w, data, may_take, SPACE_CLASS_NORMAL, type, level, fill,
+	                          true, bp_out);
+	if (rc != 0)
+		return rc;
+	*taken_out = may_take;
+	p->p_sealed_writes++;
+	struct pool_ds *ds = p->p_sync_ds;
+	if (ds) {
+		ds->ds_used_bytes += bp_out->bp_asize;
+		ds->ds_record_dirty = true;
+	}
 	return 0;
 }
 

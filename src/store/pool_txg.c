@@ -105,7 +105,8 @@ int pool_txg_wait_synced(struct pool *p, uint64_t txg)
 
 void pool_mem_reserve_locked(struct pool *p, uint64_t dirty)
 {
-	uint64_t reserved = dirty + p->p_sync_bytes + (p->p_log ? ilog_buffer_bytes(p->p_log) : 0);
+	uint64_t reserved = dirty + p->p_sync_bytes + atomic_load(&p->p_sealed_bytes) +
+	                    (p->p_log ? ilog_buffer_bytes(p->p_log) : 0);
 	p->p_reserved_bytes = reserved;
 	arc_set_reserved(p->p_arc, reserved);
 }
@@ -141,7 +142,8 @@ static void pool_mem_trim(struct pool *p)
 
 /* One debug line per txg: where the memory is (MiB), and what the C library's allocator holds,
  * which shows fragmentation (heap bytes in use against bytes obtained from the system). */
-static void pool_mem_log(struct pool *p, uint64_t txg, uint64_t txg_dirty, uint64_t sync_ns)
+static void pool_mem_log(struct pool *p, uint64_t txg, uint64_t txg_dirty, uint64_t build_ns,
+                         uint64_t sync_ns)
 {
 	struct arc_stats as;
 	arc_stats(p->p_arc, &as);
@@ -155,10 +157,10 @@ static void pool_mem_log(struct pool *p, uint64_t txg, uint64_t txg_dirty, uint6
 	snprintf(heap, sizeof(heap), "; heap %zu (in use %zu, free %zu), mmapped %zu",
 	         mi.arena >> 20, mi.uordblks >> 20, mi.fordblks >> 20, mi.hblkhd >> 20);
 #endif
-	log_debug("pool %s: txg %" PRIu64 " (%" PRIu64 " dirty) synced in %" PRIu64
-	          " ms; arc %" PRIu64 " (held %" PRIu64 ", target %" PRIu64 " of %" PRIu64
+	log_debug("pool %s: txg %" PRIu64 " (%" PRIu64 " dirty) built in %" PRIu64
+	          " us under the lock, synced in %" PRIu64 " ms; arc %" PRIu64 " (held %" PRIu64 ", target %" PRIu64 " of %" PRIu64
 	          "), reserved %" PRIu64 ", dirty now %" PRIu64 ", log %" PRIu64 "%s",
-	          p->p_name, txg, txg_dirty >> 20, sync_ns / 1000000, as.as_size_bytes >> 20,
+	          p->p_name, txg, txg_dirty >> 20, build_ns / 1000, sync_ns / 1000000, as.as_size_bytes >> 20,
 	          as.as_held_bytes >> 20, as.as_target_bytes >> 20, as.as_max_bytes >> 20,
 	          reserved >> 20, dirty >> 20, log_bytes >> 20, heap);
 }
@@ -222,6 +224,35 @@ void pool_wake_throttled(struct pool *p, int status)
 
 /* ---------------------------------------------------------------------------------------------
  * One sync */
+
+/* Phase 0, without p_lock: each dataset's owner prepares (seals) the data blocks that phase 1
+ * would otherwise compress and checksum under the lock, while requests keep running. Bounded by
+ * the memory model: sealed blocks (a compressed copy and a cached copy of each) count in the
+ * reservation, and phase 0 stops at twice the dirty limit of them, the room the model gives the
+ * txg being written (pool.c), which is empty while phase 0 runs. A dataset stays loaded while
+ * its owner seals: only this thread unloads idle datasets, and a destroy (which skips those
+ * being sealed by waiting for this very sync) marks ds_destroying first. */
+static void pool_seal_ahead(struct pool *p)
+{
+	uint64_t limit = 2 * p->p_opts.po_dirty_max_bytes;
+	pthread_mutex_lock(&p->p_lock);
+	struct pool_ds *ds = p->p_datasets;
+	while (ds) {
+		uint64_t sealed = atomic_load(&p->p_sealed_bytes);
+		if (sealed >= limit || atomic_load(&p->p_suspended))
+			break;
+		if (ds->ds_ops && ds->ds_ops->do_seal && !ds->ds_destroying &&
+		    pool_owner_dirty(ds) > 0) {
+			uint64_t budget = limit - sealed;
+			pthread_mutex_unlock(&p->p_lock);
+			ds->ds_ops->do_seal(ds->ds_owner, &budget);
+			pthread_mutex_lock(&p->p_lock);
+			pool_mem_reserve_locked(p, pool_dirty_bytes(p));
+		}
+		ds = ds->ds_next;
+	}
+	pthread_mutex_unlock(&p->p_lock);
+}
 
 /* Phase 1, under p_lock with p_in_sync set: everything of txg into blocks, and the uberblock. */
 static int pool_sync_build(struct pool *p, uint64_t txg, struct blk_uberblock *ub,
@@ -363,6 +394,10 @@ int pool_sync_once(struct pool *p, bool forced)
 		mem_free(ub);
 		return 0;
 	}
+	pthread_mutex_unlock(&p->p_lock);
+	/* Phase 0 */
+	pool_seal_ahead(p);
+	pthread_mutex_lock(&p->p_lock);
 	/* Phase 1 */
 	uint64_t txg = p->p_open_txg++;
 	p->p_syncing_txg = txg;
@@ -379,8 +414,14 @@ int pool_sync_once(struct pool *p, bool forced)
 		rc = pool_sync_build(p, txg, ub, &pos);
 	}
 	p->p_in_sync = false;
+	uint64_t build_ns = clock_monotonic_ns() - t0_ns;
 	pool_mem_reserve_locked(p, pool_dirty_bytes(p));
 	pthread_mutex_unlock(&p->p_lock);
+	pool_writes_submit(p);
+	pthread_mutex_lock(&p->p_state_lock);
+	p->p_build_last_us = build_ns / 1000;
+	p->p_build_max_us = SH_MAX(p->p_build_max_us, p->p_build_last_us);
+	pthread_mutex_unlock(&p->p_state_lock);
 	/* Phase 2: the blocks, then the flush that makes them durable. */
 	int wrc = pool_writes_wait(p);
 	if (rc == 0)
@@ -420,7 +461,7 @@ int pool_sync_once(struct pool *p, bool forced)
 	pool_waiters_call(throttled, 0);
 	pool_mem_trim(p);
 	if (log_get_level() <= LOG_DEBUG)
-		pool_mem_log(p, txg, txg_dirty, clock_monotonic_ns() - t0_ns);
+		pool_mem_log(p, txg, txg_dirty, build_ns, clock_monotonic_ns() - t0_ns);
 	pthread_mutex_lock(&p->p_lock);
 	pool_ds_evict_idle(p);
 	uint64_t dirty = pool_dirty_bytes(p);

@@ -98,6 +98,11 @@
  * block's extent key (its old pointer, or the all-zero "being written" value), which makes the
  * tree path to it dirty: dirty nodes stay in memory until btree_sync, so zpl_sync's puts of the
  * new pointers cannot miss (the caller runs zpl_sync before btree_sync).
+ * A buffer is edited in place only while the table alone holds it (refs 1); one a READ reply or
+ * a sealing caller holds is replaced by a fresh copy instead, so held bytes never change.
+ * Sealing (zpl.h) builds on that: a buffer may carry the caller's block prepared from its bytes
+ * (db_seal), which every edit, and the buffer's leaving the table, drops; zpl_sync writes a
+ * sealed buffer through ze_write_sealed and may hand the buffer itself to the caller's cache.
  *
  * ---- Times ----
  * Every operation takes one "now" from ze_now (a replayed one, the time in its record) and uses it
@@ -949,6 +954,10 @@ int zpl_open(struct btree *tree, const struct zpl_env *env, uint32_t record_byte
 	if (zpl_dtab_init(&z->z_dtab) != 0) {
 		mem_free(z);
 		return -ENOMEM;
+	}
+	if (env->ze_write_sealed != NULL && env->ze_drop_seal != NULL) {
+		z->z_dtab.dt_drop_seal = env->ze_drop_seal;
+		z->z_dtab.dt_seal_ctx = env->ze_ctx;
 	}
 	*out = z;
 	return 0;

@@ -101,6 +101,18 @@ struct zpl_env {
 	 * freed through ze_free_block like any data block), or -errno to have the buffer written as
 	 * usual (ze_write_block). */
 	int (*ze_adopt_block)(void *ctx, const struct blk_ptr *bp, const void *data);
+	/* Sealing (zpl_seal_pick); both NULL, or both set. ze_write_sealed is called by zpl_sync
+	 * only, for a dirty buffer with a sealed block attached (zpl_seal_attach): data is the
+	 * buffer (lsize bytes, exactly those the block was prepared from). It writes the block as
+	 * ze_write_block would write the buffer, and consumes sealed, on failure too. With
+	 * may_take (nobody else holds the buffer), the callee may keep data itself (a mem_alloc
+	 * buffer) instead of copying it, and then sets *taken_out on success: data stays readable
+	 * until ze_free_block of *bp_out or the end of zpl_sync. ze_drop_seal frees a sealed block
+	 * that will not be written (its buffer changed, left, or the zpl closes); called wherever
+	 * the zpl's operations run. */
+	int (*ze_write_sealed)(void *ctx, void *sealed, void *data, bool may_take, bool *taken_out,
+	                       struct blk_ptr *bp_out);
+	void (*ze_drop_seal)(void *ctx, void *sealed);
 };
 
 struct zpl;
@@ -173,7 +185,7 @@ void zpl_cache_forget(struct zpl *z);
  * its log). */
 SH_MUST_CHECK int zpl_execute(struct zpl *z, struct fs_req *req, struct blk_ptr *missing_out);
 
-/* Writes every dirty data buffer through ze_write_block, stores the new block pointers in the
+/* Writes every dirty data buffer through ze_write_block (ze_write_sealed for a sealed one), stores the new block pointers in the
  * tree, frees the blocks they replace (ze_free_block) and forgets the buffers (READ holders keep
  * theirs). Never misses. The caller then runs btree_sync. *written_blocks_out (may be NULL) gets
  * the number of blocks written. Returns 0, or the first ze_write_block error or -ENOMEM: the
@@ -188,6 +200,32 @@ SH_MUST_CHECK int zpl_sync(struct zpl *z, uint64_t *written_blocks_out);
  * True when marked. */
 bool zpl_adopt(struct zpl *z, const struct fs_obj_id *obj, uint64_t off, const void *data,
                const struct blk_ptr *bp);
+
+/* Sealing: preparing the dirty buffers' blocks (compression, checksum: the costly part of a
+ * write) before zpl_sync, without the caller's lock, so that zpl_sync, which runs under it, has
+ * little left to do (ze_write_sealed). zpl_seal_pick, under the lock, hands out dirty buffers
+ * with no seal, each held: a held buffer is never edited in place (zpl_plan_block), so zs_data's
+ * zs_size bytes stay as they are while the entry exists and may be read on any thread. The
+ * caller prepares each (zs_sealed; NULL when it could not), then, under the lock again,
+ * zpl_seal_attach attaches each sealed block to its buffer if that buffer is still its block's
+ * dirty buffer, and releases the holds. Any later edit of a buffer drops its seal
+ * (ze_drop_seal), so zpl_sync only writes sealed blocks that hold the buffer's current bytes.
+ * *cursor (0 at first) carries the pick on from where the previous one stopped; returns the
+ * number of entries filled (at most max, about max_bytes of buffers), 0 when no buffer is left
+ * or the env has no sealing. */
+struct zpl_seal {
+	void *zs_buf;        /* the held buffer (zpl's) */
+	const void *zs_data; /* its bytes */
+	uint32_t zs_size;
+	void *zs_sealed;     /* the caller's: its sealed block, or NULL */
+};
+size_t zpl_seal_pick(struct zpl *z, uint64_t *cursor, struct zpl_seal *v, size_t max,
+                     uint64_t max_bytes);
+/* Under the lock, with the zpl that picked them. Entries whose zs_sealed is still set afterwards
+ * were not attached: their sealed blocks are the caller's to free. */
+void zpl_seal_attach(struct zpl *z, struct zpl_seal *v, size_t n);
+/* Releases the holds of entries whose zpl has closed since the pick (any thread). */
+void zpl_seal_release(struct zpl_seal *v, size_t n);
 
 /* Bytes of dirty data buffers zpl_sync has yet to write (the caller's dirty limit is its own). */
 uint64_t zpl_dirty_bytes(const struct zpl *z);

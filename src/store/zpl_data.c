@@ -55,12 +55,22 @@ void zpl_dbuf_rele(struct zpl_dbuf *db)
 	}
 }
 
+/* Drops db's seal, if it has one: its bytes are about to change, or it leaves the table. */
+static void zpl_dbuf_unseal(const struct zpl_dtab *dt, struct zpl_dbuf *db)
+{
+	if (db->db_seal != NULL) {
+		dt->dt_drop_seal(dt->dt_seal_ctx, db->db_seal);
+		db->db_seal = NULL;
+	}
+}
+
 void zpl_dtab_fini(struct zpl_dtab *dt)
 {
 	for (uint32_t i = 0; i < dt->dt_nbuckets; i++) {
 		struct zpl_dbuf *db = dt->dt_buckets[i];
 		while (db != NULL) {
 			struct zpl_dbuf *next = db->db_hnext;
+			zpl_dbuf_unseal(dt, db);
 			zpl_dbuf_rele(db);
 			db = next;
 		}
@@ -168,6 +178,7 @@ static void zpl_dtab_remove(struct zpl_dtab *dt, struct zpl_dbuf *db)
 	}
 	dt->dt_count--;
 	dt->dt_bytes -= db->db_size;
+	zpl_dbuf_unseal(dt, db);
 	zpl_dbuf_rele(db);
 }
 
@@ -230,6 +241,7 @@ static struct zpl_dbuf *zpl_dbuf_alloc(uint64_t obj, uint64_t blk, uint32_t size
 	db->db_blk = blk;
 	db->db_size = size;
 	db->db_adoptable = false;
+	db->db_seal = NULL;
 	atomic_init(&db->db_refs, 1);
 	db->db_hnext = db->db_onext = db->db_oprev = NULL;
 	return db;
@@ -244,9 +256,10 @@ void zpl_dchg_discard(struct zpl_dchg *dc)
 	dc->dc_dobj = NULL;
 }
 
-static void zpl_dchg_edit(struct zpl_dbuf *db, const struct zpl_dchg *dc)
+static void zpl_dchg_edit(const struct zpl_dtab *dt, struct zpl_dbuf *db, const struct zpl_dchg *dc)
 {
 	db->db_adoptable = false; /* its bytes change: no written block holds them */
+	zpl_dbuf_unseal(dt, db);
 	if (dc->dc_len > 0)
 		memcpy(db->db_data + dc->dc_off, dc->dc_src, dc->dc_len);
 	if (dc->dc_zero && dc->dc_zero_from < db->db_size)
@@ -261,14 +274,14 @@ void zpl_dchg_apply(struct zpl *z, struct zpl_dchg *dc)
 		/* The new buffer goes in before the old one leaves, so the object's list head
 		 * (which the old one may be alone on) stays. */
 		struct zpl_dbuf *old = zpl_dbuf_find(dt, dc->dc_obj, dc->dc_blk);
-		zpl_dchg_edit(dc->dc_fresh, dc);
+		zpl_dchg_edit(dt, dc->dc_fresh, dc);
 		zpl_dtab_insert(dt, dc->dc_fresh, &dc->dc_dobj);
 		dc->dc_fresh = NULL;
 		if (old != NULL)
 			zpl_dtab_remove(dt, old);
 		break;
 	}
-	case ZPL_DCHG_MODIFY: zpl_dchg_edit(dc->dc_existing, dc); break;
+	case ZPL_DCHG_MODIFY: zpl_dchg_edit(dt, dc->dc_existing, dc); break;
 	case ZPL_DCHG_DROP: zpl_dtab_drop_from(dt, dc->dc_obj, dc->dc_blk); break;
 	default: VERIFY(0);
 	}
@@ -777,8 +790,26 @@ int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 		}
 		bool adopted = db->db_adoptable && z->z_env.ze_adopt_block != NULL &&
 		               z->z_env.ze_adopt_block(z->z_env.ze_ctx, &db->db_adopt, db->db_data) == 0;
+		void *sealed = db->db_seal;
+		uint8_t *taken = NULL; /* db_data, now the env's */
+		db->db_seal = NULL;
 		if (adopted) {
 			bp = db->db_adopt;
+			if (sealed != NULL)
+				z->z_env.ze_drop_seal(z->z_env.ze_ctx, sealed);
+		} else if (sealed != NULL) {
+			/* Prepared from db_data, unchanged since (an edit would have dropped it). The
+			 * buffer leaves the table below: unless a READ holds it too, the env may keep
+			 * it instead of a copy. */
+			bool may_take =
+			    atomic_load_explicit(&db->db_refs, memory_order_acquire) == 1, took = false;
+			if ((rc = z->z_env.ze_write_sealed(z->z_env.ze_ctx, sealed, db->db_data,
+			                                   may_take, &took, &bp)) != 0)
+				break;
+			if (took) {
+				taken = db->db_data;
+				db->db_data = NULL;
+			}
 		} else if ((rc = z->z_env.ze_write_block(z->z_env.ze_ctx, db->db_data, db->db_size,
 		                                         &bp)) != 0) {
 			break;
@@ -786,6 +817,15 @@ int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 		blk_ptr_encode(&bp, enc);
 		if ((rc = btree_put(z->z_tree, key, sizeof(key), enc, sizeof(enc),
 		                    BTREE_PUT_REPLACE, NULL)) != 0) {
+			if (taken != NULL) {
+				/* the buffer stays dirty: it needs its bytes back (readable until
+				 * the block is freed) */
+				db->db_data = mem_alloc(db->db_size);
+				if (db->db_data != NULL)
+					memcpy(db->db_data, taken, db->db_size);
+				else
+					rc = -EIO; /* its bytes are lost: fail below */
+			}
 			z->z_env.ze_free_block(z->z_env.ze_ctx, &bp);
 			if (rc != -ENOMEM) {
 				zpl_fail(z, rc, "sync");
@@ -802,6 +842,58 @@ int zpl_sync(struct zpl *z, uint64_t *written_blocks_out)
 	if (written_blocks_out != NULL)
 		*written_blocks_out = written;
 	return rc;
+}
+
+size_t zpl_seal_pick(struct zpl *z, uint64_t *cursor, struct zpl_seal *v, size_t max,
+                     uint64_t max_bytes)
+{
+	struct zpl_dtab *dt = &z->z_dtab;
+	if (z->z_failed != 0 || dt->dt_drop_seal == NULL || z->z_env.ze_write_sealed == NULL)
+		return 0;
+	size_t n = 0;
+	uint64_t bytes = 0;
+	while (n < max && bytes < max_bytes && *cursor < dt->dt_nbuckets) {
+		for (struct zpl_dbuf *db = dt->dt_buckets[*cursor]; db != NULL; db = db->db_hnext) {
+			/* Buffers marked for adoption are not written; those handed out already
+			 * (or held by a READ) wait for another pass. */
+			if (n == max || db->db_seal != NULL || db->db_adoptable ||
+			    atomic_load_explicit(&db->db_refs, memory_order_acquire) != 1)
+				continue;
+			atomic_fetch_add_explicit(&db->db_refs, 1, memory_order_acq_rel);
+			v[n++] = (struct zpl_seal){.zs_buf = db, .zs_data = db->db_data,
+			                           .zs_size = db->db_size, .zs_sealed = NULL};
+			bytes += db->db_size;
+		}
+		if (n < max) /* the bucket was taken whole */
+			(*cursor)++;
+	}
+	return n;
+}
+
+void zpl_seal_attach(struct zpl *z, struct zpl_seal *v, size_t n)
+{
+	struct zpl_dtab *dt = &z->z_dtab;
+	for (size_t i = 0; i < n; i++) {
+		struct zpl_dbuf *db = v[i].zs_buf;
+		/* Unchanged since the pick (its hold kept edits out of place, zpl_plan_block), and
+		 * still the block's dirty buffer: the sealed block holds its bytes. */
+		if (v[i].zs_sealed != NULL && z->z_failed == 0 && db->db_seal == NULL &&
+		    !db->db_adoptable && zpl_dbuf_find(dt, db->db_obj, db->db_blk) == db) {
+			db->db_seal = v[i].zs_sealed;
+			v[i].zs_sealed = NULL;
+		}
+		zpl_dbuf_rele(db);
+		v[i].zs_buf = NULL;
+	}
+}
+
+void zpl_seal_release(struct zpl_seal *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].zs_buf != NULL)
+			zpl_dbuf_rele(v[i].zs_buf);
+		v[i].zs_buf = NULL;
+	}
 }
 
 bool zpl_adopt(struct zpl *z, const struct fs_obj_id *obj, uint64_t off, const void *data,

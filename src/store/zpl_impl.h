@@ -150,6 +150,9 @@ struct zpl_dbuf {
 	 * exactly db_data; cleared by any change of the buffer. */
 	bool db_adoptable;
 	struct blk_ptr db_adopt;
+	/* Sealing (zpl_seal_pick): the caller's block prepared from exactly db_data, or NULL.
+	 * Dropped (ze_drop_seal) by any change of the buffer and when it leaves the table. */
+	void *db_seal;
 };
 
 /* The object's list head, in a second hash by object id. */
@@ -167,6 +170,9 @@ struct zpl_dtab {
 	uint32_t dt_nobuckets;
 	uint64_t dt_ocount;
 	uint64_t dt_bytes; /* sum of db_size */
+	/* The env's ze_drop_seal and ze_ctx, for buffers that leave with a seal (NULL: none). */
+	void (*dt_drop_seal)(void *ctx, void *sealed);
+	void *dt_seal_ctx;
 };
 
 /* ---- the inode cache (zpl.c) ----

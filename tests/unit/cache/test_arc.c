@@ -834,6 +834,27 @@ static void test_insert_zero_copy(void)
 	mem_fail_after(-1);
 	bool ok = true;
 	CHECK(access_key(arc, 22, BLK, &ok) == ARC_HIT && ok); /* the filled copy is untouched */
+	/* arc_insert_keep_on_error: the same, except that a refused buffer stays the caller's
+	 * (freed here once; freeing it twice or never would show under the sanitizers) */
+	void *mine = arc_data_alloc(BLK);
+	CHECK(mine != NULL);
+	pattern_write(mine, BLK, 23);
+	CHECK(arc_insert_keep_on_error(arc, &k2, mine, 0, NULL) == -EINVAL);
+	mem_fail_after(0);
+	CHECK(arc_insert_keep_on_error(arc, &k2, mine, BLK, &b) == -ENOMEM && b == NULL);
+	mem_fail_after(-1);
+	CHECK(pattern_ok(mine, BLK, 23));
+	struct arc_key k3 = key_of(23);
+	CHECK(arc_lookup(arc, &k3, BLK, &filler) == ARC_MISS_FILL);
+	CHECK(arc_insert_keep_on_error(arc, &k3, mine, BLK, NULL) == -EBUSY);
+	CHECK(pattern_ok(mine, BLK, 23));
+	pattern_write(arc_buf_data(filler), BLK, 23);
+	arc_fill_done(arc, filler, 0);
+	arc_rele(arc, filler);
+	CHECK(arc_remove(arc, &k3));
+	CHECK(arc_insert_keep_on_error(arc, &k3, mine, BLK, &b) == 0 && arc_buf_data(b) == mine);
+	arc_rele(arc, b);
+	CHECK(access_key(arc, 23, BLK, &ok) == ARC_HIT && ok);
 
 	/* Inserts obey the limit like fills. */
 	arc_set_max(arc, 8 * BLK);

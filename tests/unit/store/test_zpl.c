@@ -2466,6 +2466,159 @@ static void test_adopt(void)
 	env_free(e);
 }
 
+/* Sealing: blocks prepared from picked buffers are written by zpl_sync (ze_write_sealed) only
+ * while they hold the buffer's current bytes. A buffer edited while handed out is not sealed; one
+ * edited after its seal was attached loses it (ze_drop_seal); buffers truncated away, and those
+ * left at close, drop theirs. The env's sealed block is a copy of the bytes it was made from, so
+ * a stale seal written by zpl_sync would show as old data on reading back. */
+struct test_sealed {
+	uint32_t ts_len;
+	uint8_t ts_bytes[];
+};
+static unsigned g_sealed_live, g_sealed_written, g_sealed_dropped;
+/* Buffers the env took (ze_write_sealed's may_take): freed after the sync, when it may. */
+static void *g_taken[64];
+static unsigned g_ntaken;
+
+static int env_write_sealed(void *ctx, void *sealed, void *data, bool may_take, bool *taken,
+                            struct blk_ptr *bp)
+{
+	struct test_sealed *ts = sealed;
+	CHECK(memcmp(ts->ts_bytes, data, ts->ts_len) == 0); /* the buffer is what was sealed */
+	int rc = env_write_block(ctx, ts->ts_bytes, ts->ts_len, bp);
+	free(ts);
+	g_sealed_live--;
+	g_sealed_written += rc == 0;
+	if (rc == 0 && may_take && g_ntaken < 64) {
+		g_taken[g_ntaken++] = data;
+		*taken = true;
+	}
+	return rc;
+}
+
+static void free_taken(void)
+{
+	for (unsigned i = 0; i < g_ntaken; i++)
+		mem_free(g_taken[i]);
+	g_ntaken = 0;
+}
+
+static void env_drop_seal(void *ctx, void *sealed)
+{
+	(void)ctx;
+	free(sealed);
+	g_sealed_live--;
+	g_sealed_dropped++;
+}
+
+/* Picks every dirty buffer and seals it; edit (may be NULL) runs between the pick and the attach,
+ * as the loop's requests do while the sync thread prepares. Returns the seals attached. */
+static unsigned seal_all(struct tenv *e, void (*edit)(struct tenv *e, void *arg), void *arg)
+{
+	struct zpl_seal v[64];
+	uint64_t cursor = 0;
+	size_t n = zpl_seal_pick(e->e_z, &cursor, v, 64, UINT64_MAX);
+	CHECK(n < 64);
+	for (size_t i = 0; i < n; i++) {
+		struct test_sealed *ts = malloc(sizeof(*ts) + v[i].zs_size);
+		VERIFY(ts != NULL);
+		ts->ts_len = v[i].zs_size;
+		memcpy(ts->ts_bytes, v[i].zs_data, v[i].zs_size);
+		v[i].zs_sealed = ts;
+		g_sealed_live++;
+	}
+	if (edit != NULL)
+		edit(e, arg);
+	zpl_seal_attach(e->e_z, v, n);
+	unsigned attached = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].zs_sealed == NULL) {
+			attached++;
+			continue;
+		}
+		free(v[i].zs_sealed);
+		g_sealed_live--;
+	}
+	return attached;
+}
+
+static uint8_t g_seal_data[4 * 65536];
+static struct fs_obj_id g_seal_file;
+
+static void seal_edit_block1(struct tenv *e, void *arg)
+{
+	(void)arg;
+	g_seal_data[65536 + 7] ^= 0x5a;
+	CHECK(t_write(e, &g_seal_file, 65536 + 7, &g_seal_data[65536 + 7], 1) == 0);
+}
+
+static void test_seal(void)
+{
+	enum { B = 65536 };
+	struct tenv *e = env_new_ex(16384, B);
+	struct fs_obj_id root = t_root(e), g;
+	static uint8_t back[4 * B];
+	uint64_t cursor = 0;
+	struct zpl_seal none[1];
+	/* without the env's sealing, nothing is handed out */
+	fill_bytes(g_seal_data, sizeof(g_seal_data), 21);
+	CHECK(t_create(e, &root, "f", 0644, &g_seal_file) == 0);
+	CHECK(t_write(e, &g_seal_file, 0, g_seal_data, sizeof(g_seal_data)) == 0);
+	CHECK(zpl_seal_pick(e->e_z, &cursor, none, 1, UINT64_MAX) == 0);
+	e->e_env.ze_write_sealed = env_write_sealed;
+	e->e_env.ze_drop_seal = env_drop_seal;
+	env_reopen(e);
+	g_sealed_live = g_sealed_written = g_sealed_dropped = 0;
+
+	/* 1: four sealed buffers, all written sealed */
+	fill_bytes(g_seal_data, sizeof(g_seal_data), 22);
+	CHECK(t_write(e, &g_seal_file, 0, g_seal_data, sizeof(g_seal_data)) == 0);
+	CHECK(seal_all(e, NULL, NULL) == 4);
+	uint64_t writes = e->e_st.ms_data_writes;
+	CHECK(env_sync(e) == 0);
+	CHECK(g_sealed_written == 4 && g_sealed_live == 0 && e->e_st.ms_data_writes == writes + 4);
+	CHECK(g_ntaken == 4);
+	free_taken();
+
+	/* 2: block 1 edited while handed out: the edit goes into a new buffer and its seal is
+	 * not attached; the other three are */
+	fill_bytes(g_seal_data, sizeof(g_seal_data), 23);
+	CHECK(t_write(e, &g_seal_file, 0, g_seal_data, sizeof(g_seal_data)) == 0);
+	CHECK(seal_all(e, seal_edit_block1, NULL) == 3);
+	g_sealed_written = 0;
+	CHECK(env_sync(e) == 0);
+	CHECK(g_sealed_written == 3 && g_sealed_live == 0);
+	free_taken();
+
+	/* 3: edits after the attach drop the seals of blocks 0 and 2; truncation drops block 3's */
+	fill_bytes(g_seal_data, sizeof(g_seal_data), 24);
+	CHECK(t_write(e, &g_seal_file, 0, g_seal_data, sizeof(g_seal_data)) == 0);
+	CHECK(seal_all(e, NULL, NULL) == 4);
+	g_seal_data[3] ^= 1;
+	g_seal_data[2 * B + 9] ^= 1;
+	CHECK(t_write(e, &g_seal_file, 3, &g_seal_data[3], 1) == 0);
+	CHECK(t_write(e, &g_seal_file, 2 * B + 9, &g_seal_data[2 * B + 9], 1) == 0);
+	CHECK(t_truncate(e, &g_seal_file, 3 * B) == 0);
+	CHECK(g_sealed_dropped == 3 && g_sealed_live == 1);
+	g_sealed_written = 0;
+	CHECK(env_sync(e) == 0);
+	CHECK(g_sealed_written == 1 && g_sealed_live == 0);
+	free_taken();
+
+	env_reopen(e);
+	CHECK(read_all(e, &g_seal_file, 0, back, 3 * B) && memcmp(back, g_seal_data, 3 * B) == 0);
+	CHECK_SOUND(e);
+
+	/* 4: seals left at close are dropped */
+	CHECK(t_create(e, &root, "g", 0644, &g) == 0);
+	CHECK(t_write(e, &g, 0, g_seal_data, B) == 0);
+	CHECK(seal_all(e, NULL, NULL) == 1 && g_sealed_live == 1);
+	zpl_close(e->e_z);
+	e->e_z = NULL;
+	CHECK(g_sealed_live == 0);
+	env_free(e);
+}
+
 /* The inode cache: after a random mix of changes over more files than it holds, every object's
  * attributes read through it are those a fresh zpl reads from the tree; a cached inode is served
  * without the tree (no block loaded with every image forgotten); a removed object is stale at
@@ -2684,6 +2837,7 @@ int main(void)
 	TAP_RUN(test_enomem);
 	TAP_RUN(test_inode_cache);
 	TAP_RUN(test_adopt);
+	TAP_RUN(test_seal);
 	TAP_RUN(test_create_lookup_cold);
 	TAP_RUN(test_exclusive_cold);
 	TAP_RUN(test_mkdir_rmdir_cold);
