@@ -93,7 +93,7 @@ struct rpc_call {
 	struct rpc_conn *rc_conn;       /* holds a reference on the connection until the call is freed */
 	uint8_t *rc_record;             /* the received record; owned by the call until it finishes */
 	size_t rc_record_len;
-	bool rc_record_pooled;          /* rc_record belongs to the loop's large-record pool */
+	struct rpc_buf_pool *rc_record_pool; /* the loop's pool rc_record belongs to; NULL: heap */
 	uint8_t *rc_reply_buf;          /* record mark + reply header + result body (rpc_call_res_init) */
 	size_t rc_reply_cap;            /* bytes of rc_reply_buf (kept when the call is recycled) */
 	bool rc_has_res;                /* rpc_call_res_init succeeded: rc_res writes into it */

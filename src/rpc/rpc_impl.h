@@ -66,15 +66,17 @@ struct rpc_rm {
 	uint8_t *rm_buf;       /* the record so far; owned by the reassembler until handed out */
 	size_t rm_len;
 	size_t rm_cap;
-	struct rpc_buf_pool *rm_pool; /* optional: where large records get their buffer */
-	bool rm_pooled;        /* rm_buf came from rm_pool */
-	bool rm_out_pooled;    /* the record last handed out came from rm_pool (return it there) */
+	struct rpc_buf_pool *rm_pool;       /* optional: where large records get their buffer */
+	struct rpc_buf_pool *rm_small_pool; /* optional: where small records get theirs */
+	struct rpc_buf_pool *rm_buf_pool;   /* the pool rm_buf came from; NULL: the heap */
+	struct rpc_buf_pool *rm_out_pool;   /* the same for the record last handed out */
 };
 void rpc_rm_init(struct rpc_rm *rm, size_t max_record_bytes);
 /* Lets records whose fragment runs past RPC_RM_POOL_MIN bytes take a buffer from pool (whose
- * buffers must hold max_record_bytes). After a record is handed out, rm_out_pooled says whether
- * its buffer goes back with rpc_buf_pool_put instead of mem_free. */
-void rpc_rm_set_pool(struct rpc_rm *rm, struct rpc_buf_pool *pool);
+ * buffers must hold max_record_bytes), and records whose first fragment fits small's buffers take
+ * one of those (small may be NULL). After a record is handed out, rm_out_pool says where its
+ * buffer goes back (rpc_buf_pool_put; NULL: mem_free). */
+void rpc_rm_set_pools(struct rpc_rm *rm, struct rpc_buf_pool *pool, struct rpc_buf_pool *small);
 #define RPC_RM_POOL_MIN (64u * 1024u)
 /* Frees any partial record. */
 void rpc_rm_fini(struct rpc_rm *rm);
@@ -99,7 +101,7 @@ int rpc_rm_body_commit(struct rpc_rm *rm, size_t n, uint8_t **record_out, size_t
  * whatever the record's size) the bytes received into it. */
 static inline size_t rpc_rm_buffered(const struct rpc_rm *rm)
 {
-	return rm->rm_pooled ? rm->rm_len : rm->rm_cap;
+	return rm->rm_buf_pool && rm->rm_buf_pool == rm->rm_pool ? rm->rm_len : rm->rm_cap;
 }
 /* True when no partial record (not even a partial header) is pending. */
 static inline bool rpc_rm_idle(const struct rpc_rm *rm)

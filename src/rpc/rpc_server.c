@@ -37,7 +37,8 @@
  *   - cn_rm (per connection): the partial record being reassembled (rpc_record.c). The body of
  *     a large fragment (a big WRITE) is read straight into its record buffer, which comes from
  *     the loop's pool of RPC_POOL_BUFS record-sized buffers when one is free (rl_pool), and goes
- *     back there when its call is freed.
+ *     back there when its call is freed; a small record (most calls but WRITE) takes one of the
+ *     loop's RPC_SMALL_RECORD_BYTES buffers (rl_small_pool) the same way.
  *   - rc_record: a complete record, owned by its call until the call finishes; the handler's
  *     decoded opaques point into it.
  *   - rc_reply_buf / rc_small: 4 bytes of record mark, the reply header, then the result body;
@@ -93,6 +94,9 @@
 /* Large-record buffers a loop keeps (rpc_record.c rule 4): enough for a few connections
  * streaming 1 MiB WRITEs with some in flight each, small next to the receive budget. */
 #define RPC_POOL_BUFS 8u
+/* Small records (rpc_record.c rule 5): buffers of this many bytes, at most this many per loop. */
+#define RPC_SMALL_RECORD_BYTES 512u
+#define RPC_SMALL_POOL_BUFS 1024u
 /* A fragment body with at least this much still to come is read straight into its record. */
 #define RPC_DIRECT_READ_MIN (16u * 1024u)
 #define RPC_WRITEV_IOVS 64           /* iovecs gathered per writev (well under IOV_MAX) */
@@ -176,7 +180,8 @@ struct rpc_loop {
 	struct loop_timer rl_idle_timer;
 	bool rl_timer_armed;
 	uint8_t *rl_scratch;
-	struct rpc_buf_pool rl_pool; /* large-record buffers of this loop's connections */
+	struct rpc_buf_pool rl_pool;       /* large-record buffers of this loop's connections */
+	struct rpc_buf_pool rl_small_pool; /* small-record buffers of the same (rpc_record.c) */
 	struct rpc_call *rl_free_calls; /* freed calls kept for reuse, with their reply buffers */
 	unsigned rl_nfree_calls;
 	size_t rl_in_bytes; /* received bytes held by this loop's connections and calls */
@@ -282,11 +287,11 @@ static size_t rpc_conn_buffered(const struct rpc_conn *conn)
 	return rpc_rm_buffered(&conn->cn_rm) + conn->cn_in_held + conn->cn_out_bytes;
 }
 
-/* Frees a received record: back to the loop's pool if it came from there. */
-static void rpc_record_free(struct rpc_loop *rl, uint8_t *record, bool pooled)
+/* Frees a received record: back to the loop's pool it came from (NULL: the heap). */
+static void rpc_record_free(uint8_t *record, struct rpc_buf_pool *pool)
 {
-	if (pooled)
-		rpc_buf_pool_put(&rl->rl_pool, record);
+	if (pool)
+		rpc_buf_pool_put(pool, record);
 	else
 		mem_free(record);
 }
@@ -356,7 +361,7 @@ static void rpc_call_free(struct rpc_call *call)
 		release(call->rc_bulk_arg);
 	}
 	if (call->rc_record)
-		rpc_record_free(conn->cn_rl, call->rc_record, call->rc_record_pooled);
+		rpc_record_free(call->rc_record, call->rc_record_pool);
 	rpc_call_recycle(conn ? conn->cn_rl : NULL, call);
 	if (conn) {
 		atomic_fetch_sub_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_release);
@@ -547,9 +552,9 @@ static void rpc_call_finish(struct rpc_call *call, bool send)
 	ASSERT(loop_on_thread(call->rc_loop) || conn->cn_srv->rs_stopped || !conn->cn_srv->rs_started);
 	rpc_conn_hold(conn); /* freeing the call below may otherwise free a closed conn */
 
-	rpc_record_free(conn->cn_rl, call->rc_record, call->rc_record_pooled);
+	rpc_record_free(call->rc_record, call->rc_record_pool);
 	call->rc_record = NULL;
-	call->rc_record_pooled = false;
+	call->rc_record_pool = NULL;
 	conn->cn_in_held -= call->rc_record_len;
 	call->rc_record_len = 0;
 	conn->cn_inflight--;
@@ -724,9 +729,10 @@ static void rpc_call_replay(struct rpc_call *call, uint8_t *reply, size_t len)
 	rpc_call_finish(call, true);
 }
 
-/* Takes ownership of record (len bytes, from peer; pooled: from the loop's pool) and runs the
- * call it holds. */
-static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len, bool pooled,
+/* Takes ownership of record (len bytes, from peer; from pool, one of the loop's, or the heap when
+ * NULL) and runs the call it holds. */
+static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len,
+                              struct rpc_buf_pool *pool,
 			      const struct sockaddr_storage *peer, socklen_t peer_len)
 {
 	struct rpc_call_hdr hdr;
@@ -735,13 +741,13 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 	enum rpc_parse_result pr = rpc_msg_parse_call(record, len, &hdr, &args, &auth_stat);
 	if (pr == RPC_PARSE_DROP) {
 		log_ratelimited(LOG_WARN, "rpc: dropped a %zu-byte message that is not an RPC call", len);
-		rpc_record_free(conn->cn_rl, record, pooled);
+		rpc_record_free(record, pool);
 		return;
 	}
 	struct rpc_call *call = rpc_call_alloc(conn->cn_rl);
 	if (!call) {
 		log_ratelimited(LOG_WARN, "rpc: no memory for a call; dropped");
-		rpc_record_free(conn->cn_rl, record, pooled);
+		rpc_record_free(record, pool);
 		return;
 	}
 	call->rc_xid = hdr.rch_xid;
@@ -757,7 +763,7 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 	call->rc_conn = conn;
 	call->rc_record = record;
 	call->rc_record_len = len;
-	call->rc_record_pooled = pooled;
+	call->rc_record_pool = pool;
 	call->rc_start_ns = clock_monotonic_ns();
 	rpc_conn_hold(conn);
 	atomic_fetch_add_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_relaxed);
@@ -822,10 +828,10 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 static bool rpc_conn_take_record(struct rpc_conn *conn, uint8_t *record, size_t record_len)
 {
 	struct rpc_loop *rl = conn->cn_rl;
-	bool pooled = conn->cn_rm.rm_out_pooled;
+	struct rpc_buf_pool *pool = conn->cn_rm.rm_out_pool;
 	if (rl->rl_in_bytes > rl->rl_in_budget) {
 		if (record)
-			rpc_record_free(rl, record, pooled);
+			rpc_record_free(record, pool);
 		log_ratelimited(LOG_WARN, "rpc: loop %u over its receive budget; closing a connection",
 				loop_index(rl->rl_loop));
 		rpc_conn_close(conn, NULL);
@@ -833,7 +839,7 @@ static bool rpc_conn_take_record(struct rpc_conn *conn, uint8_t *record, size_t 
 	}
 	conn->cn_last_active_ns = clock_monotonic_ns();
 	if (record)
-		rpc_conn_dispatch(conn, record, record_len, pooled, &conn->cn_peer, conn->cn_peer_len);
+		rpc_conn_dispatch(conn, record, record_len, pool, &conn->cn_peer, conn->cn_peer_len);
 	else
 		log_ratelimited(LOG_WARN, "rpc: dropped an empty record");
 	return true;
@@ -972,7 +978,7 @@ static void rpc_udp_on_event(struct loop_watch *watch, uint32_t events)
 		if (!record)
 			continue;
 		memcpy(record, rl->rl_scratch, (size_t)n);
-		rpc_conn_dispatch(conn, record, (size_t)n, false, &peer, peer_len);
+		rpc_conn_dispatch(conn, record, (size_t)n, NULL, &peer, peer_len);
 	}
 }
 
@@ -1055,7 +1061,7 @@ static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
 			close(fd);
 			continue;
 		}
-		rpc_rm_set_pool(&conn->cn_rm, &rl->rl_pool);
+		rpc_rm_set_pools(&conn->cn_rm, &rl->rl_pool, &rl->rl_small_pool);
 		memcpy(&conn->cn_peer, &peer, peer_len);
 		conn->cn_peer_len = peer_len;
 		if (loop_watch_add(rl->rl_loop, &conn->cn_watch, fd, LOOP_IN, rpc_conn_on_event, conn) < 0) {
@@ -1125,8 +1131,16 @@ int rpc_server_create(const struct rpc_server_config *config, struct rpc_server 
 			mem_free(rl->rl_scratch);
 			goto out_free_loops;
 		}
+		rc = rpc_buf_pool_init(&rl->rl_small_pool, RPC_SMALL_RECORD_BYTES,
+		                       RPC_SMALL_POOL_BUFS);
+		if (rc < 0) {
+			rpc_buf_pool_fini(&rl->rl_pool);
+			mem_free(rl->rl_scratch);
+			goto out_free_loops;
+		}
 		rc = loop_create(&rl->rl_loop);
 		if (rc < 0) {
+			rpc_buf_pool_fini(&rl->rl_small_pool);
 			rpc_buf_pool_fini(&rl->rl_pool);
 			mem_free(rl->rl_scratch);
 			goto out_free_loops;
@@ -1138,6 +1152,7 @@ out_free_loops:
 	while (srv->rs_nloops-- > 0) {
 		loop_destroy(srv->rs_loops[srv->rs_nloops].rl_loop);
 		rpc_buf_pool_fini(&srv->rs_loops[srv->rs_nloops].rl_pool);
+		rpc_buf_pool_fini(&srv->rs_loops[srv->rs_nloops].rl_small_pool);
 		mem_free(srv->rs_loops[srv->rs_nloops].rl_scratch);
 	}
 	mem_free(srv->rs_loops);
@@ -1590,6 +1605,7 @@ void rpc_server_destroy(struct rpc_server *srv)
 		loop_destroy(srv->rs_loops[l].rl_loop);
 		rpc_loop_free_calls(&srv->rs_loops[l]);
 		rpc_buf_pool_fini(&srv->rs_loops[l].rl_pool);
+		rpc_buf_pool_fini(&srv->rs_loops[l].rl_small_pool);
 		mem_free(srv->rs_loops[l].rl_scratch);
 		mem_free(srv->rs_loops[l].rl_udp);
 	}

@@ -102,8 +102,9 @@
  * and the allocator's overhead: the rest of the server's footprint beside C. The server limits
  * glibc's arenas (server.c) so that memory one thread frees can be reused by another instead of
  * staying resident in its arena, and the sync thread gives whole free heap pages back to the
- * system when more than C / 8 of the heap is free, at most every 100 ms (pool_txg.c), so that
- * holes which blocks of another size cannot reuse do not stay resident.
+ * system when the process is resident above C and more than C / 8 of the heap is free, at most
+ * every 100 ms (pool_txg.c), so that holes which blocks of another size cannot reuse do not stay
+ * resident.
  *
  * Rules.
  *   R1 (p_lock) Every tree, the allocator, the datasets, the open txg and the framing of log

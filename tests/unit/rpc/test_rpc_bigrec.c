@@ -45,6 +45,12 @@ static unsigned nparked;
 static struct rpc_call *releaser;
 static uint32_t release_want;
 
+/* The record came from the loop's large-record pool (small records have a pool of their own). */
+static bool large_pooled(const struct rpc_call *call)
+{
+	return call->rc_record_pool && call->rc_record_pool->bp_buf_bytes > RPC_RM_POOL_MIN;
+}
+
 static void sum_reply(struct rpc_call *call, const uint8_t *data, uint32_t len)
 {
 	uint64_t h = sh_hash64(data, len, HASH_SEED);
@@ -55,7 +61,7 @@ static void sum_reply(struct rpc_call *call, const uint8_t *data, uint32_t len)
 	xdr_put_u32(&call->rc_res, len);
 	xdr_put_u32(&call->rc_res, (uint32_t)(h >> 32));
 	xdr_put_u32(&call->rc_res, (uint32_t)h);
-	xdr_put_u32(&call->rc_res, call->rc_record_pooled ? 1u : 0u);
+	xdr_put_u32(&call->rc_res, large_pooled(call) ? 1u : 0u);
 	rpc_reply_success(call);
 }
 
@@ -65,7 +71,7 @@ static void release_all(void)
 	releaser = NULL;
 	uint32_t pooled = 0, heap = 0, n = nparked;
 	for (unsigned i = 0; i < n; i++) {
-		if (park[i].pk_call->rc_record_pooled)
+		if (large_pooled(park[i].pk_call))
 			pooled++;
 		else
 			heap++;

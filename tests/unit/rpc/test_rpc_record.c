@@ -200,7 +200,7 @@ static uint8_t *feed_chunks(struct rpc_rm *rm, const uint8_t *stream, size_t n, 
 			CHECK(off == n);
 			out = rec;
 			*rec_len_out = rec_len;
-			*pooled_out = rm->rm_out_pooled;
+			*pooled_out = rm->rm_out_pool != NULL;
 		}
 	}
 	CHECK(records == 1);
@@ -225,7 +225,7 @@ static void record_pool_large_records(void)
 	CHECK(rpc_buf_pool_init(&pool, POOL_REC_MAX, 2) == 0);
 	struct rpc_rm rm;
 	rpc_rm_init(&rm, POOL_REC_MAX);
-	rpc_rm_set_pool(&rm, &pool);
+	rpc_rm_set_pools(&rm, &pool, NULL);
 	uint8_t *body = mem_alloc(POOL_REC_MAX);
 	uint8_t *stream = mem_alloc(POOL_REC_MAX + 64);
 	VERIFY(body && stream);
@@ -254,6 +254,55 @@ static void record_pool_large_records(void)
 	mem_free(stream);
 }
 
+/* Small records (rule 5): a record whose first fragment fits a small buffer takes one, and
+ * gives it back; one that outgrows it in a later fragment moves to the heap intact; a larger
+ * first fragment never takes one; with every small buffer held, the next record uses the heap. */
+static void record_pool_small_records(void)
+{
+	struct rpc_buf_pool large, small;
+	CHECK(rpc_buf_pool_init(&large, POOL_REC_MAX, 2) == 0);
+	CHECK(rpc_buf_pool_init(&small, 512, 2) == 0);
+	struct rpc_rm rm;
+	rpc_rm_init(&rm, POOL_REC_MAX);
+	rpc_rm_set_pools(&rm, &large, &small);
+	uint8_t body[3000], stream[3200];
+	uint8_t *held[3];
+	/* 1: two 200-byte records take the two small buffers, the third uses the heap */
+	for (int k = 0; k < 3; k++) {
+		fill_pattern(body, 200, 70u + (uint32_t)k);
+		size_t n = 0, rec_len = 0;
+		put_fragment(stream, &n, body, 200, true);
+		bool pooled = false;
+		held[k] = feed_chunks(&rm, stream, n, 7, &rec_len, &pooled);
+		CHECK(held[k] && rec_len == 200 && memcmp(held[k], body, 200) == 0);
+		CHECK(rm.rm_out_pool == (k < 2 ? &small : NULL));
+	}
+	CHECK(small.bp_allocated == 2 && small.bp_nfree == 0);
+	rpc_buf_pool_put(&small, held[0]);
+	rpc_buf_pool_put(&small, held[1]);
+	mem_free(held[2]);
+	/* 2: a first fragment of 300 bytes, then one of 2000: the record leaves its small buffer */
+	fill_pattern(body, 2300, 80);
+	size_t n = 0, rec_len = 0;
+	put_fragment(stream, &n, body, 300, false);
+	put_fragment(stream, &n, body + 300, 2000, true);
+	bool pooled = true;
+	uint8_t *rec = feed_chunks(&rm, stream, n, 100, &rec_len, &pooled);
+	CHECK(rec && rec_len == 2300 && memcmp(rec, body, 2300) == 0 && !pooled);
+	CHECK(small.bp_nfree == 2); /* the small buffer went back */
+	mem_free(rec);
+	/* 3: a first fragment above 512 bytes starts on the heap */
+	n = 0;
+	put_fragment(stream, &n, body, 513, true);
+	rec = feed_chunks(&rm, stream, n, 4096, &rec_len, &pooled);
+	CHECK(rec && rec_len == 513 && memcmp(rec, body, 513) == 0 && !pooled);
+	mem_free(rec);
+	CHECK(small.bp_allocated == 2 && small.bp_nfree == 2);
+	rpc_rm_fini(&rm);
+	rpc_buf_pool_fini(&small);
+	rpc_buf_pool_fini(&large);
+}
+
 /* With every pool buffer held by a record not yet freed, the next large record grows on the
  * heap as before; a failed pool allocation also falls back to the heap without counting a
  * buffer that does not exist. */
@@ -263,7 +312,7 @@ static void record_pool_exhausted_uses_heap(void)
 	CHECK(rpc_buf_pool_init(&pool, POOL_REC_MAX, 2) == 0);
 	struct rpc_rm rm;
 	rpc_rm_init(&rm, POOL_REC_MAX);
-	rpc_rm_set_pool(&rm, &pool);
+	rpc_rm_set_pools(&rm, &pool, NULL);
 	uint8_t *body = mem_alloc(POOL_REC_MAX);
 	uint8_t *stream = mem_alloc(POOL_REC_MAX + 64);
 	VERIFY(body && stream);
@@ -296,7 +345,7 @@ static void record_pool_exhausted_uses_heap(void)
 	/* A pool whose allocation fails: the record is received on the heap. */
 	CHECK(rpc_buf_pool_init(&pool, POOL_REC_MAX, 2) == 0);
 	rpc_rm_init(&rm, POOL_REC_MAX);
-	rpc_rm_set_pool(&rm, &pool);
+	rpc_rm_set_pools(&rm, &pool, NULL);
 	fill_pattern(body, 150000, 99);
 	size_t n = 0;
 	put_fragment(stream, &n, body, 150000, true);
@@ -323,7 +372,7 @@ static void record_pool_multi_fragment(void)
 	CHECK(rpc_buf_pool_init(&pool, POOL_REC_MAX, 1) == 0);
 	struct rpc_rm rm;
 	rpc_rm_init(&rm, POOL_REC_MAX);
-	rpc_rm_set_pool(&rm, &pool);
+	rpc_rm_set_pools(&rm, &pool, NULL);
 	uint8_t *body = mem_alloc(POOL_REC_MAX);
 	uint8_t *stream = mem_alloc(POOL_REC_MAX + 256);
 	VERIFY(body && stream);
@@ -365,7 +414,7 @@ static void record_pool_direct_body(void)
 	CHECK(rpc_buf_pool_init(&pool, POOL_REC_MAX, 1) == 0);
 	struct rpc_rm rm;
 	rpc_rm_init(&rm, POOL_REC_MAX);
-	rpc_rm_set_pool(&rm, &pool);
+	rpc_rm_set_pools(&rm, &pool, NULL);
 	const size_t len = 250000, min = 16384;
 	uint8_t *body = mem_alloc(len);
 	VERIFY(body);
@@ -398,13 +447,13 @@ static void record_pool_direct_body(void)
 			break;
 	}
 	CHECK(!overran && direct > 1);
-	CHECK(rm.rm_pooled || rec != NULL);
+	CHECK(rm.rm_buf_pool == &pool || rec != NULL);
 	if (got < len) {
 		/* Fewer than min bytes left: the reassembler asks to be fed. */
 		CHECK(len - got < min);
 		CHECK(rpc_rm_feed(&rm, body + got, len - got, &used, &rec, &rec_len) == 1);
 	}
-	bool pooled = rm.rm_out_pooled;
+	bool pooled = rm.rm_out_pool == &pool;
 	CHECK(rec && rec_len == len && pooled && memcmp(rec, body, len) == 0);
 	if (rec)
 		free_record(&pool, rec, pooled);
@@ -426,7 +475,7 @@ static void record_pool_fini_mid_record(void)
 	for (int how = 0; how < 2; how++) {
 		struct rpc_rm rm;
 		rpc_rm_init(&rm, POOL_REC_MAX);
-		rpc_rm_set_pool(&rm, &pool);
+		rpc_rm_set_pools(&rm, &pool, NULL);
 		xdr_store_u32(stream, RPC_RM_LAST | 200000u);
 		fill_pattern(stream + 4, 100000, 3);
 		size_t used;
@@ -445,7 +494,7 @@ static void record_pool_fini_mid_record(void)
 				CHECK(rpc_rm_body_commit(&rm, 100000, &rec, &rec_len) == 0);
 			}
 		}
-		CHECKF(rm.rm_pooled && pool.bp_nfree == 0, "how %d", how);
+		CHECKF(rm.rm_buf_pool == &pool && pool.bp_nfree == 0, "how %d", how);
 		CHECK(!rpc_rm_idle(&rm));
 		/* Counted against the limits: the bytes received, not the record-sized buffer. */
 		CHECKF(rpc_rm_buffered(&rm) == 100000, "how %d: %zu buffered", how,
@@ -467,6 +516,7 @@ int main(void)
 	TAP_RUN(record_limit_applies_to_whole_record);
 	TAP_RUN(record_allocation_follows_arrival);
 	TAP_RUN(record_pool_large_records);
+	TAP_RUN(record_pool_small_records);
 	TAP_RUN(record_pool_exhausted_uses_heap);
 	TAP_RUN(record_pool_multi_fragment);
 	TAP_RUN(record_pool_direct_body);
