@@ -50,7 +50,8 @@ static void pool_cmd_usage(FILE *out)
 		"      a VDEV of another pool is refused unless --force\n"
 		"  shale pool import NAME [-d DIR]   replay the intent log, write a txg, print status\n"
 		"  shale pool export NAME [-d DIR]   import and export: the pool ends clean\n"
-		"  shale pool status NAME [-d DIR]   vdevs, errors, cache and log figures, space\n"
+		"  shale pool status NAME [-d DIR]   vdevs, errors, cache and log figures, space;\n"
+		"      live from the server when `shale serve` holds the pool\n"
 		"  shale pool check NAME [-d DIR]    verify every block and the allocator; exit 1 on problems\n"
 		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
 }
@@ -320,6 +321,8 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 	char cmd[64];
 	snprintf(cmd, sizeof(cmd), "shale pool %s", verb);
 	struct pool *p = NULL;
+	if (strcmp(verb, "status") == 0 && pool_status_remote(dir, argv[optind], stdout) == 0)
+		return 0; /* a running server holds the pool: its live figures */
 	if (pool_cmd_import(cmd, dir, argv[optind], &p) < 0)
 		return 1;
 	int status = 0;

@@ -26,9 +26,11 @@
 #include "store/pool.h"
 #include "store/pool_fs.h"
 
-/* The pools imported for the exports, by name; exported again at the end. */
+/* The pools imported for the exports, by name; exported again at the end. Each answers
+ * `shale pool status` on its status socket while it is served (pool_statsock.c). */
 struct server_pools {
 	struct pool *sp_pools[POOL_MAX_TOPS];
+	struct pool_statsock *sp_status[POOL_MAX_TOPS];
 	unsigned sp_count;
 };
 
@@ -56,6 +58,11 @@ static int server_pool_get(const struct server_config *config, struct server_poo
 		return rc;
 	}
 	log_info("pool %s imported from %s", name, dir);
+	struct pool_statsock *ss = NULL;
+	rc = pool_status_serve_start(*out, dir, &ss);
+	if (rc < 0)
+		log_warn("pool %s: no live status for `shale pool status` (%s)", name, sh_strerror(rc));
+	pools->sp_status[pools->sp_count] = ss;
 	pools->sp_pools[pools->sp_count++] = *out;
 	return 0;
 }
@@ -277,6 +284,7 @@ out_fs:
 	/* The file systems are closed: a last txg makes everything durable and the pools close clean,
 	 * so the next start need not replay their logs. */
 	for (unsigned i = 0; i < pools.sp_count; i++) {
+		pool_status_serve_stop(pools.sp_status[i]);
 		const char *name = pool_name(pools.sp_pools[i]);
 		char saved[POOL_NAME_MAX + 1];
 		snprintf(saved, sizeof(saved), "%s", name);

@@ -246,6 +246,18 @@ struct pool_status_vdev {
 	struct pool_status_leaf sv_children[BLK_MIRROR_MAX];
 };
 
+/* What a loaded dataset's owner reports for status (pool_ds_owner's do_stats); zero when it
+ * has none. */
+struct pool_status_ds {
+	char sd_name[POOL_DS_NAME_MAX + 1];
+	bool sd_has_stats;
+	uint64_t sd_dirty_bytes;
+	uint32_t sd_icache_entries; /* the inode cache: capacity, lookups served, lookups missed */
+	uint64_t sd_icache_hits, sd_icache_misses;
+	uint64_t sd_adopted_blocks; /* large stable writes' blocks the txgs took (no second write) */
+};
+#define POOL_STATUS_DS_MAX 32u
+
 struct pool_status {
 	char ps_name[POOL_NAME_MAX + 1];
 	uint64_t ps_guid;
@@ -269,11 +281,28 @@ struct pool_status {
 	uint64_t ps_dirty_bytes;
 	uint64_t ps_datasets;
 	uint64_t ps_free_errors; /* frees the allocator refused (a sign of a damaged tree) */
+	/* The datasets in memory (being served, or just used), up to POOL_STATUS_DS_MAX. */
+	unsigned ps_nloaded;
+	struct pool_status_ds ps_loaded[POOL_STATUS_DS_MAX];
 };
 /* Fills *st (a large struct: allocate it). */
 void pool_status(struct pool *p, struct pool_status *st);
 /* Prints the status in the style of `zpool status`. Returns 0 or -errno of the stream. */
 SH_MUST_CHECK int pool_status_print(struct pool *p, FILE *out);
+
+/* Live status for `shale pool status` while a process holds the pool (pool_statsock.c): the
+ * holder serves pool_status_print's text on a Unix socket, <dir>/.<pool>.status (mode 0600),
+ * dir being the directory of the pool's leaves; pool_status_remote prints what the holder
+ * answers to out. Start returns 0, -ENAMETOOLONG (the path does not fit a socket address),
+ * -EADDRINUSE (another live process answers there) or -errno; stop before closing the pool.
+ * Remote returns 0, or -ENOENT/-ECONNREFUSED when nobody serves it, or -errno. */
+struct pool_statsock;
+SH_MUST_CHECK int pool_status_serve_start(struct pool *p, const char *dir,
+                                          struct pool_statsock **out);
+void pool_status_serve_stop(struct pool_statsock *ss);
+SH_MUST_CHECK int pool_status_remote(const char *dir, const char *name, FILE *out);
+SH_MUST_CHECK int pool_status_socket_path(const char *dir, const char *name, char *out,
+                                          size_t cap);
 
 /* One line per problem (and a few informational lines) found by pool_check. */
 typedef void (*pool_report_fn)(void *arg, const char *line);

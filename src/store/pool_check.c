@@ -658,6 +658,15 @@ void pool_status(struct pool *p, struct pool_status *st)
 	st->ps_free_errors = p->p_free_errors;
 	st->ps_sealed_writes = p->p_sealed_writes;
 	st->ps_sealed_bytes = atomic_load(&p->p_sealed_bytes);
+	for (struct pool_ds *ds = p->p_datasets; ds && st->ps_nloaded < POOL_STATUS_DS_MAX;
+	     ds = ds->ds_next) {
+		struct pool_status_ds *sd = &st->ps_loaded[st->ps_nloaded++];
+		snprintf(sd->sd_name, sizeof(sd->sd_name), "%s", ds->ds_name);
+		if (ds->ds_ops && ds->ds_ops->do_stats) {
+			ds->ds_ops->do_stats(ds->ds_owner, sd);
+			sd->sd_has_stats = true;
+		}
+	}
 	if (btree_scan(p->p_mos, "ds/", 3, false, pool_count_visit, &st->ps_datasets, NULL) != 0)
 		st->ps_datasets = 0; /* the MOS is pinned (R9): only a damaged tree fails here */
 	pool_unlock(p);
@@ -789,7 +798,25 @@ int pool_status_print(struct pool *p, FILE *out)
 	        " full\n",
 	        st->ps_log_stats.is_records, st->ps_log_stats.is_flushes,
 	        st->ps_log_stats.is_records_per_flush, st->ps_log_stats.is_full);
-	fprintf(out, "datasets: %" PRIu64 "\n", st->ps_datasets);
+	fprintf(out, "datasets: %" PRIu64 " (%u in memory)\n", st->ps_datasets, st->ps_nloaded);
+	for (unsigned i = 0; i < st->ps_nloaded; i++) {
+		const struct pool_status_ds *sd = &st->ps_loaded[i];
+		if (!sd->sd_has_stats) {
+			fprintf(out, "\t%s/%s\n", st->ps_name, sd->sd_name);
+			continue;
+		}
+		uint64_t lookups = sd->sd_icache_hits + sd->sd_icache_misses;
+		char ddirty[16];
+		pool_fmt_bytes(ddirty, sizeof(ddirty), sd->sd_dirty_bytes);
+		fprintf(out,
+		        "\t%s/%s: %s dirty; inode cache %" PRIu32 " entries, %" PRIu64
+		        " hits, %" PRIu64 " misses (hit rate %.1f%%); %" PRIu64
+		        " blocks of stable writes adopted\n",
+		        st->ps_name, sd->sd_name, ddirty, sd->sd_icache_entries, sd->sd_icache_hits,
+		        sd->sd_icache_misses,
+		        lookups ? 100.0 * (double)sd->sd_icache_hits / (double)lookups : 0.0,
+		        sd->sd_adopted_blocks);
+	}
 	if (st->ps_free_errors)
 		fprintf(out, "errors: %" PRIu64 " refused frees: run a check\n",
 		        st->ps_free_errors);

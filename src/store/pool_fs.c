@@ -1031,6 +1031,20 @@ static void pfs_do_seal(void *owner, uint64_t *budget)
 	}
 }
 
+static void pfs_do_stats(void *owner, struct pool_status_ds *out)
+{
+	struct pfs_owner *o = owner;
+	out->sd_adopted_blocks = atomic_load(&o->po_adopted);
+	if (!o->po_zpl)
+		return;
+	struct zpl_cache_stats cs;
+	zpl_cache_stats(o->po_zpl, &cs);
+	out->sd_dirty_bytes = zpl_dirty_bytes(o->po_zpl);
+	out->sd_icache_entries = cs.zcs_entries;
+	out->sd_icache_hits = cs.zcs_hits;
+	out->sd_icache_misses = cs.zcs_misses;
+}
+
 static uint64_t pfs_do_dirty_bytes(void *owner)
 {
 	struct pfs_owner *o = owner;
@@ -1138,6 +1152,7 @@ static const struct pool_ds_owner pfs_owner_ops = {
 	.do_detach = pfs_do_detach,
 	.do_replay_blocks = pfs_do_replay_blocks,
 	.do_seal = pfs_do_seal,
+	.do_stats = pfs_do_stats,
 };
 
 /* The inode cache of each dataset takes 1/256 of the pool's memory limit (--arc-max): 6 MiB of a

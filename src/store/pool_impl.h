@@ -113,6 +113,9 @@ struct pool_ds_owner {
 	 * what was prepared from *budget. The dataset stays loaded until it returns. May be
 	 * NULL. */
 	void (*do_seal)(void *owner, uint64_t *budget);
+	/* Fills the owner's part of the dataset's status (sd_name is filled already), under the
+	 * pool lock. May be NULL. */
+	void (*do_stats)(void *owner, struct pool_status_ds *out);
 };
 
 /* Attaches an owner (ops must outlive the dataset). Returns 0, or -EBUSY when one is attached

@@ -40,6 +40,11 @@ head -c 5000 /dev/urandom >small.bin
 check "nfs-cp writes a 3 MB file into tank/home" nfs-cp big.bin "$(url big.bin)"
 check "nfs-cp reads it back byte-exact" bash -c "nfs-cp '$(url big.bin)' back.bin && cmp big.bin back.bin"
 check "nfs-ls lists it with its size" bash -c "nfs-ls 'nfs://127.0.0.1/tank/home$url_q' | grep -q ' 3000000 big.bin'"
+check "shale pool status while serving: the server's live figures (cache hits, the dataset)" \
+	bash -c 'o=$("$SHALE_BIN" pool status tank -d var/pool) && grep -q "^(live: from the process serving" <<<"$o" &&
+		grep -q "state: ONLINE" <<<"$o" && grep -Eq "arc: .* [1-9][0-9]* hits" <<<"$o" &&
+		grep -Eq "tank/home: .*inode cache [0-9]+ entries, [1-9][0-9]* hits" <<<"$o"'
+check "the status socket is the owner's alone" bash -c '[ "$(stat -c %a var/pool/.tank.status)" = 600 ]'
 copied=0
 for i in $(seq 1 20); do
 	nfs-cp small.bin "$(url "f$i.bin")" >/dev/null 2>&1 && copied=$i
@@ -48,7 +53,11 @@ check "20 small files copied" test "$copied" -eq 20
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 pid=
+check "after kill -9, shale pool status imports the pool itself (the stale socket answers nobody)" \
+	bash -c 'o=$("$SHALE_BIN" pool status tank -d var/pool) && ! grep -q "^(live" <<<"$o" && grep -q "state: ONLINE" <<<"$o"'
 check "serve restarts after kill -9 (the pool's log is replayed)" start
+check "and answers shale pool status live again" \
+	bash -c '"$SHALE_BIN" pool status tank -d var/pool | grep -q "^(live: from the process serving"'
 check "every copy acknowledged before the kill is there, byte-exact" bash -c '
 	for i in $(seq 1 20); do rm -f got.bin; nfs-cp "nfs://127.0.0.1/tank/home/f$i.bin'"$url_q"'" got.bin >/dev/null &&
 		cmp small.bin got.bin || exit 1; done
@@ -56,6 +65,7 @@ check "every copy acknowledged before the kill is there, byte-exact" bash -c '
 kill "$pid"
 wait "$pid" 2>/dev/null
 pid=
+check "a clean stop removes the status socket" test ! -e var/pool/.tank.status
 check "shale pool check: 0 problems after the crash and the restart" \
 	bash -c '"$SHALE_BIN" pool check tank -d var/pool 2>&1 | grep -q "pool tank: 0 problems"'
 tap_finish serve_pool

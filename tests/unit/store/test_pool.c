@@ -1216,7 +1216,32 @@ static void test_props_and_status(void)
 	      st->ps_tops[0].sv_nchildren == 2);
 	CHECK(st->ps_arc.as_hits + st->ps_arc.as_misses > 0);
 	CHECK(st->ps_total_bytes > st->ps_avail_bytes && st->ps_free_bytes >= st->ps_avail_bytes);
+	CHECK(st->ps_nloaded == 1 && strcmp(st->ps_loaded[0].sd_name, "kv") == 0);
 	mem_free(st);
+	/* The live status socket: served, refused to a second server while the first answers,
+	 * gone after stop; a directory whose path does not fit a socket address is refused. */
+	char dir[] = "/tmp/shale-statsock.XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	struct pool_statsock *ss = NULL, *ss2 = NULL;
+	CHECK(pool_status_serve_start(p, dir, &ss) == 0 && ss != NULL);
+	CHECK(pool_status_serve_start(p, dir, &ss2) == -EADDRINUSE && ss2 == NULL);
+	out = NULL;
+	len = 0;
+	f = open_memstream(&out, &len);
+	CHECK(pool_status_remote(dir, "st", f) == 0);
+	fclose(f);
+	CHECK(out && strstr(out, "(live: from the process serving the pool") &&
+	      strstr(out, "pool: st") && strstr(out, "datasets: 1 (1 in memory)"));
+	free(out);
+	pool_status_serve_stop(ss);
+	f = fopen("/dev/null", "w");
+	CHECK(pool_status_remote(dir, "st", f) == -ENOENT);
+	fclose(f);
+	CHECK(rmdir(dir) == 0); /* the socket file went with the stop */
+	char longdir[200];
+	memset(longdir, 'd', sizeof(longdir) - 1);
+	longdir[sizeof(longdir) - 1] = '\0';
+	CHECK(pool_status_serve_start(p, longdir, &ss) == -ENAMETOOLONG);
 	CHECK(pool_export(p) == 0);
 out:
 	model_fini(&m);

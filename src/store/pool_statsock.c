@@ -1,0 +1,207 @@
+/* pool_statsock.c: the live status of a pool a process holds open, for `shale pool status`.
+ *
+ * The pool commands import a pool to work on it, and a pool that `shale serve` has open cannot be
+ * imported again (its leaves are locked), so without help an administrator could not see the
+ * live figures (cache hit rates, the log's group commits, the datasets being served) of exactly
+ * the pools that matter. The holder therefore answers on a Unix socket next to the pool's leaves,
+ * <dir>/.<pool>.status (mode 0600): whoever connects gets pool_status_print's text once, and the
+ * connection is closed. The socket path is derived from the leaf directory and the pool name, so
+ * the command finds it from the same -d DIR it uses to find the leaves.
+ *
+ * One thread per served pool, blocked in accept(2); pool_status_print takes the pool's locks only
+ * to copy the figures, and the text is formatted in memory and then sent (MSG_NOSIGNAL: a reader
+ * that hangs up is an error, not a SIGPIPE) with no lock held, so a client that does not read
+ * stalls only this thread, and a send timeout bounds that. Stopping shuts the listening socket down, which
+ * wakes accept, joins the thread and removes the socket file. A socket file left by a process
+ * that died is replaced: bind fails with EADDRINUSE, and a socket nobody answers on is stale. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "store/pool_impl.h"
+
+struct pool_statsock {
+	struct pool *ss_pool;
+	int ss_fd;
+	pthread_t ss_thread;
+	char ss_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+int pool_status_socket_path(const char *dir, const char *name, char *out, size_t cap)
+{
+	int n = snprintf(out, cap, "%s/.%s.status", dir, name);
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int pool_statsock_addr(const char *path, struct sockaddr_un *sa)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(sa->sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa->sun_path, path, strlen(path) + 1);
+	return 0;
+}
+
+/* Sends the status text to fd: formatted in memory first, then sent with MSG_NOSIGNAL, so a
+ * reader that hung up costs an error, not the process (a SIGPIPE). */
+static int pool_statsock_answer(struct pool_statsock *ss, int fd)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	if (!out)
+		return -ENOMEM;
+	fprintf(out, "(live: from the process serving the pool, pid %ld)\n", (long)getpid());
+	int rc = pool_status_print(ss->ss_pool, out);
+	if (fclose(out) != 0 && rc == 0)
+		rc = -ENOMEM;
+	for (size_t sent = 0; rc == 0 && sent < len;) {
+		ssize_t n = send(fd, text + sent, len - sent, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			rc = n < 0 ? -errno : -EIO;
+		else
+			sent += (size_t)n;
+	}
+	free(text); /* open_memstream's buffer comes from malloc */
+	return rc;
+}
+
+static void *pool_statsock_main(void *arg)
+{
+	struct pool_statsock *ss = arg;
+	for (;;) {
+		int fd = accept4(ss->ss_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			break; /* shut down (EINVAL) or broken: stop serving */
+		}
+		struct timeval tv = {.tv_sec = 5};
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		if (pool_statsock_answer(ss, fd) != 0)
+			log_debug("pool %s: a status reader went away", pool_name(ss->ss_pool));
+		close(fd);
+	}
+	return NULL;
+}
+
+/* Whether a live process answers on path. */
+static bool pool_statsock_alive(const struct sockaddr_un *sa)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	bool alive = connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0;
+	close(fd);
+	return alive;
+}
+
+int pool_status_serve_start(struct pool *p, const char *dir, struct pool_statsock **out)
+{
+	*out = NULL;
+	struct pool_statsock *ss = mem_zalloc(sizeof(*ss));
+	if (!ss)
+		return -ENOMEM;
+	ss->ss_pool = p;
+	struct sockaddr_un sa;
+	int rc = pool_status_socket_path(dir, pool_name(p), ss->ss_path, sizeof(ss->ss_path));
+	if (rc == 0)
+		rc = pool_statsock_addr(ss->ss_path, &sa);
+	if (rc != 0) {
+		mem_free(ss);
+		return rc;
+	}
+	ss->ss_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (ss->ss_fd < 0) {
+		rc = -errno;
+		mem_free(ss);
+		return rc;
+	}
+	rc = bind(ss->ss_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	if (rc == -EADDRINUSE && !pool_statsock_alive(&sa)) {
+		(void)unlink(ss->ss_path); /* left by a process that died */
+		rc = bind(ss->ss_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	}
+	if (rc == 0 && chmod(ss->ss_path, 0600) < 0)
+		rc = -errno;
+	if (rc == 0 && listen(ss->ss_fd, 8) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		rc = -pthread_create(&ss->ss_thread, NULL, pool_statsock_main, ss);
+		if (rc != 0)
+			(void)unlink(ss->ss_path);
+	}
+	if (rc != 0) {
+		close(ss->ss_fd);
+		mem_free(ss);
+		return rc;
+	}
+	*out = ss;
+	return 0;
+}
+
+void pool_status_serve_stop(struct pool_statsock *ss)
+{
+	if (!ss)
+		return;
+	(void)shutdown(ss->ss_fd, SHUT_RDWR);
+	VERIFY(pthread_join(ss->ss_thread, NULL) == 0);
+	close(ss->ss_fd);
+	(void)unlink(ss->ss_path);
+	mem_free(ss);
+}
+
+int pool_status_remote(const char *dir, const char *name, FILE *out)
+{
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct sockaddr_un sa;
+	int rc = pool_status_socket_path(dir, name, path, sizeof(path));
+	if (rc == 0)
+		rc = pool_statsock_addr(path, &sa);
+	if (rc != 0)
+		return rc;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	struct timeval tv = {.tv_sec = 10};
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char buf[4096];
+	size_t total = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		if (fwrite(buf, 1, (size_t)n, out) != (size_t)n) {
+			rc = -EIO;
+			break;
+		}
+		total += (size_t)n;
+	}
+	close(fd);
+	if (rc == 0 && total == 0)
+		rc = -ECONNRESET; /* the holder closed without answering */
+	return rc;
+}
