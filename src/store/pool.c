@@ -53,9 +53,10 @@
  *      (dirty data into the tree, data blocks through pool_sync_write or, sealed,
  *      pool_sync_write_sealed), then btree_sync of its tree; the new roots and used bytes go
  *      into the MOS records; btree_sync of the MOS; space_sync(N); ilog_checkpoint_position(N);
- *      the uberblock is built. Nothing here waits, and nothing is submitted: the writes queue in
+ *      the uberblock is built. Nothing here waits, and little is submitted: the writes queue in
  *      p_sync_queue and go to the engine when the lock is let go (pool_writes_submit), so the
- *      device's work does not take the CPU from the locked section. The lock is held for this
+ *      device's work does not take the CPU from the locked section, or when a 64th of
+ *      po_arc_max_bytes of them wait, so that their buffers do not all live at once. The lock is held for this
  *      phase only: every request waits for it, so its length is the pool's worst stall (`pool
  *      status` shows the last and the longest). A failure is retried once at once (the trees and
  *      the allocator stay dirty and intact when a sync of theirs fails), then the pool is
@@ -102,9 +103,9 @@
  * and the allocator's overhead: the rest of the server's footprint beside C. The server limits
  * glibc's arenas (server.c) so that memory one thread frees can be reused by another instead of
  * staying resident in its arena, and the sync thread gives whole free heap pages back to the
- * system when the process is resident above C and more than C / 8 of the heap is free, at most
- * every 100 ms (pool_txg.c), so that holes which blocks of another size cannot reuse do not stay
- * resident.
+ * system when the process is resident above C / 2 and more than C / 8 of the heap is free, at
+ * most every 100 ms (pool_txg.c), so that holes which blocks of another size cannot reuse do not
+ * stay resident.
  *
  * Rules.
  *   R1 (p_lock) Every tree, the allocator, the datasets, the open txg and the framing of log

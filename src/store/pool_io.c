@@ -430,6 +430,8 @@ static void pool_write_done(void *arg, int status)
 	pthread_mutex_unlock(&p->p_state_lock);
 }
 
+static void pool_writes_submit_locked(struct pool *p);
+
 /* Places w, whose wr_prep is filled: allocates its space, fills its pointer (*bp_out too),
  * caches its logical bytes (data: copied, or taken as the cached buffer when take is set; on
  * failure it stays the caller's), and queues the write. On failure frees w and the allocation. */
@@ -481,29 +483,42 @@ static int pool_write_place(struct pool *p, struct pool_write *w, void *data, bo
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_writes_pending++;
 	pthread_mutex_unlock(&p->p_state_lock);
-	/* Submitted when phase 1 lets the lock go (pool_writes_submit): the device's work then
-	 * does not compete for the CPU with the locked section. */
+	/* Submitted when phase 1 lets the lock go (pool_writes_submit), so that the device's
+	 * work does not compete with the locked section for the CPU, or once a 64th of
+	 * the memory limit waits (cached copy and prepared buffer counted), so that with a
+	 * small limit the buffers of a large txg do not all live at once (measured with 256 MiB:
+	 * 10 MiB more resident over 1,000,000 creates without it). */
 	w->wr_next = NULL;
 	if (p->p_sync_queue)
 		p->p_sync_queue_tail->wr_next = w;
 	else
 		p->p_sync_queue = w;
 	p->p_sync_queue_tail = w;
+	p->p_sync_queue_bytes += (uint64_t)w->wr_prep.bw_lsize + w->wr_prep.bw_asize;
+	if (p->p_sync_queue_bytes >= p->p_opts.po_arc_max_bytes / 64)
+		pool_writes_submit_locked(p);
 	return 0;
 }
 
-void pool_writes_submit(struct pool *p)
+/* Hands the queued writes to the engine (which never takes p_lock: R2). Under p_lock. */
+static void pool_writes_submit_locked(struct pool *p)
 {
-	pthread_mutex_lock(&p->p_lock);
 	struct pool_write *w = p->p_sync_queue;
 	p->p_sync_queue = p->p_sync_queue_tail = NULL;
-	pthread_mutex_unlock(&p->p_lock);
+	p->p_sync_queue_bytes = 0;
 	while (w) { /* in allocation order */
 		struct pool_write *next = w->wr_next;
 		w->wr_next = NULL;
 		blk_block_write(w->wr_vdev, &w->wr_bp, &w->wr_prep, pool_write_done, w);
 		w = next;
 	}
+}
+
+void pool_writes_submit(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_lock);
+	pool_writes_submit_locked(p);
+	pthread_mutex_unlock(&p->p_lock);
 }
 
 int pool_write_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,

@@ -114,7 +114,7 @@ void pool_mem_reserve_locked(struct pool *p, uint64_t dirty)
 }
 
 /* After a txg, at most every POOL_TRIM_INTERVAL_NS, free heap pages go back to the system when
- * the process is resident above the memory limit and the heap holds more than
+ * the process is resident above half the memory limit and the heap holds more than
  * POOL_TRIM_FREE_DIVISOR-th of the memory limit free. */
 #define POOL_TRIM_INTERVAL_NS (100000000ull)
 #define POOL_TRIM_FREE_DIVISOR 8u
@@ -154,9 +154,10 @@ static void pool_mem_trim(struct pool *p)
 		return;
 	p->p_trim_ns = now;
 	/* mallinfo2 walks every free chunk of the heap (1% of the server's CPU under sfs2008 with
-	 * a fragmented heap): only worth it when the process is above the memory limit at all. */
+	 * a fragmented heap): only worth it when the process is resident above half the memory
+	 * limit (the memory model's bound needs the trims well before the limit is reached). */
 	uint64_t resident = pool_resident_bytes();
-	if (resident != 0 && resident <= p->p_opts.po_arc_max_bytes)
+	if (resident != 0 && resident <= p->p_opts.po_arc_max_bytes / 2)
 		return;
 	struct mallinfo2 mi = mallinfo2();
 	if (mi.fordblks < p->p_opts.po_arc_max_bytes / POOL_TRIM_FREE_DIVISOR)
