@@ -432,6 +432,15 @@ static void pool_write_done(void *arg, int status)
 
 static void pool_writes_submit_locked(struct pool *p);
 
+/* A block written in phase 1 for dataset ds (NULL: the pool's own) counts in its used bytes. */
+static void pool_ds_charge(struct pool_ds *ds, const struct blk_ptr *bp)
+{
+	if (ds) {
+		ds->ds_used_bytes += bp->bp_asize;
+		ds->ds_record_dirty = true;
+	}
+}
+
 /* Places w, whose wr_prep is filled: allocates its space, fills its pointer (*bp_out too),
  * caches its logical bytes (data: copied, or taken as the cached buffer when take is set; on
  * failure it stays the caller's), and queues the write. On failure frees w and the allocation. */
@@ -596,11 +605,7 @@ int pool_sync_write_sealed(struct pool *p, struct pool_sealed *s, void *data, bo
 		return rc;
 	*taken_out = may_take;
 	p->p_sealed_writes++;
-	struct pool_ds *ds = p->p_sync_ds;
-	if (ds) {
-		ds->ds_used_bytes += bp_out->bp_asize;
-		ds->ds_record_dirty = true;
-	}
+	pool_ds_charge(p->p_sync_ds, bp_out);
 	return 0;
 }
 
@@ -649,10 +654,8 @@ int pool_sync_write(struct pool *p, const void *data, uint32_t lsize, uint8_t ty
 	enum blk_compress c = ds ? ds->ds_compress : p->p_compress;
 	int rc = pool_write_block(p, data, lsize, c, SPACE_CLASS_NORMAL, type, level, fill, true,
 	                          bp_out);
-	if (rc == 0 && ds) {
-		ds->ds_used_bytes += bp_out->bp_asize;
-		ds->ds_record_dirty = true;
-	}
+	if (rc == 0)
+		pool_ds_charge(ds, bp_out);
 	return rc;
 }
 
@@ -662,10 +665,7 @@ int pool_sync_adopt(struct pool *p, const struct blk_ptr *bp, const void *data)
 	if (!p->p_in_sync || bp->bp_birth_txg != p->p_syncing_txg || bp->bp_lsize == 0 ||
 	    bp->bp_lsize > BLK_MAX_BLOCK_BYTES)
 		return -EINVAL;
-	if (ds) {
-		ds->ds_used_bytes += bp->bp_asize;
-		ds->ds_record_dirty = true;
-	}
+	pool_ds_charge(ds, bp);
 	void *copy = arc_data_alloc(bp->bp_lsize);
 	if (copy) {
 		memcpy(copy, data, bp->bp_lsize);
@@ -850,10 +850,8 @@ static int pool_dst_write(void *ctx, const void *image, uint32_t image_bytes, ui
 	struct pool *p = ds->ds_pool;
 	int rc = pool_write_block(p, image, image_bytes, ds->ds_compress, SPACE_CLASS_NORMAL,
 	                          POOL_BT_DS_NODE, level, fill, true, bp_out);
-	if (rc == 0) {
-		ds->ds_used_bytes += bp_out->bp_asize;
-		ds->ds_record_dirty = true;
-	}
+	if (rc == 0)
+		pool_ds_charge(ds, bp_out);
 	return rc;
 }
 
