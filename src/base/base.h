@@ -105,6 +105,16 @@ bool log_ratelimit_allow(struct log_ratelimit *state);
 uint64_t clock_monotonic_ns(void); /* CLOCK_MONOTONIC, for intervals */
 uint64_t clock_realtime_ns(void);  /* CLOCK_REALTIME, for timestamps and verifiers */
 
+/* ---- threads ---- */
+/* Names the calling thread (shown by top -H, ps -L and perf; at most 15 characters are kept).
+ * A background thread (slow work that waits on a disk anyway: the posix flush workers, the txg
+ * sync, the committer) is also made SCHED_BATCH: the scheduler then never lets it preempt a
+ * serving thread (an event loop, the I/O completion thread) when it wakes, yet it keeps its
+ * fair share of the CPU under load. Failures are logged once and otherwise ignored: both are
+ * tuning, not correctness. */
+enum sh_thread_kind { SH_THREAD_SERVING, SH_THREAD_BACKGROUND };
+void sh_thread_setup(const char *name, enum sh_thread_kind kind);
+
 /* ---- small helpers ---- */
 /* Fills buf with len cryptographically random bytes (getrandom). Returns 0 or -errno. */
 SH_MUST_CHECK int sh_random_bytes(void *buf, size_t len);

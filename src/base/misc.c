@@ -1,5 +1,8 @@
 /* misc.c: clocks, error text, panics, random bytes, hashing and whole-buffer I/O helpers. */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,21 @@ uint64_t clock_realtime_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void sh_thread_setup(const char *name, enum sh_thread_kind kind)
+{
+	static atomic_flag warned = ATOMIC_FLAG_INIT; /* one warning per process is enough */
+	char short_name[16];
+	snprintf(short_name, sizeof(short_name), "%s", name);
+	int rc = pthread_setname_np(pthread_self(), short_name);
+	if (rc != 0 && !atomic_flag_test_and_set(&warned))
+		log_warn("cannot name thread %s: %s", short_name, strerror(rc));
+	if (kind == SH_THREAD_BACKGROUND) {
+		struct sched_param param = {.sched_priority = 0};
+		if (sched_setscheduler(0, SCHED_BATCH, &param) != 0 && !atomic_flag_test_and_set(&warned))
+			log_warn("cannot make thread %s SCHED_BATCH: %s", short_name, strerror(errno));
+	}
 }
 
 const char *sh_strerror(int negative_code)

@@ -321,6 +321,7 @@ static void *blk_engine_main(void *arg)
 {
 	struct blk_engine *e = arg;
 	blk_engine_self = e;
+	sh_thread_setup("shale-io", SH_THREAD_SERVING);
 	if (e->be_uring) {
 		blk_engine_arm_wake(e);
 		blk_engine_flush_sqes(e);

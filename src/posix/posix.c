@@ -52,7 +52,12 @@
  * would). A read or write that would block is "punted" to the worker pool, as are every stable
  * WRITE, COMMIT and every metadata change, since those wait on a flush. Workers (pfc_nworkers) take requests from one FIFO queue, linked
  * through the request's fr_task.lt_next (unused until fs_req_complete), and finish with
- * fs_req_complete, which carries fr_done back to the request's loop.
+ * fs_req_complete, which carries fr_done back to the request's loop. Workers are SCHED_BATCH
+ * (sh_thread_setup): a worker woken by the loop's pthread_cond_signal would otherwise preempt
+ * the loop thread on its own core at once, and every cached request behind it would wait for
+ * the worker's syscalls. Measured with the server on one core (sfs2008): the loop was preempted
+ * about 4,000 times a second at 40,000 ops/s; as SCHED_BATCH, the peak rose from about 91,000 to
+ * about 121,000 ops/s and the response time at 85,000 fell from 0.77 to 0.17-0.20 ms.
  *
  * Credentials (posix_cred.c). Each request runs with fr_cred installed as the running thread's
  * fsuid, fsgid and supplementary groups (setfsuid, setfsgid and the raw setgroups system call,
@@ -138,6 +143,7 @@ static void posix_submit(struct fs *fs, struct fs_req *req)
 static void *posix_worker_main(void *arg)
 {
 	struct posix_fs *pf = arg;
+	sh_thread_setup("shale-posix", SH_THREAD_BACKGROUND);
 
 	for (;;) {
 		pthread_mutex_lock(&pf->pf_queue_lock);

@@ -80,6 +80,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -1451,6 +1452,9 @@ uint16_t rpc_server_portmap_cfg_port(const struct rpc_server *srv)
 static void *rpc_loop_thread(void *arg)
 {
 	struct rpc_loop *rl = arg;
+	char name[16];
+	snprintf(name, sizeof(name), "shale-loop%u", loop_index(rl->rl_loop));
+	sh_thread_setup(name, SH_THREAD_SERVING);
 	int rc = loop_run(rl->rl_loop);
 	if (rc < 0)
 		log_error("rpc: loop %u stopped: %s", loop_index(rl->rl_loop), sh_strerror(rc));

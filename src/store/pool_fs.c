@@ -1615,6 +1615,7 @@ static void pfs_task_fn(struct loop_task *task)
 static void *pfs_runner_main(void *arg)
 {
 	struct pool_fs *pf = arg;
+	sh_thread_setup("shale-run", SH_THREAD_SERVING);
 	pthread_mutex_lock(&pf->pf_lock);
 	for (;;) {
 		struct pfs_ctx *c = pf->pf_runq;
@@ -1639,6 +1640,7 @@ static void *pfs_runner_main(void *arg)
 static void *pfs_committer_main(void *arg)
 {
 	struct pool_fs *pf = arg;
+	sh_thread_setup("shale-commit", SH_THREAD_BACKGROUND);
 	pthread_mutex_lock(&pf->pf_lock);
 	for (;;) {
 		struct pfs_ctx *batch = pf->pf_commitq;

@@ -81,6 +81,7 @@ static int pool_statsock_answer(struct pool_statsock *ss, int fd)
 static void *pool_statsock_main(void *arg)
 {
 	struct pool_statsock *ss = arg;
+	sh_thread_setup("shale-status", SH_THREAD_BACKGROUND);
 	for (;;) {
 		int fd = accept4(ss->ss_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {

@@ -508,6 +508,7 @@ int pool_sync_once(struct pool *p, bool forced)
 static void *pool_sync_main(void *arg)
 {
 	struct pool *p = arg;
+	sh_thread_setup("shale-sync", SH_THREAD_BACKGROUND);
 	uint64_t interval_ns = (uint64_t)p->p_opts.po_txg_interval_ms * 1000000ull;
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_last_sync_ns = clock_monotonic_ns();

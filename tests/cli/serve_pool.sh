@@ -2,7 +2,8 @@
 # serve_pool.sh: `shale serve` exporting a pool's file system (an exports line POOL/FS), used
 # through libnfs's nfs-cp and nfs-ls: files copied in come back byte-exact; after `kill -9` of
 # the server, every copy that nfs-cp reported complete is there after a restart, byte-exact, and
-# `shale pool check` finds no problem. Prints TAP lines. Needs $SHALE_BIN, nfs-cp and nfs-ls.
+# `shale pool check` finds no problem. Also that the server's threads are named and that the
+# ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 
@@ -33,8 +34,19 @@ url() { echo "nfs://127.0.0.1/tank/home/$1$url_q"; }
 mkdir -p var/pool var/state
 "$SHALE_BIN" pool create tank var/pool/tank0.img --size 256M >/dev/null 2>&1
 "$SHALE_BIN" fs create tank/home -d var/pool >/dev/null 2>&1
-echo "tank/home 127.0.0.1(rw,insecure,no_root_squash)" >var/exports
+mkdir -p plain
+{
+	echo "tank/home 127.0.0.1(rw,insecure,no_root_squash)"
+	echo "$root/plain 127.0.0.1(rw,insecure,no_root_squash)"
+} >var/exports
 check "serve starts with an exported pool file system" start
+# Scheduling class of the server's threads named $1 (0 SCHED_OTHER, 3 SCHED_BATCH), one per line.
+policies() { for t in /proc/"$pid"/task/*; do [ "$(cat "$t/comm")" = "$1" ] && sed -n 's/^policy *: *//p' "$t/sched"; done; }
+check "the event loop is named, and SCHED_OTHER" bash -c '[ -n "$1" ] && ! grep -qv "^0$" <<<"$1"' _ "$(policies shale-loop0)"
+check "the posix flush workers are SCHED_BATCH (they never preempt a loop)" \
+	bash -c '[ -n "$1" ] && ! grep -qv "^3$" <<<"$1"' _ "$(policies shale-posix)"
+check "the txg sync thread is SCHED_BATCH" bash -c '[ "$1" = 3 ]' _ "$(policies shale-sync)"
+check "the I/O completion thread is SCHED_OTHER" bash -c '[ "$1" = 0 ]' _ "$(policies shale-io)"
 head -c 3000000 /dev/urandom >big.bin
 head -c 5000 /dev/urandom >small.bin
 check "nfs-cp writes a 3 MB file into tank/home" nfs-cp big.bin "$(url big.bin)"
