@@ -121,6 +121,14 @@ SH_MUST_CHECK int sh_random_bytes(void *buf, size_t len);
 /* 64-bit hash of bytes, for in-memory hash tables only (XXH3, unkeyed: not for anything an
  * attacker can exploit by collision unless the table bounds its chains). */
 uint64_t sh_hash64(const void *data, size_t len, uint64_t seed);
+/* Fibonacci hashing of an integer key into [0, 2^bits), bits <= 32: the top bits of
+ * key * 2^64/phi. The top bits, not the middle ones: keys in arithmetic progression (consecutive
+ * object ids) then land evenly apart, where the bits below the top repeat with a short period
+ * and put several such keys in one slot. */
+static inline uint32_t sh_hash_fib(uint64_t key, unsigned bits)
+{
+	return bits == 0 ? 0u : (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64u - bits));
+}
 /* Write the whole buffer / read exactly len bytes, retrying on EINTR and short counts. */
 SH_MUST_CHECK int sh_write_all(int fd, const void *buf, size_t len);
 SH_MUST_CHECK int sh_read_file(const char *path, char **content_out, size_t *len_out, size_t max_bytes);

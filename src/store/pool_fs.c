@@ -227,7 +227,8 @@
 /* ---- Pending writes (the theory's "Pending writes") ---- */
 #define POOL_FS_PEND_RANGES 8u      /* ranges per object; more are merged across their gaps */
 #define POOL_FS_PEND_OBJS_MAX 4096u /* objects with pending writes (~250 KiB of entries) */
-#define POOL_FS_PEND_BUCKETS 1024u  /* hash chains (a power of two) */
+#define POOL_FS_PEND_BUCKET_BITS 10u
+#define POOL_FS_PEND_BUCKETS (1u << POOL_FS_PEND_BUCKET_BITS) /* hash chains */
 #define POOL_FS_PEND_FREE_MAX 64u   /* entries kept for reuse */
 /* A file with more pending bytes than this is committed by a txg, not copied into the log: large
  * writes are cheaper written once, by the txg, than twice. */
@@ -473,8 +474,7 @@ static bool pfs_obj_key(const struct fs_obj_id *id, uint64_t *objid, uint64_t *g
 static struct pfs_pobj **pfs_pend_chain(struct pfs_owner *o, uint64_t objid)
 {
 	/* Fibonacci hashing: consecutive object ids spread over the chains. */
-	uint64_t h = (objid * 0x9e3779b97f4a7c15ull) >> 32;
-	return &o->po_pend[h & (POOL_FS_PEND_BUCKETS - 1u)];
+	return &o->po_pend[sh_hash_fib(objid, POOL_FS_PEND_BUCKET_BITS)];
 }
 
 /* The link that points at objid's entry (whatever its generation), or at the chain's end. */

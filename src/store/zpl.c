@@ -437,7 +437,7 @@ int zpl_op_lookup(struct zpl_op *op, const uint8_t *key, uint32_t klen, void *va
 
 static uint32_t zpl_icache_set(const struct zpl_icache *ic, uint64_t objid)
 {
-	return (uint32_t)((objid * 0x9e3779b97f4a7c15ull) >> 32) & (ic->ic_nsets - 1);
+	return sh_hash_fib(objid, ic->ic_set_bits);
 }
 
 static struct zpl_icache_ent *zpl_icache_find(struct zpl *z, uint64_t objid)
@@ -504,10 +504,14 @@ static void zpl_icache_init(struct zpl_icache *ic, uint32_t entries)
 	if (entries > ZPL_ICACHE_MAX_ENTRIES)
 		entries = ZPL_ICACHE_MAX_ENTRIES;
 	uint32_t sets = 1;
-	while (sets * 2 * ZPL_ICACHE_WAYS <= entries)
+	unsigned bits = 0;
+	while (sets * 2 * ZPL_ICACHE_WAYS <= entries) {
 		sets *= 2;
+		bits++;
+	}
 	memset(ic, 0, sizeof(*ic));
 	ic->ic_nsets = sets;
+	ic->ic_set_bits = bits;
 }
 
 /* Forgets every entry (and their memory; the next insert allocates again). */

@@ -193,7 +193,8 @@ _Static_assert(sizeof(struct zpl_icache_ent) == ZPL_ICACHE_ENTRY_BYTES, "zpl.h's
 struct zpl_icache {
 	struct zpl_icache_ent *ic_ents; /* ic_nsets * ZPL_ICACHE_WAYS, or NULL */
 	uint8_t *ic_last_used;          /* per set: the way used last (the other is replaced) */
-	uint32_t ic_nsets;              /* a power of two */
+	uint32_t ic_nsets;              /* a power of two: 2^ic_set_bits */
+	unsigned ic_set_bits;           /* sets are picked by sh_hash_fib(objid, ic_set_bits) */
 	uint64_t ic_hits, ic_misses;
 };
 
