@@ -508,7 +508,9 @@ int pool_sync_once(struct pool *p, bool forced)
 static void *pool_sync_main(void *arg)
 {
 	struct pool *p = arg;
-	sh_thread_setup("shale-sync", SH_THREAD_BACKGROUND);
+	/* Serving, not background: phase 1 holds the pool lock every request needs; as
+	 * SCHED_BATCH, the pool's sfs2008 response time at mid load was about 10% higher. */
+	sh_thread_setup("shale-sync", SH_THREAD_SERVING);
 	uint64_t interval_ns = (uint64_t)p->p_opts.po_txg_interval_ms * 1000000ull;
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_last_sync_ns = clock_monotonic_ns();
