@@ -1,4 +1,5 @@
-/* misc.c: clocks, error text, panics, random bytes, hashing and whole-buffer I/O helpers. */
+/* misc.c: clocks, thread setup, error text, panics, random bytes, hashing and whole-buffer I/O
+ * helpers. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>

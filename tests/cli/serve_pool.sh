@@ -3,7 +3,8 @@
 # through libnfs's nfs-cp and nfs-ls: files copied in come back byte-exact; after `kill -9` of
 # the server, every copy that nfs-cp reported complete is there after a restart, byte-exact, and
 # `shale pool check` finds no problem. Also that the server's threads are named and that the
-# ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs $SHALE_BIN, nfs-cp and nfs-ls.
+# ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs
+# $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 
