@@ -114,6 +114,9 @@ uint64_t clock_realtime_ns(void);  /* CLOCK_REALTIME, for timestamps and verifie
  * tuning, not correctness. */
 enum sh_thread_kind { SH_THREAD_SERVING, SH_THREAD_BACKGROUND };
 void sh_thread_setup(const char *name, enum sh_thread_kind kind);
+/* Moves the calling thread to kind's scheduling class (SCHED_OTHER or SCHED_BATCH), for a
+ * thread whose work is slow in some phases and holds up serving threads in others. */
+void sh_thread_set_kind(enum sh_thread_kind kind);
 
 /* ---- small helpers ---- */
 /* Fills buf with len cryptographically random bytes (getrandom). Returns 0 or -errno. */

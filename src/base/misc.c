@@ -30,19 +30,41 @@ uint64_t clock_realtime_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static atomic_flag sh_thread_warned = ATOMIC_FLAG_INIT; /* one warning per process is enough */
+
+/* The calling thread's class; name (NULL: asked of the system) only for the warning. */
+static void sh_thread_class(const char *name, enum sh_thread_kind kind)
+{
+	struct sched_param param = {.sched_priority = 0};
+	int policy = kind == SH_THREAD_BACKGROUND ? SCHED_BATCH : SCHED_OTHER;
+	if (sched_setscheduler(0, policy, &param) == 0)
+		return;
+	int err = errno;
+	if (atomic_flag_test_and_set(&sh_thread_warned))
+		return;
+	char own_name[16] = "?";
+	if (!name) {
+		(void)pthread_getname_np(pthread_self(), own_name, sizeof(own_name));
+		name = own_name;
+	}
+	log_warn("cannot make thread %s %s: %s", name,
+	         policy == SCHED_BATCH ? "SCHED_BATCH" : "SCHED_OTHER", strerror(err));
+}
+
 void sh_thread_setup(const char *name, enum sh_thread_kind kind)
 {
-	static atomic_flag warned = ATOMIC_FLAG_INIT; /* one warning per process is enough */
 	char short_name[16];
 	snprintf(short_name, sizeof(short_name), "%s", name);
 	int rc = pthread_setname_np(pthread_self(), short_name);
-	if (rc != 0 && !atomic_flag_test_and_set(&warned))
+	if (rc != 0 && !atomic_flag_test_and_set(&sh_thread_warned))
 		log_warn("cannot name thread %s: %s", short_name, strerror(rc));
-	if (kind == SH_THREAD_BACKGROUND) {
-		struct sched_param param = {.sched_priority = 0};
-		if (sched_setscheduler(0, SCHED_BATCH, &param) != 0 && !atomic_flag_test_and_set(&warned))
-			log_warn("cannot make thread %s SCHED_BATCH: %s", short_name, strerror(errno));
-	}
+	if (kind == SH_THREAD_BACKGROUND)
+		sh_thread_class(short_name, kind);
+}
+
+void sh_thread_set_kind(enum sh_thread_kind kind)
+{
+	sh_thread_class(NULL, kind);
 }
 
 const char *sh_strerror(int negative_code)

@@ -132,6 +132,7 @@ struct blk_io {
 	blk_io_done_fn bi_done;    /* (in) runs on the engine thread */
 	void *bi_arg;              /* (in) the caller's own pointer */
 	int bi_status;             /* (out) 0 or -errno; a short transfer is -EIO */
+	bool bi_background;        /* (in) yields to every other io (blk_engine.c, rule 6) */
 	struct blk_io *bi_next;    /* private to the engine */
 };
 
@@ -181,6 +182,7 @@ struct blk_vdev_io {
 	void *vi_buf;             /* (in) */
 	uint32_t vi_len;          /* (in) */
 	unsigned vi_child;        /* (in) READ only */
+	bool vi_background;       /* (in) WRITE only: the children's ios are background ones */
 	void (*vi_done)(struct blk_vdev_io *vio); /* (in) runs on the engine thread */
 	void *vi_arg;             /* (in) */
 	int vi_status;            /* (out) */
@@ -260,9 +262,11 @@ void blk_ptr_fill(struct blk_ptr *bp, const struct blk_prepared *prepared, uint3
 		  uint64_t offset, uint8_t type, uint8_t level, uint64_t birth_txg, uint64_t fill);
 
 /* Writes a prepared block to every child of vdev at bp->bp_offset. The prepared buffer must stay
- * alive until done runs. done(arg, status) runs on the engine thread. */
+ * alive until done runs. done(arg, status) runs on the engine thread. A background write (a
+ * transaction group's blocks) yields to every other io: few of them are in flight at once, so
+ * that a log write or a read never queues behind a whole txg in the device (blk_engine.c). */
 void blk_block_write(struct blk_vdev *vdev, const struct blk_ptr *bp, const struct blk_prepared *prepared,
-		     void (*done)(void *arg, int status), void *arg);
+		     bool background, void (*done)(void *arg, int status), void *arg);
 /* Reads the block bp names from vdev into out (bp->bp_lsize bytes, any alignment), verifying the
  * checksum and decompressing. A copy that fails its checksum or read is counted and read around;
  * once a good copy is found, each bad child is rewritten from it before done runs. No good copy:

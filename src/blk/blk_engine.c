@@ -24,13 +24,19 @@
  *   1. bi_done runs on the engine thread only, and never inside blk_submit.
  *   2. A short transfer is continued from where it stopped; a transfer that makes no progress (end
  *      of file), or that stops mid-sector on an O_DIRECT file, completes with -EIO.
- *   3. The thread exits only when be_stopping is set and nothing is queued, in the backlog, in the
+ *   3. The thread exits only when be_stopping is set and nothing is queued, in a backlog, in the
  *      ring or awaiting its callback: blk_engine_destroy drains every submitted io, including
  *      those that callbacks submit during the drain.
  *   4. Memory and fault leaves are served in the order the thread takes ios from the FIFO, so for
  *      one submitting thread their completions are in submission order.
  *   5. queue_depth is clamped to [4, 4096] (0 means 128); one ring entry is kept for the wake-up
  *      read, the others bound the file ios in flight.
+ *   6. Background ios (bi_background: the blocks of a transaction group) yield to all others
+ *      (ZFS's vdev queue, async writes below sync ones): at most BLK_ENGINE_BACKGROUND_MAX of
+ *      them are in the ring at once, the rest wait in their own backlog (be_bg_backlog), and a
+ *      free ring slot goes to a waiting foreground io first. A txg hands over its whole
+ *      write-out at once (60 MiB and more); in the ring, the device would serve it before an
+ *      intent-log write or a read submitted a moment later, which then waited 20-30 ms.
  *
  * Locking: be_lock guards be_queue, be_stopping, be_wake_pending and the deferred-status ring.
  * Everything else (the ring, the request pool, the backlog, the done list) belongs to the engine
@@ -47,6 +53,7 @@
 #define BLK_ENGINE_MAX_DEPTH 4096u  /* the kernel's IORING_MAX_ENTRIES is larger; no use beyond */
 #define BLK_ENGINE_DEFERRED_MAX 64u /* allocation failures reported at once; more run inline */
 #define BLK_ENGINE_WAKE_TAG 0ull    /* user_data of the eventfd read */
+#define BLK_ENGINE_BACKGROUND_MAX 8u /* background ios in the ring at once (rule 6) */
 
 /* One file-leaf io in the ring, with how far it has got (a short transfer continues). */
 struct blk_req {
@@ -79,10 +86,12 @@ struct blk_engine {
 	unsigned be_slots;        /* file ios allowed in the ring at once */
 	uint32_t be_max_transfer; /* bytes per read or write request (test hook) */
 	unsigned be_inflight;     /* file ios in the ring */
+	unsigned be_bg_inflight;  /* background ones among them (rule 6) */
 	bool be_sqes_pending;     /* SQEs prepared but not yet submitted */
 	struct blk_req *be_reqs;
 	struct blk_req *be_free_reqs;
 	struct blk_io *be_backlog_head, *be_backlog_tail;
+	struct blk_io *be_bg_backlog_head, *be_bg_backlog_tail;
 	struct blk_io *be_done_head, *be_done_tail;
 };
 
@@ -209,7 +218,19 @@ static void blk_engine_to_ring(struct blk_engine *e, struct blk_io *io)
 	rq->rq_io = io;
 	rq->rq_done_bytes = 0;
 	e->be_inflight++;
+	if (io->bi_background)
+		e->be_bg_inflight++;
 	blk_engine_prep(e, rq);
+}
+
+/* Fills free ring slots from the backlogs: foreground ios first (rule 6). */
+static void blk_engine_refill(struct blk_engine *e)
+{
+	while (e->be_backlog_head && e->be_inflight < e->be_slots)
+		blk_engine_to_ring(e, blk_list_pop(&e->be_backlog_head, &e->be_backlog_tail));
+	while (e->be_bg_backlog_head && e->be_inflight < e->be_slots &&
+	       e->be_bg_inflight < BLK_ENGINE_BACKGROUND_MAX)
+		blk_engine_to_ring(e, blk_list_pop(&e->be_bg_backlog_head, &e->be_bg_backlog_tail));
 }
 
 static void blk_engine_start(struct blk_engine *e, struct blk_io *io)
@@ -230,6 +251,8 @@ static void blk_engine_start(struct blk_engine *e, struct blk_io *io)
 	} else if (!e->be_uring) {
 		blk_engine_complete(e, io,
 		                    blk_dev_file_execute(io->bi_dev, io, e->be_max_transfer));
+	} else if (io->bi_background) {
+		blk_list_append(&e->be_bg_backlog_head, &e->be_bg_backlog_tail, io);
 	} else if (e->be_inflight < e->be_slots && !e->be_backlog_head) {
 		blk_engine_to_ring(e, io);
 	} else {
@@ -264,6 +287,8 @@ static void blk_engine_req_done(struct blk_engine *e, struct blk_req *rq, int re
 	rq->rq_next_free = e->be_free_reqs;
 	e->be_free_reqs = rq;
 	e->be_inflight--;
+	if (io->bi_background)
+		e->be_bg_inflight--;
 	blk_engine_complete(e, io, status);
 }
 
@@ -344,9 +369,7 @@ static void *blk_engine_main(void *arg)
 			blk_engine_start(e, list);
 			list = next;
 		}
-		while (e->be_backlog_head && e->be_inflight < e->be_slots)
-			blk_engine_to_ring(e,
-			                   blk_list_pop(&e->be_backlog_head, &e->be_backlog_tail));
+		blk_engine_refill(e);
 		if (e->be_uring)
 			blk_engine_flush_sqes(e);
 		blk_engine_run_callbacks(e);
@@ -356,9 +379,11 @@ static void *blk_engine_main(void *arg)
 		}
 
 		pthread_mutex_lock(&e->be_lock);
-		/* A non-empty backlog here means the ring is full: it waits for a completion. */
+		/* A non-empty backlog here means the ring (or its background share) is full: it
+		 * waits for a completion. */
 		bool more = e->be_queue_head || e->be_ndeferred > 0 || e->be_done_head;
-		if (!more && e->be_stopping && e->be_inflight == 0 && !e->be_backlog_head) {
+		if (!more && e->be_stopping && e->be_inflight == 0 && !e->be_backlog_head &&
+		    !e->be_bg_backlog_head) {
 			pthread_mutex_unlock(&e->be_lock);
 			break;
 		}

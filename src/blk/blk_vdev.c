@@ -262,6 +262,7 @@ static void blk_vdev_child_io(struct blk_vdev_io *vio, unsigned child, enum blk_
 	    .bi_len = op == BLK_IO_FLUSH ? 0 : vio->vi_len,
 	    .bi_done = blk_vdev_child_done,
 	    .bi_arg = vio,
+	    .bi_background = op == BLK_IO_WRITE && vio->vi_background,
 	};
 }
 
@@ -391,8 +392,8 @@ static void blk_block_write_done(struct blk_vdev_io *vio)
 }
 
 void blk_block_write(struct blk_vdev *vdev, const struct blk_ptr *bp,
-                     const struct blk_prepared *prepared, void (*done)(void *arg, int status),
-                     void *arg)
+                     const struct blk_prepared *prepared, bool background,
+                     void (*done)(void *arg, int status), void *arg)
 {
 	struct blk_block_write_ctx *ctx = mem_alloc(sizeof(*ctx));
 	if (!ctx) {
@@ -411,6 +412,7 @@ void blk_block_write(struct blk_vdev *vdev, const struct blk_ptr *bp,
 	    .vi_offset = valid ? bp->bp_offset : 0,
 	    .vi_buf = prepared->bw_buf,
 	    .vi_len = bp->bp_asize,
+	    .vi_background = background,
 	    .vi_done = blk_block_write_done,
 	};
 	blk_vdev_submit(&ctx->bw_vio);
@@ -631,6 +633,6 @@ int blk_block_write_sync(struct blk_vdev *vdev, const struct blk_ptr *bp,
 		return -EDEADLK;
 	struct blk_vdev_wait w;
 	blk_vdev_wait_init(&w);
-	blk_block_write(vdev, bp, prepared, blk_block_sync_done, &w);
+	blk_block_write(vdev, bp, prepared, false, blk_block_sync_done, &w);
 	return blk_vdev_wait_finish(&w);
 }

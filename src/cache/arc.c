@@ -991,6 +991,18 @@ bool arc_remove(struct arc *arc, const struct arc_key *key)
 /* ---------------------------------------------------------------------------------------------
  * Observation */
 
+uint64_t arc_size_bytes(struct arc *arc)
+{
+	uint64_t sum = 0;
+	for (unsigned i = 0; i < arc->a_nshards; i++) {
+		struct arc_shard *sh = &arc->a_shards[i];
+		pthread_mutex_lock(&sh->ash_lock);
+		sum += arc_data_bytes(sh);
+		pthread_mutex_unlock(&sh->ash_lock);
+	}
+	return sum;
+}
+
 void arc_stats(struct arc *arc, struct arc_stats *out)
 {
 	memset(out, 0, sizeof(*out));

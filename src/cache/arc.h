@@ -237,6 +237,9 @@ bool arc_remove(struct arc *arc, const struct arc_key *key);
 /* Fills *out with the counters and gauges above. */
 void arc_stats(struct arc *arc, struct arc_stats *out);
 
+/* as_size_bytes alone: the data bytes of cached buffers, held or not (one lock per shard). */
+uint64_t arc_size_bytes(struct arc *arc);
+
 /* Walks every structure and checks the invariants listed in arc.c (hash placement, list links,
  * byte accounting, the size and ghost bounds). O(number of entries), holding one shard lock at a
  * time: meant for tests and debugging. Returns 0, or -EUCLEAN after logging the first breach. */

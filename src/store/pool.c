@@ -55,10 +55,12 @@
  *      into the MOS records; btree_sync of the MOS; space_sync(N); ilog_checkpoint_position(N);
  *      the uberblock is built. Nothing here waits, and little is submitted: the writes queue in
  *      p_sync_queue and go to the engine when the lock is let go (pool_writes_submit), so the
- *      device's work does not take the CPU from the locked section, or when a 64th of
- *      po_arc_max_bytes of them wait, so that their buffers do not all live at once. The lock is held for this
- *      phase only: every request waits for it, so its length is the pool's worst stall (`pool
- *      status` shows the last and the longest). A failure is retried once at once (the trees and
+ *      device's work does not take the CPU from the locked section, or when they fill half
+ *      the room the memory limit leaves beside the cache and the reservation (at least a 64th
+ *      of po_arc_max_bytes), so that their buffers do not all live at once; the sync thread is
+ *      SCHED_BATCH but for this phase. The lock is held for this phase only: every request
+ *      waits for it, so its length is the pool's worst stall (`pool status` shows the last and
+ *      the longest). A failure is retried once at once (the trees and
  *      the allocator stay dirty and intact when a sync of theirs fails), then the pool is
  *      suspended.
  *   2. Without the lock: submit phase 1's writes, wait for every one (a failed one is re-issued

@@ -157,8 +157,8 @@ void pool_iblock_write(struct pool *p, struct pool_iwrite *iw)
 	atomic_store(&iw->iw_status, 0);
 	atomic_store(&iw->iw_pending, n);
 	for (unsigned i = 0; i < n; i++)
-		blk_block_write(pool_bp_vdev(p, &bps[i]), &bps[i], &preps[i], pool_iwrite_block_done,
-		                iw);
+		blk_block_write(pool_bp_vdev(p, &bps[i]), &bps[i], &preps[i], false,
+		                pool_iwrite_block_done, iw);
 }
 
 int pool_iblock_claim(struct pool *p, const struct blk_ptr *bp)

@@ -425,9 +425,10 @@ struct pool {
 	 * (p_state_lock). */
 	_Atomic uint64_t p_sealed_bytes;
 	/* p_lock: phase 1's writes, in order, submitted after it (pool_writes_submit) or once
-	 * a 64th of the memory limit of them wait */
+	 * p_sync_queue_room bytes of them wait (set at the start of each phase 1) */
 	struct pool_write *p_sync_queue, *p_sync_queue_tail;
 	uint64_t p_sync_queue_bytes;
+	uint64_t p_sync_queue_room;
 	uint64_t p_sealed_writes;
 	uint64_t p_build_last_us, p_build_max_us;
 

@@ -493,10 +493,10 @@ static int pool_write_place(struct pool *p, struct pool_write *w, void *data, bo
 	p->p_writes_pending++;
 	pthread_mutex_unlock(&p->p_state_lock);
 	/* Submitted when phase 1 lets the lock go (pool_writes_submit), so that the device's
-	 * work does not compete with the locked section for the CPU, or once a 64th of
-	 * the memory limit waits (cached copy and prepared buffer counted), so that with a
-	 * small limit the buffers of a large txg do not all live at once (measured with 256 MiB:
-	 * 10 MiB more resident over 1,000,000 creates without it). */
+	 * work does not compete with the locked section for the CPU, or once the room the memory
+	 * limit leaves them waits (cached copy and prepared buffer counted; pool_sync_queue_room),
+	 * so that with a full cache the buffers of a large txg do not all live at once (measured
+	 * with 256 MiB: 10 MiB more resident over 1,000,000 creates without it). */
 	w->wr_next = NULL;
 	if (p->p_sync_queue)
 		p->p_sync_queue_tail->wr_next = w;
@@ -504,7 +504,7 @@ static int pool_write_place(struct pool *p, struct pool_write *w, void *data, bo
 		p->p_sync_queue = w;
 	p->p_sync_queue_tail = w;
 	p->p_sync_queue_bytes += (uint64_t)w->wr_prep.bw_lsize + w->wr_prep.bw_asize;
-	if (p->p_sync_queue_bytes >= p->p_opts.po_arc_max_bytes / 64)
+	if (p->p_sync_queue_bytes >= p->p_sync_queue_room)
 		pool_writes_submit_locked(p);
 	return 0;
 }
@@ -518,7 +518,7 @@ static void pool_writes_submit_locked(struct pool *p)
 	while (w) { /* in allocation order */
 		struct pool_write *next = w->wr_next;
 		w->wr_next = NULL;
-		blk_block_write(w->wr_vdev, &w->wr_bp, &w->wr_prep, pool_write_done, w);
+		blk_block_write(w->wr_vdev, &w->wr_bp, &w->wr_prep, true, pool_write_done, w);
 		w = next;
 	}
 }
@@ -640,7 +640,7 @@ int pool_writes_wait(struct pool *p)
 		while (failed) {
 			struct pool_write *next = failed->wr_next;
 			failed->wr_status = 0;
-			blk_block_write(failed->wr_vdev, &failed->wr_bp, &failed->wr_prep,
+			blk_block_write(failed->wr_vdev, &failed->wr_bp, &failed->wr_prep, true,
 			                pool_write_done, failed);
 			failed = next;
 		}

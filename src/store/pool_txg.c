@@ -282,6 +282,26 @@ static void pool_seal_ahead(struct pool *p)
 	pthread_mutex_unlock(&p->p_lock);
 }
 
+/* How many bytes of phase 1's writes (cached copies and prepared images) may wait for the lock
+ * to be let go before they go to the engine: half of what the memory limit leaves beside the
+ * cache and the reservation (the other half stays for what the model does not count: headers,
+ * the heap's slack), and at least a 64th of the limit. Submitting under the lock wakes the
+ * engine thread, which then shares the core with the locked section: with a 2 GiB limit and
+ * sfs2008's txgs (about 60 MiB of data, 570 tree nodes), submitting every 32 MiB held the lock
+ * 30-35 ms per txg, and 13-15 ms with the free room as the bound. A full cache (a small limit,
+ * or a long run) leaves no room, and the writes go in 64ths of the limit, as they must. */
+static uint64_t pool_sync_queue_room(struct pool *p)
+{
+	uint64_t limit = p->p_opts.po_arc_max_bytes;
+	uint64_t used = arc_size_bytes(p->p_arc) + p->p_reserved_bytes;
+	uint64_t room = limit > used ? (limit - used) / 2 : 0;
+	return SH_MAX(room, limit / 64);
+}
+
+/* Set on the sync thread, whose scheduling class follows its phases; pool_create runs
+ * pool_sync_once for txg 1 on the caller's thread, which keeps its class. */
+static _Thread_local bool pool_on_sync_thread;
+
 /* Phase 1, under p_lock with p_in_sync set: everything of txg into blocks, and the uberblock. */
 static int pool_sync_build(struct pool *p, uint64_t txg, struct blk_uberblock *ub,
                            struct ilog_position *pos)
@@ -425,6 +445,8 @@ int pool_sync_once(struct pool *p, bool forced)
 	pthread_mutex_unlock(&p->p_lock);
 	/* Phase 0 */
 	pool_seal_ahead(p);
+	if (pool_on_sync_thread)
+		sh_thread_set_kind(SH_THREAD_SERVING);
 	pthread_mutex_lock(&p->p_lock);
 	/* Phase 1 */
 	uint64_t txg = p->p_open_txg++;
@@ -435,6 +457,7 @@ int pool_sync_once(struct pool *p, bool forced)
 	/* The memory model: the txg's dirty bytes become the write buffers of phase 2. */
 	uint64_t txg_dirty = pool_dirty_bytes(p);
 	p->p_sync_bytes = txg_dirty;
+	p->p_sync_queue_room = pool_sync_queue_room(p);
 	uint64_t t0_ns = clock_monotonic_ns();
 	int rc = pool_sync_build(p, txg, ub, &pos);
 	if (rc != 0) {
@@ -445,6 +468,8 @@ int pool_sync_once(struct pool *p, bool forced)
 	uint64_t build_ns = clock_monotonic_ns() - t0_ns;
 	pool_mem_reserve_locked(p, pool_dirty_bytes(p));
 	pthread_mutex_unlock(&p->p_lock);
+	if (pool_on_sync_thread)
+		sh_thread_set_kind(SH_THREAD_BACKGROUND);
 	pool_writes_submit(p);
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_build_last_us = build_ns / 1000;
@@ -508,9 +533,12 @@ int pool_sync_once(struct pool *p, bool forced)
 static void *pool_sync_main(void *arg)
 {
 	struct pool *p = arg;
-	/* Serving, not background: phase 1 holds the pool lock every request needs; as
-	 * SCHED_BATCH, the pool's sfs2008 response time at mid load was about 10% higher. */
-	sh_thread_setup("shale-sync", SH_THREAD_SERVING);
+	/* Background, but for phase 1 (pool_sync_once). Phases 0, 2 and 4 (compressing ahead,
+	 * submitting, finishing) are slow work that, in the normal class, takes the core from the
+	 * event loop whenever it wakes; phase 1 holds the pool lock every request needs, and as
+	 * SCHED_BATCH there too the pool's sfs2008 response time at mid load was about 10% higher. */
+	pool_on_sync_thread = true;
+	sh_thread_setup("shale-sync", SH_THREAD_BACKGROUND);
 	uint64_t interval_ns = (uint64_t)p->p_opts.po_txg_interval_ms * 1000000ull;
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_last_sync_ns = clock_monotonic_ns();

@@ -46,8 +46,8 @@ policies() { for t in /proc/"$pid"/task/*; do [ "$(cat "$t/comm")" = "$1" ] && s
 check "the event loop is named, and SCHED_OTHER" bash -c '[ -n "$1" ] && ! grep -qv "^0$" <<<"$1"' _ "$(policies shale-loop0)"
 check "the posix flush workers are SCHED_BATCH (they never preempt a loop)" \
 	bash -c '[ -n "$1" ] && ! grep -qv "^3$" <<<"$1"' _ "$(policies shale-posix)"
-check "the txg sync thread is SCHED_OTHER (its phase 1 holds the lock requests need)" \
-	bash -c '[ "$1" = 0 ]' _ "$(policies shale-sync)"
+check "the txg sync thread is SCHED_BATCH between txgs (SCHED_OTHER only while it holds the lock)" \
+	bash -c '[ "$1" = 3 ]' _ "$(policies shale-sync)"
 check "the pool's committer is SCHED_BATCH" bash -c '[ "$1" = 3 ]' _ "$(policies shale-commit)"
 check "the I/O completion thread is SCHED_OTHER" bash -c '[ "$1" = 0 ]' _ "$(policies shale-io)"
 head -c 3000000 /dev/urandom >big.bin

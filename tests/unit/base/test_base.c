@@ -3,6 +3,7 @@
  * at the end of a turn and their interplay with posting and stopping). */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -546,6 +547,35 @@ static void test_loop_defer_post_stop_race(void)
 	loop_destroy(drace.loop);
 }
 
+/* A thread set up as background is SCHED_BATCH; sh_thread_set_kind moves it between the two
+ * classes (the txg sync thread does so around its locked phase). */
+static void *thread_kind_main(void *arg)
+{
+	int *policies = arg;
+	sh_thread_setup("shale-test", SH_THREAD_BACKGROUND);
+	policies[0] = sched_getscheduler(0);
+	sh_thread_set_kind(SH_THREAD_SERVING);
+	policies[1] = sched_getscheduler(0);
+	sh_thread_set_kind(SH_THREAD_BACKGROUND);
+	policies[2] = sched_getscheduler(0);
+	char name[16] = "";
+	policies[3] = pthread_getname_np(pthread_self(), name, sizeof(name)) == 0 &&
+	              strcmp(name, "shale-test") == 0;
+	return NULL;
+}
+
+static void test_thread_kinds(void)
+{
+	int policies[4] = {-1, -1, -1, -1};
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, thread_kind_main, policies) == 0);
+	pthread_join(th, NULL);
+	CHECKF(policies[0] == SCHED_BATCH, "policy %d", policies[0]);
+	CHECKF(policies[1] == SCHED_OTHER, "policy %d", policies[1]);
+	CHECKF(policies[2] == SCHED_BATCH, "policy %d", policies[2]);
+	CHECK(policies[3] == 1);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERROR);
@@ -560,5 +590,6 @@ int main(void)
 	TAP_RUN(test_loop_defer_from_deferred);
 	TAP_RUN(test_loop_defer_and_stop);
 	TAP_RUN(test_loop_defer_post_stop_race);
+	TAP_RUN(test_thread_kinds);
 	return tap_finish();
 }

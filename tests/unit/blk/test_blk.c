@@ -7,7 +7,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1459,7 +1462,7 @@ static void test_hostile_arguments(void)
 	CHECK(blk_block_write_sync(v, &b, &p) == -EINVAL);
 	atomic_int count = 0;
 	mem_fail_after(0);
-	blk_block_write(v, &bp, &p, block_done_count, &count);
+	blk_block_write(v, &bp, &p, false, block_done_count, &count);
 	mem_fail_after(-1);
 	struct blk_vdev_io fl = {.vi_op = BLK_IO_FLUSH, .vi_vdev = v};
 	CHECK(blk_vdev_io_sync(&fl) == 0); /* a round trip through the engine thread */
@@ -1489,6 +1492,51 @@ static void test_file_lock(void)
 	blk_dev_close(a);
 	CHECK(blk_dev_open_file(path, 0, &b) == 0);
 	blk_dev_close(b);
+	CHECK(unlink(path) == 0);
+}
+
+/* A file the pool creates is written with zeros throughout (blk_dev.c): no hole, no unwritten
+ * extent (where the file system can tell, through FIEMAP), and it reads as zeros. */
+static void test_file_created_written(void)
+{
+	char path[300];
+	tmp_path(path, sizeof(path), "zeroed.img");
+	struct blk_dev *d = NULL;
+	const uint64_t size = 6u << 20;
+	CHECK(blk_dev_open_file(path, size, &d) == 0);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	enum { MAX_EXTENTS = 64 };
+	struct fiemap *fm = mem_zalloc(sizeof(*fm) + MAX_EXTENTS * sizeof(struct fiemap_extent));
+	VERIFY(fm);
+	fm->fm_length = FIEMAP_MAX_OFFSET;
+	fm->fm_flags = FIEMAP_FLAG_SYNC;
+	fm->fm_extent_count = MAX_EXTENTS;
+	if (ioctl(fd, FS_IOC_FIEMAP, fm) == 0) {
+		uint64_t mapped = 0;
+		unsigned unwritten = 0;
+		for (unsigned i = 0; i < fm->fm_mapped_extents; i++) {
+			mapped += fm->fm_extents[i].fe_length;
+			unwritten += (fm->fm_extents[i].fe_flags & FIEMAP_EXTENT_UNWRITTEN) != 0;
+		}
+		CHECKF(unwritten == 0, "%u unwritten extents", unwritten);
+		CHECKF(fm->fm_mapped_extents == MAX_EXTENTS || mapped >= size,
+		       "%llu of %llu bytes mapped", (unsigned long long)mapped,
+		       (unsigned long long)size);
+	} else {
+		CHECK(errno == EOPNOTSUPP || errno == ENOTTY); /* a file system without FIEMAP */
+	}
+	mem_free(fm);
+	char *buf = mem_alloc(size);
+	VERIFY(buf);
+	CHECK(pread(fd, buf, size, 0) == (ssize_t)size);
+	size_t nonzero = 0;
+	for (size_t i = 0; i < size; i++)
+		nonzero += buf[i] != 0;
+	CHECK(nonzero == 0);
+	mem_free(buf);
+	close(fd);
+	blk_dev_close(d);
 	CHECK(unlink(path) == 0);
 }
 
@@ -1551,6 +1599,7 @@ int main(void)
 	TAP_RUN(test_hostile_arguments);
 	TAP_RUN(test_fault_global_order);
 	TAP_RUN(test_file_lock);
+	TAP_RUN(test_file_created_written);
 	rmdir(tmp_dir);
 	return tap_finish();
 }
