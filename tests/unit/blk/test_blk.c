@@ -1495,6 +1495,76 @@ static void test_file_lock(void)
 	CHECK(unlink(path) == 0);
 }
 
+/* Background ios yield (blk_engine.c, rule 6): a read submitted right after 200 background
+ * writes is served before most of them, since at most a few of those are in the ring at once. */
+static struct {
+	atomic_int bg_done;
+	atomic_int fg_done;
+	atomic_int bg_done_at_fg; /* background writes complete when the read completed */
+	atomic_int errors;
+} yield;
+
+static void yield_bg_done(struct blk_io *io)
+{
+	if (io->bi_status != 0)
+		atomic_fetch_add(&yield.errors, 1);
+	atomic_fetch_add(&yield.bg_done, 1);
+}
+
+static void yield_fg_done(struct blk_io *io)
+{
+	if (io->bi_status != 0)
+		atomic_fetch_add(&yield.errors, 1);
+	atomic_store(&yield.bg_done_at_fg, atomic_load(&yield.bg_done));
+	atomic_fetch_add(&yield.fg_done, 1);
+}
+
+static void test_background_yields(void)
+{
+	enum { NBG = 200, BG_BYTES = 64 * 1024 };
+	struct blk_engine *e = engine_new(64);
+	/* The fallback serves ios one by one, in order: only io_uring has a ring to share. */
+	CHECKF(blk_engine_uses_uring(e), "io_uring is needed to test background ios");
+	if (!blk_engine_uses_uring(e)) {
+		blk_engine_destroy(e);
+		return;
+	}
+	char path[300];
+	tmp_path(path, sizeof(path), "yield.img");
+	struct blk_dev *d = NULL;
+	CHECK(blk_dev_open_file(path, (uint64_t)NBG * BG_BYTES + MIB, &d) == 0);
+	memset(&yield, 0, sizeof(yield));
+	uint8_t *wbuf = blk_buf_alloc(BG_BYTES), *rbuf = blk_buf_alloc(SECTOR);
+	memset(wbuf, 0x5a, BG_BYTES);
+	struct blk_io *ios = mem_zalloc((NBG + 1) * sizeof(*ios));
+	VERIFY(ios);
+	for (unsigned i = 0; i < NBG; i++) {
+		ios[i] = (struct blk_io){.bi_op = BLK_IO_WRITE, .bi_dev = d,
+		                         .bi_offset = (uint64_t)i * BG_BYTES, .bi_buf = wbuf,
+		                         .bi_len = BG_BYTES, .bi_done = yield_bg_done,
+		                         .bi_background = true};
+		blk_submit(e, &ios[i]);
+	}
+	ios[NBG] = (struct blk_io){.bi_op = BLK_IO_READ, .bi_dev = d,
+	                           .bi_offset = (uint64_t)NBG * BG_BYTES, .bi_buf = rbuf,
+	                           .bi_len = SECTOR, .bi_done = yield_fg_done};
+	blk_submit(e, &ios[NBG]);
+	for (int spins = 0; spins < 30000 && (atomic_load(&yield.bg_done) < NBG ||
+	                                      atomic_load(&yield.fg_done) < 1); spins++)
+		usleep(1000);
+	CHECK(atomic_load(&yield.bg_done) == NBG && atomic_load(&yield.fg_done) == 1);
+	CHECK(atomic_load(&yield.errors) == 0);
+	CHECKF(atomic_load(&yield.bg_done_at_fg) < NBG / 4,
+	       "%d of %d background writes were done before the read",
+	       atomic_load(&yield.bg_done_at_fg), NBG);
+	blk_engine_destroy(e);
+	blk_dev_close(d);
+	mem_free(ios);
+	mem_free(wbuf);
+	mem_free(rbuf);
+	CHECK(unlink(path) == 0);
+}
+
 /* A file the pool creates is written with zeros throughout (blk_dev.c): no hole, no unwritten
  * extent (where the file system can tell, through FIEMAP), and it reads as zeros. */
 static void test_file_created_written(void)
@@ -1600,6 +1670,7 @@ int main(void)
 	TAP_RUN(test_fault_global_order);
 	TAP_RUN(test_file_lock);
 	TAP_RUN(test_file_created_written);
+	TAP_RUN(test_background_yields);
 	rmdir(tmp_dir);
 	return tap_finish();
 }
