@@ -90,7 +90,7 @@
  * The ARC keeps its unheld data within C - reserved, so cached + dirty + syncing + log <= C, as
  * long as reserved <= C / 2 (the ARC never gives more than half of C away, so that operations
  * keep the blocks they need). The dirty limit D keeps it there: by default D = C / 10 (within
- * [1 MiB, 64 MiB]); a sync starts at D and writers are throttled beyond 2 D, so the open txg
+ * [1 MiB, 128 MiB]); a sync starts at D and writers are throttled beyond 2 D, so the open txg
  * holds at most 2 D (plus the one change each throttle check lets through) and the txg being
  * written another 2 D (or, before phase 1, its sealed blocks: at most 2 D, while nothing is being
  * written): 4 D = 0.4 C, and the remaining 0.1 C is for the log, whose buffers are a
