@@ -288,7 +288,7 @@ static void pool_seal_ahead(struct pool *p)
  * the heap's slack), and at least a 64th of the limit. Submitting under the lock wakes the
  * engine thread, which then shares the core with the locked section: with a 2 GiB limit and
  * sfs2008's txgs (about 60 MiB of data, 570 tree nodes), submitting every 32 MiB held the lock
- * 30-35 ms per txg, and 13-15 ms with the free room as the bound. A full cache (a small limit,
+ * 30-35 ms per txg, and 18-21 ms with the free room as the bound. A full cache (a small limit,
  * or a long run) leaves no room, and the writes go in 64ths of the limit, as they must. */
 static uint64_t pool_sync_queue_room(struct pool *p)
 {
