@@ -1,6 +1,8 @@
 /* fs.c: the parts of the fs interface that are the same for every back end: completion delivery
  * to the requesting loop, operation names for logs, and which operations change the file
  * system. The interface itself is in fs.h. */
+#include <string.h>
+
 #include "fs/fs.h"
 
 static void fs_req_run_done(struct loop_task *task)
@@ -17,6 +19,26 @@ void fs_req_complete(struct fs_req *req)
 	}
 	req->fr_task.lt_fn = fs_req_run_done;
 	loop_post(req->fr_loop, &req->fr_task);
+}
+
+size_t fs_buf_copy_out(const struct fs_buf *buf, size_t off, void *out, size_t n)
+{
+	struct iovec one = {.iov_base = (void *)(uintptr_t)buf->fb_data, .iov_len = buf->fb_len};
+	const struct iovec *segs = buf->fb_nsegs > 0 ? buf->fb_segs : &one;
+	uint32_t nsegs = buf->fb_nsegs > 0 ? buf->fb_nsegs : 1;
+	size_t copied = 0;
+	for (uint32_t i = 0; i < nsegs && copied < n; i++) {
+		size_t len = segs[i].iov_len;
+		if (off >= len) {
+			off -= len;
+			continue;
+		}
+		size_t take = SH_MIN(len - off, n - copied);
+		memcpy((uint8_t *)out + copied, (const uint8_t *)segs[i].iov_base + off, take);
+		copied += take;
+		off = 0;
+	}
+	return copied;
 }
 
 const char *fs_op_name(enum fs_op op)

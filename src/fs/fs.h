@@ -30,6 +30,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "base/base.h"
 #include "loop/loop.h"
@@ -114,12 +115,20 @@ enum {
 enum fs_stable { FS_UNSTABLE = 0, FS_DATA_SYNC = 1, FS_FILE_SYNC = 2 }; /* stable_how */
 enum fs_create_mode { FS_CREATE_UNCHECKED = 0, FS_CREATE_GUARDED = 1, FS_CREATE_EXCLUSIVE = 2 };
 
-/* Data handed out by a back end (READ). Call fb_release(fb_release_arg) once done with it. */
+/* Most pieces one fs_buf gathers. */
+#define FS_BUF_SEGS_MAX 16u
+
+/* Data handed out by a back end (READ). Call fb_release(fb_release_arg) once done with it. The
+ * bytes are one piece at fb_data, or (fb_nsegs > 0) the fb_nsegs pieces of fb_segs in order, so
+ * that a back end can hand out cached blocks as they are instead of copying them into one buffer;
+ * the pieces stay valid until the release. fb_len counts the bytes of all pieces. */
 struct fs_buf {
 	const void *fb_data;
 	uint32_t fb_len;
 	void (*fb_release)(void *arg);
 	void *fb_release_arg;
+	const struct iovec *fb_segs;
+	uint32_t fb_nsegs; /* 0..FS_BUF_SEGS_MAX */
 };
 
 /* One directory entry, offered to the caller's emit callback during READDIR. */
@@ -335,6 +344,10 @@ static inline void fs_destroy(struct fs *fs)
  * fr_loop is NULL, for tests without a loop), otherwise posts it to fr_loop. */
 void fs_req_complete(struct fs_req *req);
 /* Convenience for back ends: the name of an operation, for logs. */
+/* Copies bytes [off, off + n) of buf's data to out (clamped to its length); returns the bytes
+ * copied. */
+size_t fs_buf_copy_out(const struct fs_buf *buf, size_t off, void *out, size_t n);
+
 const char *fs_op_name(enum fs_op op);
 /* Whether op changes the file system: true for SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD,
  * REMOVE, RMDIR, RENAME and LINK, the operations a back end's intent log must record when they

@@ -344,6 +344,8 @@ static uint32_t nfs3_read_start(struct nfs3_call *nc)
 	return NFS3_OK;
 }
 
+_Static_assert(FS_BUF_SEGS_MAX <= RPC_BULK_IOVS_MAX, "a READ's pieces fit one reply");
+
 static void nfs3_read_done(struct nfs3_call *nc)
 {
 	struct fs_req *req = &nc->nc_req;
@@ -354,8 +356,13 @@ static void nfs3_read_done(struct nfs3_call *nc)
 	if (nc->nc_res.read.status == NFS3_OK && buf->fb_len > 0) {
 		nc->nc_res.read.count = buf->fb_len;
 		nc->nc_res.read.eof = req->u.read.rd_eof;
-		call->rc_bulk.iov_base = (void *)(uintptr_t)buf->fb_data;
-		call->rc_bulk.iov_len = buf->fb_len;
+		if (buf->fb_nsegs > 0) {
+			call->rc_bulk_iov = buf->fb_segs;
+			call->rc_bulk_iovcnt = buf->fb_nsegs;
+		} else {
+			call->rc_bulk.iov_base = (void *)(uintptr_t)buf->fb_data;
+			call->rc_bulk.iov_len = buf->fb_len;
+		}
 		call->rc_bulk_release = buf->fb_release;
 		call->rc_bulk_arg = buf->fb_release_arg;
 		call->rc_bulk_pad = (uint32_t)(xdr_padded_len(buf->fb_len) - buf->fb_len);

@@ -583,4 +583,6 @@ void posix_read_buf_init(struct fs_buf *buf)
 	buf->fb_len = 0;
 	buf->fb_release = posix_buf_release;
 	buf->fb_release_arg = NULL;
+	buf->fb_segs = NULL;
+	buf->fb_nsegs = 0;
 }

@@ -70,6 +70,8 @@ enum rpc_transport { RPC_TCP = 1, RPC_UDP = 2 };
 
 struct rpc_conn; /* opaque: one TCP connection or one UDP socket */
 
+#define RPC_BULK_IOVS_MAX 16u /* pieces of one reply's bulk data (rc_bulk_iov) */
+
 struct rpc_call {
 	/* ---- read by handlers ---- */
 	uint32_t rc_xid;
@@ -86,7 +88,9 @@ struct rpc_call {
 	/* ---- written by handlers ---- */
 	struct xdr_enc rc_res;  /* result body; valid after rpc_call_res_init */
 	struct iovec rc_bulk;   /* optional data sent after rc_res (e.g. READ data); no padding added */
-	void (*rc_bulk_release)(void *arg); /* called once rc_bulk has been sent or discarded */
+	const struct iovec *rc_bulk_iov; /* or, when rc_bulk_iovcnt > 0, these pieces instead */
+	unsigned rc_bulk_iovcnt;         /* 0..RPC_BULK_IOVS_MAX; the pieces live until the release */
+	void (*rc_bulk_release)(void *arg); /* called once the bulk data was sent or discarded */
 	void *rc_bulk_arg;
 	uint32_t rc_bulk_pad;   /* zero bytes (0..3) to send after the bulk data for XDR alignment */
 	/* ---- the rpc layer's own ---- */
@@ -99,8 +103,7 @@ struct rpc_call {
 	bool rc_has_res;                /* rpc_call_res_init succeeded: rc_res writes into it */
 	struct rpc_call *rc_next_free;  /* the loop's free calls */
 	uint8_t rc_small[40];           /* record mark + header of a reply with no result body */
-	struct iovec rc_out_iov[3];     /* the reply as sent: mark+header(+result), bulk, padding */
-	unsigned rc_out_iovcnt;
+	unsigned rc_out_iovcnt;         /* entries of rc_out_iov in use */
 	size_t rc_out_len;              /* total bytes of the reply record */
 	size_t rc_out_sent;             /* TCP: bytes already written */
 	struct rpc_call *rc_out_next;   /* TCP: the connection's output queue */
@@ -109,6 +112,9 @@ struct rpc_call {
 	bool rc_finished;               /* a reply function or rpc_call_drop has run */
 	uint64_t rc_start_ns;
 	struct loop_task rc_task;       /* free for the handler, e.g. to post its completion to rc_loop */
+	/* The reply as sent: mark+header(+result), the bulk pieces, padding. Last, because a call
+	 * taken for reuse is cleared only up to here: the reply layout writes it before any read. */
+	struct iovec rc_out_iov[RPC_BULK_IOVS_MAX + 2];
 };
 
 /* A procedure: its handler and whether a retransmission must not execute it twice. */

@@ -42,8 +42,8 @@
  *   - rc_record: a complete record, owned by its call until the call finishes; the handler's
  *     decoded opaques point into it.
  *   - rc_reply_buf / rc_small: 4 bytes of record mark, the reply header, then the result body;
- *     owned by the call. rc_bulk is the handler's; rc_bulk_release runs when the call is freed,
- *     after the bytes were written or discarded.
+ *     owned by the call. The bulk data (rc_bulk, or the rc_bulk_iov pieces) is the handler's;
+ *     rc_bulk_release runs when the call is freed, after the bytes were written or discarded.
  *   - A queued reply is its call: the call stays allocated in the connection's output queue
  *     until writev has taken all of its bytes. A freed call goes to its loop's free list
  *     (rl_free_calls, at most RPC_CALL_FREE_MAX) with its reply buffer when that is small, and
@@ -319,7 +319,7 @@ static struct rpc_call *rpc_call_alloc(struct rpc_loop *rl)
 	rl->rl_nfree_calls--;
 	uint8_t *buf = call->rc_reply_buf;
 	size_t cap = call->rc_reply_cap;
-	memset(call, 0, sizeof(*call));
+	memset(call, 0, offsetof(struct rpc_call, rc_out_iov));
 	call->rc_reply_buf = buf;
 	call->rc_reply_cap = cap;
 	return call;
@@ -444,8 +444,8 @@ static void rpc_conn_flush(struct rpc_conn *conn)
 	while (conn->cn_out_head && !conn->cn_closed) {
 		struct iovec iov[RPC_WRITEV_IOVS];
 		int n = 0;
-		for (struct rpc_call *c = conn->cn_out_head; c && n + 3 <= RPC_WRITEV_IOVS;
-		     c = c->rc_out_next) {
+		for (struct rpc_call *c = conn->cn_out_head;
+		     c && n + (int)c->rc_out_iovcnt <= RPC_WRITEV_IOVS; c = c->rc_out_next) {
 			size_t skip = c == conn->cn_out_head ? c->rc_out_sent : 0;
 			for (unsigned i = 0; i < c->rc_out_iovcnt; i++) {
 				size_t len = c->rc_out_iov[i].iov_len;
@@ -521,8 +521,19 @@ static void rpc_call_set_out(struct rpc_call *call, uint8_t *head, size_t head_l
 	call->rc_out_iov[0].iov_base = head;
 	call->rc_out_iov[0].iov_len = head_len;
 	call->rc_out_iovcnt = 1;
-	if (with_bulk && call->rc_bulk.iov_len > 0) {
+	bool bulk = false;
+	if (with_bulk && call->rc_bulk_iovcnt > 0) {
+		VERIFY(call->rc_bulk_iovcnt <= RPC_BULK_IOVS_MAX);
+		for (unsigned i = 0; i < call->rc_bulk_iovcnt; i++) {
+			if (call->rc_bulk_iov[i].iov_len > 0)
+				call->rc_out_iov[call->rc_out_iovcnt++] = call->rc_bulk_iov[i];
+		}
+		bulk = call->rc_out_iovcnt > 1;
+	} else if (with_bulk && call->rc_bulk.iov_len > 0) {
 		call->rc_out_iov[call->rc_out_iovcnt++] = call->rc_bulk;
+		bulk = true;
+	}
+	if (bulk) {
 		if (call->rc_bulk_pad > 0) {
 			call->rc_out_iov[call->rc_out_iovcnt].iov_base = (void *)rpc_zero_pad;
 			call->rc_out_iov[call->rc_out_iovcnt].iov_len = SH_MIN(call->rc_bulk_pad, 3u);
@@ -566,7 +577,7 @@ static void rpc_call_finish(struct rpc_call *call, bool send)
 		rpc_drc_key_of(call, &key);
 		if (send) {
 			/* Stored without the record mark: a replay recomputes it for its transport. */
-			struct iovec iov[3];
+			struct iovec iov[RPC_BULK_IOVS_MAX + 2];
 			for (unsigned i = 0; i < call->rc_out_iovcnt; i++)
 				iov[i] = call->rc_out_iov[i];
 			iov[0].iov_base = (uint8_t *)iov[0].iov_base + RPC_RM_HDR_BYTES;
@@ -585,7 +596,7 @@ static void rpc_call_finish(struct rpc_call *call, bool send)
 		return;
 	}
 	if (conn->cn_transport == RPC_UDP) {
-		struct iovec iov[3];
+		struct iovec iov[RPC_BULK_IOVS_MAX + 2];
 		for (unsigned i = 0; i < call->rc_out_iovcnt; i++)
 			iov[i] = call->rc_out_iov[i];
 		iov[0].iov_base = (uint8_t *)iov[0].iov_base + RPC_RM_HDR_BYTES;

@@ -612,6 +612,106 @@ static void zpl_release_copy(void *arg)
 	mem_free(arg);
 }
 
+/* A READ over several blocks, handed out as pieces: the blocks' cached images and dirty buffers
+ * themselves (each held until the reply is sent), and zeros for holes and short images. */
+struct zpl_read_vec {
+	void (*rv_release)(void *ctx, void *hold); /* the env's, copied: the zpl may be gone */
+	void *rv_ctx;
+	uint32_t rv_nholds;
+	struct {
+		void *rh_image;         /* an image held through ze_get_block, or */
+		struct zpl_dbuf *rh_db; /* a dirty buffer with a reference taken */
+	} rv_holds[FS_BUF_SEGS_MAX];
+	struct iovec rv_segs[FS_BUF_SEGS_MAX];
+};
+
+static void zpl_release_vec(void *arg)
+{
+	struct zpl_read_vec *rv = arg;
+	for (uint32_t i = 0; i < rv->rv_nholds; i++) {
+		if (rv->rv_holds[i].rh_db != NULL)
+			zpl_dbuf_rele(rv->rv_holds[i].rh_db);
+		else
+			rv->rv_release(rv->rv_ctx, rv->rv_holds[i].rh_image);
+	}
+	mem_free(rv);
+}
+
+static bool zpl_read_vec_add(struct zpl_read_vec *rv, uint32_t *nsegs, const uint8_t *data,
+                             uint32_t len)
+{
+	if (len == 0)
+		return true;
+	if (*nsegs > 0 && data == zpl_zero_page &&
+	    rv->rv_segs[*nsegs - 1].iov_base == (void *)zpl_zero_page) {
+		rv->rv_segs[*nsegs - 1].iov_len += len; /* runs of zeros are one piece */
+		return true;
+	}
+	if (*nsegs == FS_BUF_SEGS_MAX)
+		return false;
+	rv->rv_segs[*nsegs].iov_base = (void *)(uintptr_t)data;
+	rv->rv_segs[*nsegs].iov_len = len;
+	(*nsegs)++;
+	return true;
+}
+
+/* Hands out bytes [off, off + n) of oi, which span blocks first..last, as pieces in fb. 0, 1 when
+ * they need more than FS_BUF_SEGS_MAX pieces (fb untouched: the caller copies instead), or the
+ * error of a block's lookup (-SH_ENEEDBLOCK among them), with nothing held. */
+static int zpl_read_pieces(struct zpl_op *op, struct zpl_oino *oi, uint64_t off, uint32_t n,
+                           struct fs_buf *fb)
+{
+	struct zpl *z = op->op_z;
+	uint32_t bsize = oi->oi_ino.ino_blksz;
+	uint64_t first = off / bsize, last = (off + n - 1) / bsize;
+	if (last - first >= FS_BUF_SEGS_MAX)
+		return 1;
+	struct zpl_read_vec *rv = mem_alloc(sizeof(*rv));
+	if (rv == NULL)
+		return -ENOMEM;
+	rv->rv_release = z->z_env.ze_release;
+	rv->rv_ctx = z->z_env.ze_ctx;
+	rv->rv_nholds = 0;
+	uint32_t nsegs = 0;
+	int rc = 0;
+	for (uint64_t blk = first; blk <= last && rc == 0; blk++) {
+		uint64_t boff = blk * bsize;
+		uint32_t from = (uint32_t)(SH_MAX(off, boff) - boff);
+		uint32_t to = (uint32_t)(SH_MIN(off + n, boff + bsize) - boff);
+		struct zpl_bsrc s;
+		if ((rc = zpl_bsrc_get(op, oi, blk, true, &s)) != 0)
+			break;
+		uint32_t have = from < s.bs_len ? SH_MIN(to, s.bs_len) - from : 0;
+		if (have > 0) {
+			if (s.bs_db != NULL) {
+				atomic_fetch_add_explicit(&s.bs_db->db_refs, 1, memory_order_relaxed);
+				rv->rv_holds[rv->rv_nholds].rh_db = s.bs_db;
+				rv->rv_holds[rv->rv_nholds].rh_image = NULL;
+			} else {
+				rv->rv_holds[rv->rv_nholds].rh_db = NULL;
+				rv->rv_holds[rv->rv_nholds].rh_image = s.bs_hold;
+				s.bs_hold = NULL; /* the vector's now */
+			}
+			rv->rv_nholds++;
+			if (!zpl_read_vec_add(rv, &nsegs, s.bs_data + from, have))
+				rc = 1;
+		}
+		zpl_bsrc_release(z, &s);
+		if (rc == 0 && !zpl_read_vec_add(rv, &nsegs, zpl_zero_page, to - from - have))
+			rc = 1;
+	}
+	if (rc != 0) {
+		zpl_release_vec(rv);
+		return rc;
+	}
+	fb->fb_data = NULL;
+	fb->fb_segs = rv->rv_segs;
+	fb->fb_nsegs = nsegs;
+	fb->fb_release = zpl_release_vec;
+	fb->fb_release_arg = rv;
+	return 0;
+}
+
 int zpl_data_read(struct zpl_op *op, struct zpl_oino *oi, struct fs_req *req)
 {
 	struct zpl *z = op->op_z;
@@ -662,6 +762,12 @@ int zpl_data_read(struct zpl_op *op, struct zpl_oino *oi, struct fs_req *req)
 			goto done;
 		}
 		zpl_bsrc_release(z, &s); /* a short image or buffer: copy below */
+	} else {
+		rc = zpl_read_pieces(op, oi, off, n, fb);
+		if (rc == 0)
+			goto done;
+		if (rc != 1)
+			return rc;
 	}
 	uint8_t *buf = mem_alloc(n);
 	if (buf == NULL)

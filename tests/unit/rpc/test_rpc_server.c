@@ -133,9 +133,22 @@ static void toy_delay(struct rpc_call *call)
 	}
 }
 
-/* BIG(n): n bytes (multiple of 4) of a pattern as bulk data. */
+/* BIG(n): n bytes (multiple of 4) of a pattern as bulk data, handed over as RPC_BULK_IOVS_MAX
+ * pieces of uneven sizes (one of them empty), so that a reply the socket takes in parts stops and
+ * resumes inside and between pieces. */
 #define TOY_BIG_MAX (4u << 20)
 static uint8_t *toy_big_data;
+static atomic_uint toy_big_released;
+
+struct toy_pieces {
+	struct iovec tp_iov[RPC_BULK_IOVS_MAX];
+};
+
+static void toy_big_release(void *arg)
+{
+	mem_free(arg);
+	atomic_fetch_add(&toy_big_released, 1u);
+}
 
 static void toy_big(struct rpc_call *call)
 {
@@ -148,9 +161,27 @@ static void toy_big(struct rpc_call *call)
 		rpc_reply_accept_error(call, RPC_SYSTEM_ERR);
 		return;
 	}
+	struct toy_pieces *tp = mem_alloc(sizeof(*tp));
+	if (tp == NULL) {
+		rpc_reply_accept_error(call, RPC_SYSTEM_ERR);
+		return;
+	}
 	xdr_put_u32(&call->rc_res, n);
-	call->rc_bulk.iov_base = toy_big_data;
-	call->rc_bulk.iov_len = n;
+	uint32_t at = 0;
+	for (unsigned i = 0; i < RPC_BULK_IOVS_MAX; i++) {
+		uint32_t len = SH_MIN(n - at, (n / 24 + 4 * i) & ~3u);
+		if (i == 3)
+			len = 0;
+		if (i == RPC_BULK_IOVS_MAX - 1)
+			len = n - at;
+		tp->tp_iov[i].iov_base = toy_big_data + at;
+		tp->tp_iov[i].iov_len = len;
+		at += len;
+	}
+	call->rc_bulk_iov = tp->tp_iov;
+	call->rc_bulk_iovcnt = RPC_BULK_IOVS_MAX;
+	call->rc_bulk_release = toy_big_release;
+	call->rc_bulk_arg = tp;
 	rpc_reply_success(call);
 }
 
@@ -596,6 +627,7 @@ static void server_large_replies_and_slow_reader(void)
 	uint8_t stream[256];
 	size_t n = 0;
 	uint32_t sizes[2] = {3u << 20, 1u << 20};
+	unsigned released = atomic_load(&toy_big_released);
 	put_u32_call(stream, &n, 1000, TOY_BIG, sizes[0]);
 	put_u32_call(stream, &n, 1001, TOY_BIG, sizes[1]);
 	CHECK(send(fd, stream, n, 0) == (ssize_t)n);
@@ -611,6 +643,9 @@ static void server_large_replies_and_slow_reader(void)
 	}
 	mem_free(buf);
 	close(fd);
+	for (int i = 0; i < 100 && atomic_load(&toy_big_released) != released + 2; i++)
+		usleep(10000);
+	CHECK(atomic_load(&toy_big_released) == released + 2);
 }
 
 static void server_oversize_record_closes(void)

@@ -209,7 +209,8 @@ static inline int op_read(struct fs *fs, const struct fs_obj_id *obj, uint64_t o
 		rc = call_run(&c);
 		if (rc == 0) {
 			struct fs_buf *b = &c.c_req.u.read.rd_buf;
-			memcpy((uint8_t *)buf + got, b->fb_data, b->fb_len);
+			if (fs_buf_copy_out(b, 0, (uint8_t *)buf + got, b->fb_len) != b->fb_len)
+				rc = -EIO;
 			got += b->fb_len;
 			eof = c.c_req.u.read.rd_eof;
 			if (b->fb_release)

@@ -611,8 +611,7 @@ static int t_read(struct tenv *e, const struct fs_obj_id *id, uint64_t off, uint
 	if (rc == 0) {
 		const struct fs_buf *fb = &req.u.read.rd_buf;
 		CHECK(fb->fb_len <= count);
-		if (fb->fb_len > 0)
-			memcpy(out, fb->fb_data, fb->fb_len);
+		CHECK(fs_buf_copy_out(fb, 0, out, fb->fb_len) == fb->fb_len);
 		if (n != NULL)
 			*n = fb->fb_len;
 		if (eof != NULL)
@@ -1545,13 +1544,17 @@ static void test_read_refs(void)
 	CHECK(t_truncate(e, &f, 1000) == 0);
 	CHECK(env_sync(e) == 0);
 	CHECK(memcmp(r2.u.read.rd_buf.fb_data, data + 131072 + 5, 500) == 0);
-	/* Across two blocks: a copy. */
+	/* Across two blocks: two pieces, the dirty buffers themselves, unchanged by a later write. */
 	CHECK(t_write(e, &f, 0, data, sizeof(data)) == 0);
 	req_init(&r3, FS_OP_READ, e, &f);
 	r3.u.read.rd_offset = 131000;
 	r3.u.read.rd_count = 200;
 	CHECK(env_run(e, &r3) == 0 && r3.u.read.rd_buf.fb_len == 200);
-	CHECK(memcmp(r3.u.read.rd_buf.fb_data, data + 131000, 200) == 0);
+	CHECK(r3.u.read.rd_buf.fb_nsegs == 2 && r3.u.read.rd_buf.fb_segs[0].iov_len == 72 &&
+	      r3.u.read.rd_buf.fb_segs[1].iov_len == 128);
+	CHECK(t_write(e, &f, 131000, xs, sizeof(xs)) == 0);
+	CHECK(fs_buf_copy_out(&r3.u.read.rd_buf, 0, buf, 200) == 200);
+	CHECK(memcmp(buf, data + 131000, 200) == 0);
 	r1.u.read.rd_buf.fb_release(r1.u.read.rd_buf.fb_release_arg);
 	r2.u.read.rd_buf.fb_release(r2.u.read.rd_buf.fb_release_arg);
 	r3.u.read.rd_buf.fb_release(r3.u.read.rd_buf.fb_release_arg);
@@ -1570,6 +1573,92 @@ static void test_read_refs(void)
 	CHECK(memcmp(r1.u.read.rd_buf.fb_data, data, 100) == 0);
 	r1.u.read.rd_buf.fb_release(r1.u.read.rd_buf.fb_release_arg);
 	VERIFY(zpl_open(e->e_tree, &e->e_env, 0, &e->e_z, NULL) == 0);
+	env_free(e);
+}
+
+/* A READ over several blocks hands out the cached images as pieces, without a copy: zeros for a
+ * hole and for the tail of a short block, each image held until the release; one needing more
+ * than FS_BUF_SEGS_MAX pieces is copied instead. */
+static void test_read_pieces(void)
+{
+	struct tenv *e = env_new_ex(16384, 16384);
+	struct fs_obj_id root = t_root(e), f, g;
+	static uint8_t data[5 * 16384], got[1024 * 1024];
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i % 253 + 1);
+	CHECK(t_create(e, &root, "f", 0644, &f) == 0);
+	/* Blocks 0, 1, 3 and 4 written; 2 a hole. */
+	CHECK(t_write(e, &f, 0, data, 2 * 16384) == 0);
+	CHECK(t_write(e, &f, 3 * 16384, data + 3 * 16384, 2 * 16384) == 0);
+	CHECK(env_sync(e) == 0);
+	struct fs_req r;
+	req_init(&r, FS_OP_READ, e, &f);
+	r.u.read.rd_offset = 100;
+	r.u.read.rd_count = 5 * 16384;
+	CHECK(env_run(e, &r) == 0);
+	const struct fs_buf *fb = &r.u.read.rd_buf;
+	CHECK(fb->fb_len == 5 * 16384 - 100 && r.u.read.rd_eof);
+	/* block 0 (from 100), block 1, the hole, block 3, block 4 */
+	CHECK(fb->fb_nsegs == 5 && fb->fb_segs[2].iov_len == 16384);
+	CHECK(e->e_st.ms_holds == 4);
+	CHECK(fs_buf_copy_out(fb, 0, got, fb->fb_len) == fb->fb_len);
+	CHECK(memcmp(got, data + 100, 2 * 16384 - 100) == 0);
+	CHECK(all_zero(got + 2 * 16384 - 100, 16384));
+	CHECK(memcmp(got + 3 * 16384 - 100, data + 3 * 16384, 2 * 16384) == 0);
+	CHECK(fs_buf_copy_out(fb, 2 * 16384 - 110, got, 30) == 30 &&
+	      memcmp(got, data + 2 * 16384 - 10, 10) == 0 && all_zero(got + 10, 20));
+	/* The images stay as they were while held, through an overwrite, a sync and a truncation. */
+	uint8_t xs[3 * 16384];
+	memset(xs, 'X', sizeof(xs));
+	CHECK(t_write(e, &f, 0, xs, sizeof(xs)) == 0);
+	CHECK(t_truncate(e, &f, 0) == 0);
+	CHECK(env_sync(e) == 0);
+	CHECK(fs_buf_copy_out(fb, 0, got, fb->fb_len) == fb->fb_len);
+	CHECK(memcmp(got, data + 100, 2 * 16384 - 100) == 0);
+	CHECK(memcmp(got + 3 * 16384 - 100, data + 3 * 16384, 2 * 16384) == 0);
+	fb->fb_release(fb->fb_release_arg);
+	CHECK(e->e_st.ms_holds == 0);
+	/* Past FS_BUF_SEGS_MAX blocks: one copied buffer. */
+	CHECK(t_create(e, &root, "g", 0644, &g) == 0);
+	for (uint32_t b = 0; b < 64; b++)
+		CHECK(t_write(e, &g, (uint64_t)b * 16384, data, 16384) == 0);
+	CHECK(env_sync(e) == 0);
+	req_init(&r, FS_OP_READ, e, &g);
+	r.u.read.rd_offset = 0;
+	r.u.read.rd_count = 64 * 16384;
+	CHECK(env_run(e, &r) == 0 && fb->fb_len == 64 * 16384 && fb->fb_nsegs == 0);
+	CHECK(e->e_st.ms_holds == 0);
+	for (uint32_t b = 0; b < 64; b++)
+		CHECK(memcmp((const uint8_t *)fb->fb_data + b * 16384, data, 16384) == 0);
+	fb->fb_release(fb->fb_release_arg);
+	/* A short block 0 (written while the file was 5000 bytes long): its image, then zeros for
+	 * the rest of it and the hole after it, in one piece. */
+	struct fs_obj_id h;
+	CHECK(t_create(e, &root, "h", 0644, &h) == 0);
+	CHECK(t_write(e, &h, 0, data, 5000) == 0);
+	CHECK(env_sync(e) == 0);
+	CHECK(t_write(e, &h, 2 * 16384, data, 100) == 0);
+	CHECK(env_sync(e) == 0);
+	req_init(&r, FS_OP_READ, e, &h);
+	r.u.read.rd_offset = 0;
+	r.u.read.rd_count = 2 * 16384 + 100;
+	CHECK(env_run(e, &r) == 0 && fb->fb_len == 2 * 16384 + 100);
+	CHECK(fb->fb_nsegs == 3 && fb->fb_segs[0].iov_len == 8192 && /* 5000 rounded to 4 KiB */
+	      fb->fb_segs[1].iov_len == 2 * 16384 - 8192);
+	CHECK(fs_buf_copy_out(fb, 0, got, fb->fb_len) == fb->fb_len);
+	CHECK(memcmp(got, data, 5000) == 0 && all_zero(got + 5000, 2 * 16384 - 5000) &&
+	      memcmp(got + 2 * 16384, data, 100) == 0);
+	fb->fb_release(fb->fb_release_arg);
+	/* Exactly FS_BUF_SEGS_MAX blocks: pieces. */
+	req_init(&r, FS_OP_READ, e, &g);
+	r.u.read.rd_offset = 16384;
+	r.u.read.rd_count = FS_BUF_SEGS_MAX * 16384;
+	CHECK(env_run(e, &r) == 0 && fb->fb_nsegs == FS_BUF_SEGS_MAX);
+	CHECK(e->e_st.ms_holds == FS_BUF_SEGS_MAX);
+	CHECK(fs_buf_copy_out(fb, 5 * 16384, got, 16384) == 16384 && memcmp(got, data, 16384) == 0);
+	fb->fb_release(fb->fb_release_arg);
+	CHECK(e->e_st.ms_holds == 0);
+	CHECK_SOUND(e);
 	env_free(e);
 }
 
@@ -2842,6 +2931,7 @@ COLD(test_setattr)
 COLD(test_sparse_large)
 COLD(test_growth)
 COLD(test_read_refs)
+COLD(test_read_pieces)
 COLD(test_permissions)
 COLD(test_collisions)
 COLD(test_check_damage)
@@ -2862,6 +2952,7 @@ int main(void)
 	TAP_RUN(test_growth);
 	TAP_RUN(test_random_data);
 	TAP_RUN(test_read_refs);
+	TAP_RUN(test_read_pieces);
 	TAP_RUN(test_sync_errors);
 	TAP_RUN(test_fsstat_commit_access);
 	TAP_RUN(test_permissions);
@@ -2887,6 +2978,7 @@ int main(void)
 	TAP_RUN(test_sparse_large_cold);
 	TAP_RUN(test_growth_cold);
 	TAP_RUN(test_read_refs_cold);
+	TAP_RUN(test_read_pieces_cold);
 	TAP_RUN(test_permissions_cold);
 	TAP_RUN(test_collisions_cold);
 	TAP_RUN(test_check_damage_cold);
