@@ -107,11 +107,10 @@ uint64_t clock_realtime_ns(void);  /* CLOCK_REALTIME, for timestamps and verifie
 
 /* ---- threads ---- */
 /* Names the calling thread (shown by top -H, ps -L and perf; at most 15 characters are kept).
- * A background thread (slow work that waits on a disk anyway: the posix flush workers, the
- * committer) is also made SCHED_BATCH: the scheduler then never lets it preempt a
- * serving thread (an event loop, the I/O completion thread) when it wakes, yet it keeps its
- * fair share of the CPU under load. Failures are logged once and otherwise ignored: both are
- * tuning, not correctness. */
+ * A background thread (work that waits on a disk anyway: the posix flush workers, the committer,
+ * the pool's I/O engine) is also made SCHED_BATCH: the scheduler then never lets it preempt a
+ * serving thread (an event loop) when it wakes, yet it keeps its fair share of the CPU under
+ * load. Failures are logged once and otherwise ignored: both are tuning, not correctness. */
 enum sh_thread_kind { SH_THREAD_SERVING, SH_THREAD_BACKGROUND };
 void sh_thread_setup(const char *name, enum sh_thread_kind kind);
 /* Moves the calling thread to kind's scheduling class (SCHED_OTHER or SCHED_BATCH), for a

@@ -37,6 +37,13 @@
  *      free ring slot goes to a waiting foreground io first. A txg hands over its whole
  *      write-out at once (60 MiB and more); in the ring, the device would serve it before an
  *      intent-log write or a read submitted a moment later, which then waited 20-30 ms.
+ *   7. The thread is SCHED_BATCH (sh_thread_setup's background kind): a submission or a
+ *      completion that wakes it never preempts the event loop sharing its core; it runs when the
+ *      loop sleeps or at the scheduler's next tick, and then finds every io queued meanwhile.
+ *      In the normal class, each intent-log write preempted the loop at its eventfd write (two
+ *      context switches per commit, and one doorbell per commit). Measured against it, pool
+ *      sfs2008 on one core (A/B, three rounds of ten points): peak +29%, overall response time
+ *      -20%, server CPU per op -20%; 4 KiB FILE_SYNC writes from 64 in flight +7%.
  *
  * Locking: be_lock guards be_queue, be_stopping, be_wake_pending and the deferred-status ring.
  * Everything else (the ring, the request pool, the backlog, the done list) belongs to the engine
@@ -346,7 +353,7 @@ static void *blk_engine_main(void *arg)
 {
 	struct blk_engine *e = arg;
 	blk_engine_self = e;
-	sh_thread_setup("shale-io", SH_THREAD_SERVING);
+	sh_thread_setup("shale-io", SH_THREAD_BACKGROUND); /* rule 7 */
 	if (e->be_uring) {
 		blk_engine_arm_wake(e);
 		blk_engine_flush_sqes(e);

@@ -49,7 +49,8 @@ check "the posix flush workers are SCHED_BATCH (they never preempt a loop)" \
 check "the txg sync thread is SCHED_BATCH between txgs (SCHED_OTHER only while it holds the lock)" \
 	bash -c '[ "$1" = 3 ]' _ "$(policies shale-sync)"
 check "the pool's committer is SCHED_BATCH" bash -c '[ "$1" = 3 ]' _ "$(policies shale-commit)"
-check "the I/O completion thread is SCHED_OTHER" bash -c '[ "$1" = 0 ]' _ "$(policies shale-io)"
+check "the pool's I/O engine thread is SCHED_BATCH (it never preempts the loop)" \
+	bash -c '[ "$1" = 3 ]' _ "$(policies shale-io)"
 head -c 3000000 /dev/urandom >big.bin
 head -c 5000 /dev/urandom >small.bin
 check "nfs-cp writes a 3 MB file into tank/home" nfs-cp big.bin "$(url big.bin)"
