@@ -25,12 +25,12 @@
 #      for sfs2008 (with --points), varmail, seq, meta and syncwrite (4 KiB FILE_SYNC WRITEs,
 #      64 in flight), and for each of them again as W-pool (sfs2008-pool, varmail-pool, seq-pool,
 #      meta-pool, syncwrite-pool): A = the same Shale serving a file system of its own pool
-#      (tank/bench, on a sparse file in WORK/pool of BENCH_POOL_SIZE, exported by the same process
-#      beside the posix directory). The loopback TCP limit is measured again right after the
+#      (tank/bench, in a file of BENCH_POOL_SIZE in WORK/pool that `shale pool create` writes
+#      with zeros, exported by the same process beside the posix directory). The loopback TCP limit is measured again right after the
 #      first of seq and seq-pool; both read/limit ratios use the median of all six runs. Each
 #      workload's text report, JSON and SVG go to RESULTS (bench/results by default).
 #      "memory-pool" is no comparison: it starts a second Shale (pinned the same way, port 2050,
-#      --arc-max BENCH_ARC_MAX_MB, its own pool on a sparse file in WORK/pool-mem) and runs
+#      --arc-max BENCH_ARC_MAX_MB, its own pool in a file in WORK/pool-mem) and runs
 #      against it, one after another, (a) sfs2008 at its own peak, 3 points, (b) one sequential
 #      UNSTABLE+COMMIT write of BENCH_MEM_WRITE_MB (seq --phases unstable) and (c) a directory
 #      of BENCH_MEM_FILES files created then listed whole with READDIRPLUS (meta --phases
@@ -374,8 +374,8 @@ cat >"$results/config.txt" <<-EOF
 	seq               one file of $seq_mb MB, 1 MiB transfers
 	meta              $meta_files files in one directory
 	syncwrite         4 KiB FILE_SYNC WRITEs, 4 conns x depth 16, 64 files of 4 MB, warm-up ${phase_warmup}s, run ${phase_s}s
-	pool              W-pool: tank/bench on a sparse file of $pool_size in $work/pool, served by the same shale (--arc-max ${shale_arc_mb}M)
-	memory-pool       a second shale (--arc-max ${arc_max_mb}M, pool on a sparse file in $work/pool-mem): sfs2008 at its own peak (3 points), a $mem_write_mb MB write, $mem_files files created and listed; goal peak RSS <= $((arc_max_mb + 64)) MiB
+	pool              W-pool: tank/bench in a file of $pool_size in $work/pool, served by the same shale (--arc-max ${shale_arc_mb}M)
+	memory-pool       a second shale (--arc-max ${arc_max_mb}M, pool in a file in $work/pool-mem): sfs2008 at its own peak (3 points), a $mem_write_mb MB write, $mem_files files created and listed; goal peak RSS <= $((arc_max_mb + 64)) MiB
 	load average      $load_start at the start
 	loopback TCP      iperf3, one stream, 1 MiB writes, ${iperf_s}s, server CPU $SERVER_CPU, client CPU $LOAD_CPU: $(tcp_median) MB/s median of ${tcp_list[*]} before the workloads; $tcp_128k MB/s with iperf3's default 128 KiB writes
 EOF
@@ -418,7 +418,7 @@ run_memory_pool() {
 	local base=(--server "127.0.0.1:$SHALE_MEM_PORT" --export /mem/bench --label shale-pool-mem
 		--spin-us "$spin_us")
 	{
-		echo "memory-pool: shale serve --arc-max ${arc_max_mb}M (pid $mpid, pinned to CPU $SERVER_CPU), pool mem on a sparse file of ${msize} MB"
+		echo "memory-pool: shale serve --arc-max ${arc_max_mb}M (pid $mpid, pinned to CPU $SERVER_CPU), pool mem in a file of ${msize} MB"
 		echo "goal: peak RSS (VmHWM, reset before each phase) <= arc-max + 64 MiB = $((goal_kib / 1024)) MiB"
 	} >"$out"
 	for phase in sfs2008 write list; do

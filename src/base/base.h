@@ -129,6 +129,7 @@ uint64_t sh_hash64(const void *data, size_t len, uint64_t seed);
  * and put several such keys in one slot. */
 static inline uint32_t sh_hash_fib(uint64_t key, unsigned bits)
 {
+	ASSERT(bits <= 32); /* more would be cut off by the result's type */
 	return bits == 0 ? 0u : (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> (64u - bits));
 }
 /* Write the whole buffer / read exactly len bytes, retrying on EINTR and short counts. */
