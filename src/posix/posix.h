@@ -28,7 +28,7 @@ struct posix_fs_config {
 	unsigned pfc_fd_cache_max;   /* open fds kept cached (0 = default 16384); a regular file
 	                              * being written holds two; requests in flight may briefly
 	                              * hold more */
-	unsigned pfc_nworkers;       /* worker threads (0 = default 16) */
+	unsigned pfc_nworkers;       /* worker threads (0 = default 32) */
 	unsigned pfc_idcache_slots;  /* name -> id cache entries, rounded up to a power of two
 	                              * (0 = default 65536, 64 bytes each, touched as it fills) */
 };

@@ -330,7 +330,6 @@ int posix_do_remove(struct posix_fs *pf, struct fs_req *req)
 	bool is_rmdir = req->fr_op == FS_OP_RMDIR;
 	struct posix_fd *d;
 	struct stat dst, st;
-	struct fs_obj_id victim;
 	int rc;
 
 	rc = posix_check_name(name, -EINVAL);
@@ -343,15 +342,15 @@ int posix_do_remove(struct posix_fs *pf, struct fs_req *req)
 	if (rc != 0)
 		goto out;
 	posix_wcc_pre(&dst, wcc);
-	/* The victim's id, to drop its cached fds once it is gone (freeing its space now). */
-	bool have_victim = posix_entry(pf, d->pfd_fd, name, &st, &victim) == 0;
+	/* The victim's inode, to drop its cached fds once it is gone (freeing its space now). */
+	bool have_victim = fstatat(d->pfd_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	if (unlinkat(d->pfd_fd, name, is_rmdir ? AT_REMOVEDIR : 0) != 0) {
 		rc = -errno;
 		goto out_post;
 	}
 	rc = posix_dir_sync(d);
 	if (have_victim)
-		posix_fd_forget_if_unlinked(pf, &victim);
+		posix_fd_forget_if_unlinked(pf, (uint64_t)st.st_ino);
 out_post:
 	posix_wcc_post(pf, d->pfd_fd, wcc);
 out:
@@ -365,7 +364,6 @@ int posix_do_rename(struct posix_fs *pf, struct fs_req *req)
 	const char *to = req->u.rename.rn_to_name;
 	struct posix_fd *fd_dir, *td_dir;
 	struct stat fst, tst, st;
-	struct fs_obj_id victim;
 	int rc;
 
 	rc = posix_check_name(from, -EINVAL);
@@ -386,7 +384,8 @@ int posix_do_rename(struct posix_fs *pf, struct fs_req *req)
 		goto out;
 	posix_wcc_pre(&fst, &req->u.rename.rn_from_wcc);
 	posix_wcc_pre(&tst, &req->u.rename.rn_to_wcc);
-	bool have_victim = posix_entry(pf, td_dir->pfd_fd, to, &st, &victim) == 0;
+	/* The inode renamed over, if any, to drop its cached fds once it is gone. */
+	bool have_victim = fstatat(td_dir->pfd_fd, to, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	if (renameat(fd_dir->pfd_fd, from, td_dir->pfd_fd, to) != 0) {
 		rc = -errno;
 		goto out_post;
@@ -396,7 +395,7 @@ int posix_do_rename(struct posix_fs *pf, struct fs_req *req)
 	if (rc == 0 && td_dir != fd_dir)
 		rc = posix_dir_sync(fd_dir);
 	if (have_victim)
-		posix_fd_forget_if_unlinked(pf, &victim);
+		posix_fd_forget_if_unlinked(pf, (uint64_t)st.st_ino);
 out_post:
 	posix_wcc_post(pf, fd_dir->pfd_fd, &req->u.rename.rn_from_wcc);
 	posix_wcc_post(pf, td_dir->pfd_fd, &req->u.rename.rn_to_wcc);

@@ -46,12 +46,15 @@ int posix_fdcache_init(struct posix_fdcache *cache, uint32_t max_fds)
 	cache->pc_max_fds = max_fds;
 	cache->pc_nbuckets = posix_pow2_at_least(max_fds);
 	cache->pc_buckets = mem_zalloc(cache->pc_nbuckets * sizeof(cache->pc_buckets[0]));
-	if (cache->pc_buckets == NULL)
-		return -ENOMEM;
-	int rc = pthread_mutex_init(&cache->pc_lock, NULL);
+	cache->pc_ino_buckets = mem_zalloc(cache->pc_nbuckets * sizeof(cache->pc_ino_buckets[0]));
+	int rc = cache->pc_buckets == NULL || cache->pc_ino_buckets == NULL
+		     ? ENOMEM
+		     : pthread_mutex_init(&cache->pc_lock, NULL);
 	if (rc != 0) {
 		mem_free(cache->pc_buckets);
+		mem_free(cache->pc_ino_buckets);
 		cache->pc_buckets = NULL;
+		cache->pc_ino_buckets = NULL;
 		return -rc;
 	}
 	return 0;
@@ -80,7 +83,9 @@ void posix_fdcache_fini(struct posix_fdcache *cache)
 		pfd = next;
 	}
 	mem_free(cache->pc_buckets);
+	mem_free(cache->pc_ino_buckets);
 	cache->pc_buckets = NULL;
+	cache->pc_ino_buckets = NULL;
 	pthread_mutex_destroy(&cache->pc_lock);
 }
 
@@ -110,6 +115,11 @@ static struct posix_fd *posix_cache_find(struct posix_fdcache *cache, const stru
 		if (pfd->pfd_hash == hash && posix_key_equal(&pfd->pfd_id, id))
 			return pfd;
 	return NULL;
+}
+
+static struct posix_fd **posix_ino_bucket(struct posix_fdcache *cache, uint64_t ino)
+{
+	return &cache->pc_ino_buckets[sh_hash_fib(ino, (unsigned)__builtin_ctz(cache->pc_nbuckets))];
 }
 
 static void posix_lru_unlink(struct posix_fdcache *cache, struct posix_fd *pfd)
@@ -144,6 +154,11 @@ static void posix_cache_remove(struct posix_fdcache *cache, struct posix_fd *pfd
 		pp = &(*pp)->pfd_hash_next;
 	*pp = pfd->pfd_hash_next;
 	pfd->pfd_hash_next = NULL;
+	pp = posix_ino_bucket(cache, pfd->pfd_ino);
+	while (*pp != pfd)
+		pp = &(*pp)->pfd_ino_next;
+	*pp = pfd->pfd_ino_next;
+	pfd->pfd_ino_next = NULL;
 	posix_lru_unlink(cache, pfd);
 	cache->pc_nentries--;
 	cache->pc_nfds -= posix_fd_nfds(pfd);
@@ -439,6 +454,7 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 	}
 	pfd->pfd_hash = hash;
 	pfd->pfd_id = *id;
+	pfd->pfd_ino = (uint64_t)st.st_ino;
 	pfd->pfd_type = type;
 	pfd->pfd_fd = fd;
 	pfd->pfd_wfd = -1;
@@ -462,6 +478,9 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 	}
 	struct posix_fd **bucket = &cache->pc_buckets[hash & (cache->pc_nbuckets - 1)];
 	pfd->pfd_hash_next = *bucket;
+	*bucket = pfd;
+	bucket = posix_ino_bucket(cache, pfd->pfd_ino);
+	pfd->pfd_ino_next = *bucket;
 	*bucket = pfd;
 	posix_lru_push_head(cache, pfd);
 	pfd->pfd_in_table = true;
@@ -546,22 +565,30 @@ void posix_fd_forget(struct posix_fs *pf, struct posix_fd *pfd)
 	pthread_mutex_unlock(&cache->pc_lock);
 }
 
-void posix_fd_forget_if_unlinked(struct posix_fs *pf, const struct fs_obj_id *id)
+/* Entries of one inode looked at; one is the rule (an inode has one handle), more a margin. */
+#define POSIX_FORGET_MAX 4
+
+void posix_fd_forget_if_unlinked(struct posix_fs *pf, uint64_t ino)
 {
 	struct posix_fdcache *cache = &pf->pf_cache;
-	uint64_t hash = posix_key_hash(id);
+	struct posix_fd *found[POSIX_FORGET_MAX];
+	unsigned n = 0;
 
 	pthread_mutex_lock(&cache->pc_lock);
-	struct posix_fd *pfd = posix_cache_find(cache, id, hash);
-	if (pfd != NULL)
-		pfd->pfd_refs++;
+	for (struct posix_fd *pfd = *posix_ino_bucket(cache, ino); pfd != NULL && n < POSIX_FORGET_MAX;
+	     pfd = pfd->pfd_ino_next) {
+		if (pfd->pfd_ino == ino) {
+			pfd->pfd_refs++;
+			found[n++] = pfd;
+		}
+	}
 	pthread_mutex_unlock(&cache->pc_lock);
-	if (pfd == NULL)
-		return;
-	struct stat st;
-	if (posix_stat_fd(pfd->pfd_fd, &st) != 0 || st.st_nlink == 0)
-		posix_fd_forget(pf, pfd);
-	posix_fd_rele(pf, pfd);
+	for (unsigned i = 0; i < n; i++) {
+		struct stat st;
+		if (posix_stat_fd(found[i]->pfd_fd, &st) != 0 || st.st_nlink == 0)
+			posix_fd_forget(pf, found[i]);
+		posix_fd_rele(pf, found[i]);
+	}
 }
 
 /* Group commit (see posix_impl.h). Tickets order changes against fsyncs: a request takes a

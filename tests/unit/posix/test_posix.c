@@ -235,6 +235,26 @@ static int open_fd_count(void)
 	return n;
 }
 
+/* Open fds of this process whose file has been deleted (a cached fd that keeps its space). */
+static int deleted_fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	VERIFY(d != NULL);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		char path[300], target[512];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t len = readlink(path, target, sizeof(target) - 1);
+		if (len > 10) {
+			target[len] = '\0';
+			n += strcmp(target + len - 10, " (deleted)") == 0;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
 /* Builds an id in this back end's format for a host path (as a forger who knows the format). */
 static void forge_id(const char *path, enum fs_type type, struct fs_obj_id *id)
 {
@@ -533,11 +553,25 @@ static void test_remove_and_stale(void)
 {
 	struct fs_obj_id f, d, g;
 	struct fs_attr a;
+	int deleted = deleted_fd_count();
 	CHECK(do_create(&g_root, "rm1", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &f, NULL) == 0);
-	CHECK(do_getattr(&f, &a) == 0);
+	CHECK(do_getattr(&f, &a) == 0); /* its fd is cached now */
 	CHECK(do_remove(FS_OP_REMOVE, &g_root, "rm1", &g_rootc) == 0);
+	CHECK(deleted_fd_count() == deleted); /* and closed by the REMOVE: the space is free */
 	struct stat st;
 	CHECK(!host_stat("rm1", &st));
+	/* A file with a second link keeps its cached fd until its last name goes. */
+	CHECK(do_create(&g_root, "rmh", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &f, NULL) == 0);
+	CHECK(do_getattr(&f, &a) == 0);
+	char lp[512], hp[512];
+	host_path(lp, sizeof(lp), "rmh");
+	host_path(hp, sizeof(hp), "rmh2");
+	CHECK(link(lp, hp) == 0);
+	CHECK(do_remove(FS_OP_REMOVE, &g_root, "rmh", &g_rootc) == 0);
+	CHECK(do_getattr(&f, &a) == 0 && a.fa_nlink == 1);
+	CHECK(do_remove(FS_OP_REMOVE, &g_root, "rmh2", &g_rootc) == 0);
+	CHECK(deleted_fd_count() == deleted);
+	CHECK(do_getattr(&f, &a) == -ESTALE);
 	CHECK(do_getattr(&f, &a) == -ESTALE);
 	CHECK(do_remove(FS_OP_REMOVE, &g_root, "rm1", &g_rootc) == -ENOENT);
 
@@ -568,6 +602,7 @@ static void test_rename_link(void)
 	CHECK(do_mkdir(&g_root, "rn2", 0755, &g_rootc, &d2) == 0);
 	CHECK(do_create(&d1, "a", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &a, NULL) == 0);
 	CHECK(do_create(&d2, "victim", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &victim, NULL) == 0);
+	int deleted = deleted_fd_count();
 	CHECK(do_getattr(&victim, &at) == 0); /* cached now */
 
 	req_init(&r, FS_OP_RENAME, &d1, &g_rootc);
@@ -587,6 +622,7 @@ static void test_rename_link(void)
 	CHECK(r.u.rename.rn_from_wcc.fw_pre_valid && r.u.rename.rn_to_wcc.fw_post_valid);
 	CHECK(do_lookup(&d2, "victim", &g_rootc, &id, NULL) == 0 && id_equal(&id, &a));
 	CHECK(do_lookup(&d1, "b", &g_rootc, &id, NULL) == -ENOENT);
+	CHECK(deleted_fd_count() == deleted); /* the victim's cached fd went with it */
 	CHECK(do_getattr(&victim, &at) == -ESTALE);
 
 	/* LINK */
