@@ -584,12 +584,6 @@ int zpl_data_remove(struct zpl_op *op, struct zpl_oino *oi)
 /* ---------------------------------------------------------------------------------------------
  * READ */
 
-struct zpl_image_ref {
-	void (*ir_release)(void *ctx, void *hold);
-	void *ir_ctx;
-	void *ir_hold;
-};
-
 static void zpl_release_noop(void *arg)
 {
 	(void)arg;
@@ -600,20 +594,13 @@ static void zpl_release_dbuf(void *arg)
 	zpl_dbuf_rele(arg);
 }
 
-static void zpl_release_image(void *arg)
-{
-	struct zpl_image_ref *ir = arg;
-	ir->ir_release(ir->ir_ctx, ir->ir_hold);
-	mem_free(ir);
-}
-
 static void zpl_release_copy(void *arg)
 {
 	mem_free(arg);
 }
 
-/* A READ over several blocks, handed out as pieces: the blocks' cached images and dirty buffers
- * themselves (each held until the reply is sent), and zeros for holes and short images. */
+/* A READ's data handed out as pieces: the blocks' cached images and dirty buffers themselves
+ * (each held until the reply is sent), and zeros for holes and short images. */
 struct zpl_read_vec {
 	void (*rv_release)(void *ctx, void *hold); /* the env's, copied: the zpl may be gone */
 	void *rv_ctx;
@@ -655,7 +642,7 @@ static bool zpl_read_vec_add(struct zpl_read_vec *rv, uint32_t *nsegs, const uin
 	return true;
 }
 
-/* Hands out bytes [off, off + n) of oi, which span blocks first..last, as pieces in fb. 0, 1 when
+/* Hands out bytes [off, off + n) of oi as pieces in fb. 0, 1 when
  * they need more than FS_BUF_SEGS_MAX pieces (fb untouched: the caller copies instead), or the
  * error of a block's lookup (-SH_ENEEDBLOCK among them), with nothing held. */
 static int zpl_read_pieces(struct zpl_op *op, struct zpl_oino *oi, uint64_t off, uint32_t n,
@@ -730,45 +717,26 @@ int zpl_data_read(struct zpl_op *op, struct zpl_oino *oi, struct fs_req *req)
 	uint32_t n = (uint32_t)SH_MIN((uint64_t)count, ino->ino_size - off);
 	uint32_t bsize = ino->ino_blksz;
 	uint64_t first = off / bsize, last = (off + n - 1) / bsize;
-	struct zpl_bsrc s;
-	int rc;
 	if (first == last) {
+		/* Within one dirty buffer: the buffer itself, no allocation (the common small READ of
+		 * a file being written). */
 		uint32_t in_off = (uint32_t)(off - first * bsize);
-		if ((rc = zpl_bsrc_get(op, oi, first, true, &s)) != 0)
-			return rc;
-		if (s.bs_db != NULL && in_off + n <= s.bs_len) {
-			atomic_fetch_add_explicit(&s.bs_db->db_refs, 1, memory_order_relaxed);
-			fb->fb_data = s.bs_db->db_data + in_off;
+		struct zpl_dbuf *db = zpl_dbuf_find(&z->z_dtab, oi->oi_objid, first);
+		if (db != NULL && in_off + n <= SH_MIN(db->db_size, bsize)) {
+			atomic_fetch_add_explicit(&db->db_refs, 1, memory_order_relaxed);
+			fb->fb_data = db->db_data + in_off;
 			fb->fb_release = zpl_release_dbuf;
-			fb->fb_release_arg = s.bs_db;
+			fb->fb_release_arg = db;
 			goto done;
 		}
-		if (s.bs_hold != NULL && in_off + n <= s.bs_len) {
-			struct zpl_image_ref *ir = mem_alloc(sizeof(*ir));
-			if (ir == NULL) {
-				zpl_bsrc_release(z, &s);
-				return -ENOMEM;
-			}
-			ir->ir_release = z->z_env.ze_release;
-			ir->ir_ctx = z->z_env.ze_ctx;
-			ir->ir_hold = s.bs_hold;
-			fb->fb_data = s.bs_data + in_off;
-			fb->fb_release = zpl_release_image;
-			fb->fb_release_arg = ir;
-			goto done;
-		}
-		if (s.bs_db == NULL && s.bs_hold == NULL) {
-			fb->fb_data = zpl_zero_page; /* a hole */
-			goto done;
-		}
-		zpl_bsrc_release(z, &s); /* a short image or buffer: copy below */
-	} else {
-		rc = zpl_read_pieces(op, oi, off, n, fb);
-		if (rc == 0)
-			goto done;
-		if (rc != 1)
-			return rc;
 	}
+	/* Cached images, dirty buffers and zeros as pieces; a copy only past FS_BUF_SEGS_MAX. */
+	int rc = zpl_read_pieces(op, oi, off, n, fb);
+	if (rc == 0)
+		goto done;
+	if (rc != 1)
+		return rc;
+	struct zpl_bsrc s;
 	uint8_t *buf = mem_alloc(n);
 	if (buf == NULL)
 		return -ENOMEM;
