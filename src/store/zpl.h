@@ -151,10 +151,12 @@ void zpl_root(const struct zpl *z, struct fs_obj_id *root_out);
 /* Static properties for FSINFO and PATHCONF. */
 void zpl_info(const struct zpl *z, struct fs_info *info_out);
 /* The inode cache's counters since zpl_open: lookups served from it, and those that walked the
- * tree; entries is its capacity. */
+ * tree; entries is its capacity. plan_bytes: what the operation plan's reusable arrays hold
+ * between operations (bounded, however big the last operation was). */
 struct zpl_cache_stats {
 	uint64_t zcs_hits, zcs_misses;
 	uint32_t zcs_entries;
+	uint64_t zcs_plan_bytes;
 };
 void zpl_cache_stats(const struct zpl *z, struct zpl_cache_stats *out);
 /* Empties the inode cache: for whoever changes inode records in the tree behind the zpl's back

@@ -1432,6 +1432,38 @@ static void test_growth(void)
 	env_free(e);
 }
 
+/* The REMOVE of a file of many blocks plans one deletion per extent; the plan's arrays grow to
+ * that size for the operation and are given back after it, so the zpl keeps no more than a
+ * small plan's worth between operations. A small operation keeps its arrays. */
+static void test_plan_shrinks(void)
+{
+	struct tenv *e = env_new_ex(16384, 4096);
+	struct fs_obj_id root = t_root(e), f, g;
+	struct zpl_cache_stats cs;
+	static uint8_t block[4096];
+	memset(block, 0x5a, sizeof(block));
+	const uint32_t nblocks = 3000;
+	CHECK(t_create(e, &root, "many", 0644, &f) == 0);
+	for (uint32_t i = 0; i < nblocks; i++)
+		CHECK(t_write(e, &f, (uint64_t)i * sizeof(block), block, sizeof(block)) == 0);
+	CHECK(env_sync(e) == 0);
+	CHECK(t_create(e, &root, "few", 0644, &g) == 0);
+	CHECK(t_write(e, &g, 0, block, sizeof(block)) == 0);
+	zpl_cache_stats(e->e_z, &cs);
+	uint64_t small_plan = cs.zcs_plan_bytes;
+	CHECK(small_plan > 0 && small_plan < 1024 * 1024);
+	uint64_t frees = e->e_st.ms_data_frees;
+	CHECK(t_remove(e, &root, "many") == 0);
+	CHECK(e->e_st.ms_data_frees == frees + nblocks);
+	zpl_cache_stats(e->e_z, &cs);
+	CHECK(cs.zcs_plan_bytes <= small_plan); /* 3,000 mutations would be about 1 MiB */
+	CHECK(t_remove(e, &root, "few") == 0);
+	zpl_cache_stats(e->e_z, &cs);
+	CHECK(cs.zcs_plan_bytes > 0); /* a small plan keeps its arrays */
+	CHECK_SOUND(e);
+	env_free(e);
+}
+
 /* Random writes and truncations against a reference buffer, with syncs, cold caches and reopens
  * in between; small records so a file spans many blocks. */
 static void test_random_data(void)
@@ -2952,6 +2984,7 @@ int main(void)
 	TAP_RUN(test_setattr);
 	TAP_RUN(test_sparse_large);
 	TAP_RUN(test_growth);
+	TAP_RUN(test_plan_shrinks);
 	TAP_RUN(test_random_data);
 	TAP_RUN(test_read_refs);
 	TAP_RUN(test_read_pieces);
