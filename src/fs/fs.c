@@ -23,6 +23,7 @@ void fs_req_complete(struct fs_req *req)
 
 size_t fs_buf_copy_out(const struct fs_buf *buf, size_t off, void *out, size_t n)
 {
+	VERIFY(!buf->fb_piped);
 	struct iovec one = {.iov_base = (void *)(uintptr_t)buf->fb_data, .iov_len = buf->fb_len};
 	const struct iovec *segs = buf->fb_nsegs > 0 ? buf->fb_segs : &one;
 	uint32_t nsegs = buf->fb_nsegs > 0 ? buf->fb_nsegs : 1;

@@ -121,7 +121,10 @@ enum fs_create_mode { FS_CREATE_UNCHECKED = 0, FS_CREATE_GUARDED = 1, FS_CREATE_
 /* Data handed out by a back end (READ). Call fb_release(fb_release_arg) once done with it. The
  * bytes are one piece at fb_data, or (fb_nsegs > 0) the fb_nsegs pieces of fb_segs in order, so
  * that a back end can hand out cached blocks as they are instead of copying them into one buffer;
- * the pieces stay valid until the release. fb_len counts the bytes of all pieces. */
+ * the pieces stay valid until the release. fb_len counts the bytes of all pieces. Or, only when
+ * the caller allowed it (rd_pipe_ok), fb_piped: the fb_len bytes wait in a pipe whose read end is
+ * fb_pipe_fd (references to the page cache that a splice to a socket sends without a copy); the
+ * caller takes exactly fb_len bytes from it, or none, before the release, and nothing else. */
 struct fs_buf {
 	const void *fb_data;
 	uint32_t fb_len;
@@ -129,6 +132,8 @@ struct fs_buf {
 	void *fb_release_arg;
 	const struct iovec *fb_segs;
 	uint32_t fb_nsegs; /* 0..FS_BUF_SEGS_MAX */
+	bool fb_piped;
+	int fb_pipe_fd;
 };
 
 /* One directory entry, offered to the caller's emit callback during READDIR. */
@@ -211,6 +216,7 @@ struct fs_req {
 		struct {
 			uint64_t rd_offset;   /* in */
 			uint32_t rd_count;    /* in */
+			bool rd_pipe_ok;      /* in: the caller can send rd_buf from a pipe (fb_piped) */
 			struct fs_buf rd_buf; /* out (release it even when rd_buf.fb_len == 0) */
 			bool rd_eof;          /* out */
 			bool rd_attr_valid;   /* out */
@@ -345,7 +351,7 @@ static inline void fs_destroy(struct fs *fs)
 void fs_req_complete(struct fs_req *req);
 /* Convenience for back ends: the name of an operation, for logs. */
 /* Copies bytes [off, off + n) of buf's data to out (clamped to its length); returns the bytes
- * copied. */
+ * copied. Not for a piped buffer. */
 size_t fs_buf_copy_out(const struct fs_buf *buf, size_t off, void *out, size_t n);
 
 const char *fs_op_name(enum fs_op op);

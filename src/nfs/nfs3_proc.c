@@ -340,6 +340,8 @@ static uint32_t nfs3_read_start(struct nfs3_call *nc)
 	req->u.read.rd_offset = nc->nc_args.read.offset;
 	/* RFC 1813 3.3.6: the server may return less than asked; never more than rtmax */
 	req->u.read.rd_count = SH_MIN(nc->nc_args.read.count, nfs3_io_max(nc));
+	/* Over TCP the data may come in a pipe, spliced to the socket without a copy. */
+	req->u.read.rd_pipe_ok = nc->nc_rpc->rc_transport == RPC_TCP;
 	nfs3_submit(nc, FS_OP_READ);
 	return NFS3_OK;
 }
@@ -356,7 +358,12 @@ static void nfs3_read_done(struct nfs3_call *nc)
 	if (nc->nc_res.read.status == NFS3_OK && buf->fb_len > 0) {
 		nc->nc_res.read.count = buf->fb_len;
 		nc->nc_res.read.eof = req->u.read.rd_eof;
-		if (buf->fb_nsegs > 0) {
+		if (buf->fb_piped) {
+			ASSERT(req->u.read.rd_pipe_ok);
+			call->rc_bulk.iov_len = buf->fb_len;
+			call->rc_bulk_piped = true;
+			call->rc_bulk_pipe_fd = buf->fb_pipe_fd;
+		} else if (buf->fb_nsegs > 0) {
 			call->rc_bulk_iov = buf->fb_segs;
 			call->rc_bulk_iovcnt = buf->fb_nsegs;
 		} else {

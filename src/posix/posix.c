@@ -46,7 +46,8 @@
  *
  * Threading and completion. fo_submit runs the operations the page cache can answer on the
  * calling (event loop) thread and completes them at once: GETATTR, LOOKUP, ACCESS, READLINK,
- * READDIR, FSSTAT, READ through preadv2(RWF_NOWAIT), and UNSTABLE WRITE, which only copies into
+ * READDIR, FSSTAT, READ through preadv2(RWF_NOWAIT) (or, for a large READ over TCP whose range
+ * cachestat finds cached, spliced into a pipe: posix_pipe.c), and UNSTABLE WRITE, which only copies into
  * the page cache (through pwritev2(RWF_NOWAIT) where the host file system offers it; ext4 does
  * not, and there a buffered write waits only when writeback throttles a writer, as knfsd's
  * would). A read or write that would block is "punted" to the worker pool, as are every stable
@@ -207,6 +208,7 @@ static void posix_destroy(struct fs *fs)
 	mem_free(pf->pf_workers);
 	posix_fdcache_fini(&pf->pf_cache);
 	posix_idcache_fini(&pf->pf_idcache);
+	posix_pipes_fini(&pf->pf_pipes);
 	pthread_cond_destroy(&pf->pf_queue_cond);
 	pthread_mutex_destroy(&pf->pf_queue_lock);
 	(void)close(pf->pf_root_fd);
@@ -415,9 +417,12 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 	rc = posix_idcache_init(&pf->pf_idcache, config->pfc_idcache_slots);
 	if (rc != 0)
 		goto out_cache;
-	rc = -pthread_mutex_init(&pf->pf_queue_lock, NULL);
+	rc = posix_pipes_init(&pf->pf_pipes);
 	if (rc != 0)
 		goto out_cache;
+	rc = -pthread_mutex_init(&pf->pf_queue_lock, NULL);
+	if (rc != 0)
+		goto out_pipes;
 	rc = -pthread_cond_init(&pf->pf_queue_cond, NULL);
 	if (rc != 0)
 		goto out_lock;
@@ -448,6 +453,8 @@ out_cond:
 	pthread_cond_destroy(&pf->pf_queue_cond);
 out_lock:
 	pthread_mutex_destroy(&pf->pf_queue_lock);
+out_pipes:
+	posix_pipes_fini(&pf->pf_pipes);
 out_cache:
 	posix_idcache_fini(&pf->pf_idcache);
 	posix_fdcache_fini(&pf->pf_cache);

@@ -125,6 +125,19 @@ struct posix_idcache {
 	uint32_t ic_nslots; /* power of two, a multiple of POSIX_IDCACHE_WAYS; fixed at init */
 };
 
+/* Pipes for READ data spliced from the page cache (posix_pipe.c). */
+#define POSIX_PIPE_BYTES (1u << 20)     /* each pipe's capacity: an NFS READ of 1 MiB */
+#define POSIX_PIPE_MIN_BYTES (64u << 10) /* smaller READs copy */
+#define POSIX_PIPES_MAX 64u             /* pipes of one export at most */
+struct posix_pipe;
+struct posix_pipes {
+	pthread_mutex_t pp_lock; /* guards the fields below */
+	struct posix_pipe *pp_free;
+	unsigned pp_nfree;
+	unsigned pp_count; /* pipes open, free or out */
+	bool pp_broken;    /* the file system cannot splice: never try again */
+};
+
 struct posix_fs {
 	struct fs pf_fs; /* first: struct fs * converts to struct posix_fs * */
 	int pf_root_fd;  /* O_RDONLY|O_DIRECTORY; also the mount fd for open_by_handle_at */
@@ -143,6 +156,7 @@ struct posix_fs {
 	struct posix_fdcache pf_cache;
 	struct posix_idcache pf_idcache;
 	bool pf_write_nowait; /* pwritev2(RWF_NOWAIT) supported; cleared on first EOPNOTSUPP */
+	struct posix_pipes pf_pipes;
 
 	pthread_mutex_t pf_queue_lock; /* guards the queue and pf_stopping */
 	pthread_cond_t pf_queue_cond;
@@ -160,6 +174,18 @@ static inline struct posix_fs *posix_fs_of(struct fs *fs)
 
 /* Returned by an operation run inline when it would block on the disk: run it on a worker. */
 #define POSIX_PUNT 1
+
+/* ---- posix_pipe.c ---- */
+SH_MUST_CHECK int posix_pipes_init(struct posix_pipes *pp);
+void posix_pipes_fini(struct posix_pipes *pp);
+/* Hands out count bytes of fd from off in a pipe (out->fb_piped; fewer at the end of the file,
+ * or none: fb_len 0, not piped) and returns 0; POSIX_PIPE_DECLINED when the READ should copy
+ * instead (too small, too big for a pipe, no pipe to be had, an inline READ whose range is not
+ * all in the page cache, a file system that cannot splice); or -errno. inline_read: on the event
+ * loop, where the disk must not be waited for. */
+#define POSIX_PIPE_DECLINED 2
+SH_MUST_CHECK int posix_read_piped(struct posix_pipes *pp, int fd, uint64_t off, uint32_t count,
+				   bool inline_read, struct fs_buf *out);
 
 /* ---- posix_id / attributes (posix_ops.c) ---- */
 /* Builds the id of the object named by (dirfd, name) (name "" with AT_EMPTY_PATH in flags for

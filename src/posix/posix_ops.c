@@ -369,6 +369,18 @@ static int posix_do_read(struct posix_fs *pf, struct fs_req *req, bool may_punt)
 		count = 0;
 	else
 		count = (uint32_t)SH_MIN((uint64_t)count, (uint64_t)st.st_size - off);
+	if (count > 0 && req->u.read.rd_pipe_ok) {
+		/* Large READs go out from the page cache without a copy (posix_pipe.c). */
+		rc = posix_read_piped(&pf->pf_pipes, o->pfd_fd, off, count, may_punt,
+				      &req->u.read.rd_buf);
+		if (rc < 0)
+			goto out;
+		if (rc == 0) {
+			done = req->u.read.rd_buf.fb_len;
+			count = 0; /* nothing left to copy */
+		}
+		rc = 0;
+	}
 	if (count > 0) {
 		buf = mem_alloc(count);
 		if (buf == NULL) {
@@ -585,4 +597,6 @@ void posix_read_buf_init(struct fs_buf *buf)
 	buf->fb_release_arg = NULL;
 	buf->fb_segs = NULL;
 	buf->fb_nsegs = 0;
+	buf->fb_piped = false;
+	buf->fb_pipe_fd = -1;
 }

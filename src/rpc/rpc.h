@@ -93,6 +93,11 @@ struct rpc_call {
 	void (*rc_bulk_release)(void *arg); /* called once the bulk data was sent or discarded */
 	void *rc_bulk_arg;
 	uint32_t rc_bulk_pad;   /* zero bytes (0..3) to send after the bulk data for XDR alignment */
+	/* Or, on TCP only, rc_bulk_piped: the rc_bulk.iov_len bulk bytes (rc_bulk.iov_base unused)
+	 * wait in the pipe whose read end is rc_bulk_pipe_fd, and are spliced from it to the socket.
+	 * The rpc layer takes exactly those bytes from the pipe, or none, before the release. */
+	bool rc_bulk_piped;
+	int rc_bulk_pipe_fd;
 	/* ---- the rpc layer's own ---- */
 	struct rpc_conn *rc_conn;       /* holds a reference on the connection until the call is freed */
 	uint8_t *rc_record;             /* the received record; owned by the call until it finishes */

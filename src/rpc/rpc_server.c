@@ -44,6 +44,9 @@
  *   - rc_reply_buf / rc_small: 4 bytes of record mark, the reply header, then the result body;
  *     owned by the call. The bulk data (rc_bulk, or the rc_bulk_iov pieces) is the handler's;
  *     rc_bulk_release runs when the call is freed, after the bytes were written or discarded.
+ *     Bulk data in a pipe (rc_bulk_piped: a READ's page-cache pages) has an entry with a NULL
+ *     base in rc_out_iov; the flush writes what comes before it with writev, then splices the
+ *     pipe to the socket (the pages travel without a copy), then goes on with writev.
  *   - A queued reply is its call: the call stays allocated in the connection's output queue
  *     until writev has taken all of its bytes. A freed call goes to its loop's free list
  *     (rl_free_calls, at most RPC_CALL_FREE_MAX) with its reply buffer when that is small, and
@@ -77,11 +80,13 @@
  * (PROC_UNAVAIL) -> duplicate request cache for non-idempotent procedures -> handler. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -438,12 +443,35 @@ static void rpc_conn_close(struct rpc_conn *conn, const char *why)
 /* ------------------------------------------------------------------------------------------ */
 /* Sending */
 
+/* Splices up to len bytes of a reply's piped bulk data to the socket: the bytes written, or -1
+ * with errno (EAGAIN: the socket is full). An empty pipe that should hold them is EPIPE. */
+static ssize_t rpc_conn_splice(struct rpc_conn *conn, const struct rpc_call *call, size_t len)
+{
+	ssize_t n = splice(call->rc_bulk_pipe_fd, NULL, conn->cn_fd, NULL, len, SPLICE_F_NONBLOCK);
+	if (n == 0) {
+		errno = EPIPE;
+		return -1;
+	}
+	if (n < 0 && errno == EAGAIN) {
+		/* The socket is full, or (a back-end bug) the pipe holds fewer bytes than promised:
+		 * waiting for the socket would then wait forever. */
+		int queued = 0;
+		if (ioctl(call->rc_bulk_pipe_fd, FIONREAD, &queued) == 0 && queued == 0)
+			errno = EPIPE;
+		else
+			errno = EAGAIN;
+	}
+	return n;
+}
+
 /* Writes as much of the output queue as the socket takes. */
 static void rpc_conn_flush(struct rpc_conn *conn)
 {
 	while (conn->cn_out_head && !conn->cn_closed) {
 		struct iovec iov[RPC_WRITEV_IOVS];
 		int n = 0;
+		const struct rpc_call *piped = NULL; /* the queue's next bytes are in its pipe */
+		size_t piped_len = 0;
 		for (struct rpc_call *c = conn->cn_out_head;
 		     c && n + (int)c->rc_out_iovcnt <= RPC_WRITEV_IOVS; c = c->rc_out_next) {
 			size_t skip = c == conn->cn_out_head ? c->rc_out_sent : 0;
@@ -453,19 +481,29 @@ static void rpc_conn_flush(struct rpc_conn *conn)
 					skip -= len;
 					continue;
 				}
+				if (c->rc_out_iov[i].iov_base == NULL) {
+					/* Piped bulk data: the writev stops before it. */
+					if (n == 0) {
+						piped = c;
+						piped_len = len - skip;
+					}
+					goto gathered;
+				}
 				iov[n].iov_base = (uint8_t *)c->rc_out_iov[i].iov_base + skip;
 				iov[n].iov_len = len - skip;
 				skip = 0;
 				n++;
 			}
 		}
-		ssize_t written = writev(conn->cn_fd, iov, n);
+	gathered:;
+		ssize_t written =
+		    piped ? rpc_conn_splice(conn, piped, piped_len) : writev(conn->cn_fd, iov, n);
 		if (written < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				break;
-			rpc_conn_close(conn, "write failed");
+			rpc_conn_close(conn, piped ? "splice failed" : "write failed");
 			return;
 		}
 		conn->cn_last_active_ns = clock_monotonic_ns();
@@ -530,7 +568,12 @@ static void rpc_call_set_out(struct rpc_call *call, uint8_t *head, size_t head_l
 		}
 		bulk = call->rc_out_iovcnt > 1;
 	} else if (with_bulk && call->rc_bulk.iov_len > 0) {
-		call->rc_out_iov[call->rc_out_iovcnt++] = call->rc_bulk;
+		call->rc_out_iov[call->rc_out_iovcnt] = call->rc_bulk;
+		if (call->rc_bulk_piped) {
+			VERIFY(call->rc_transport == RPC_TCP);
+			call->rc_out_iov[call->rc_out_iovcnt].iov_base = NULL; /* the flush splices */
+		}
+		call->rc_out_iovcnt++;
 		bulk = true;
 	}
 	if (bulk) {
@@ -576,7 +619,9 @@ static void rpc_call_finish(struct rpc_call *call, bool send)
 		struct rpc_drc_key key;
 		rpc_drc_key_of(call, &key);
 		if (send) {
-			/* Stored without the record mark: a replay recomputes it for its transport. */
+			/* Stored without the record mark: a replay recomputes it for its transport.
+			 * (Piped bulk data cannot be stored: procedures the cache tracks have none.) */
+			VERIFY(!call->rc_bulk_piped);
 			struct iovec iov[RPC_BULK_IOVS_MAX + 2];
 			for (unsigned i = 0; i < call->rc_out_iovcnt; i++)
 				iov[i] = call->rc_out_iov[i];

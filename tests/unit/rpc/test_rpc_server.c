@@ -4,9 +4,11 @@
  * request cache, and the builtin portmapper and registration with it. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,7 +19,7 @@
 #define TOY2_PROG 0x20005a1fu
 #define TIMEOUT_MS 5000
 
-enum { TOY_NULL, TOY_ECHO, TOY_COUNT, TOY_WHOAMI, TOY_NOPROC, TOY_BULK, TOY_DELAY, TOY_BIG };
+enum { TOY_NULL, TOY_ECHO, TOY_COUNT, TOY_WHOAMI, TOY_NOPROC, TOY_BULK, TOY_DELAY, TOY_BIG, TOY_PIPED };
 
 static atomic_uint toy_count;
 static atomic_uint toy_bulk_released;
@@ -185,6 +187,58 @@ static void toy_big(struct rpc_call *call)
 	rpc_reply_success(call);
 }
 
+/* PIPED(n): n bytes (at most 1 MiB; any length, padded) of the pattern as bulk data that waits
+ * in a pipe, spliced to the socket by the rpc layer. The release records whether the pipe was
+ * emptied (the reply sent whole) and closes it. */
+#define TOY_PIPE_MAX (1u << 20)
+static atomic_uint toy_piped_released, toy_piped_released_empty;
+
+struct toy_pipe {
+	int tpp_fds[2];
+};
+
+static void toy_piped_release(void *arg)
+{
+	struct toy_pipe *tp = arg;
+	int queued = -1;
+	if (ioctl(tp->tpp_fds[0], FIONREAD, &queued) == 0 && queued == 0)
+		atomic_fetch_add(&toy_piped_released_empty, 1u);
+	close(tp->tpp_fds[0]);
+	close(tp->tpp_fds[1]);
+	mem_free(tp);
+	atomic_fetch_add(&toy_piped_released, 1u);
+}
+
+static void toy_piped(struct rpc_call *call)
+{
+	uint32_t n = xdr_get_u32(&call->rc_args);
+	if (!xdr_dec_ok(&call->rc_args) || n == 0 || n > TOY_PIPE_MAX) {
+		rpc_reply_accept_error(call, RPC_GARBAGE_ARGS);
+		return;
+	}
+	struct toy_pipe *tp = mem_alloc(sizeof(*tp));
+	if (tp == NULL || rpc_call_res_init(call, 4) < 0) {
+		mem_free(tp);
+		rpc_reply_accept_error(call, RPC_SYSTEM_ERR);
+		return;
+	}
+	if (pipe2(tp->tpp_fds, O_CLOEXEC | O_NONBLOCK) != 0 ||
+	    fcntl(tp->tpp_fds[1], F_SETPIPE_SZ, (int)TOY_PIPE_MAX) < (int)TOY_PIPE_MAX ||
+	    write(tp->tpp_fds[1], toy_big_data, n) != (ssize_t)n) {
+		mem_free(tp);
+		rpc_reply_accept_error(call, RPC_SYSTEM_ERR);
+		return;
+	}
+	xdr_put_u32(&call->rc_res, n);
+	call->rc_bulk.iov_len = n;
+	call->rc_bulk_piped = true;
+	call->rc_bulk_pipe_fd = tp->tpp_fds[0];
+	call->rc_bulk_pad = (uint32_t)(xdr_padded_len(n) - n);
+	call->rc_bulk_release = toy_piped_release;
+	call->rc_bulk_arg = tp;
+	rpc_reply_success(call);
+}
+
 static const struct rpc_proc_desc toy_procs[] = {
 	[TOY_NULL] = {"NULL", toy_null, false},
 	[TOY_ECHO] = {"ECHO", toy_echo, false},
@@ -194,6 +248,7 @@ static const struct rpc_proc_desc toy_procs[] = {
 	[TOY_BULK] = {"BULK", toy_bulk, false},
 	[TOY_DELAY] = {"DELAY", toy_delay, false},
 	[TOY_BIG] = {"BIG", toy_big, false},
+	[TOY_PIPED] = {"PIPED", toy_piped, false},
 };
 static const struct rpc_version_desc toy_versions[] = {
 	{2, toy_procs, SH_ARRAY_SIZE(toy_procs)},
@@ -616,14 +671,23 @@ static void server_async_out_of_order_and_closed_conn(void)
 	CHECK(atomic_load(&toy_bulk_released) == before + 1);
 }
 
-static void server_large_replies_and_slow_reader(void)
+/* A connection whose small receive buffer makes the server's writes stop part-way. */
+static int slow_reader_connect(void)
 {
 	int fd = raw_connect(srv_port);
 	CHECK(fd >= 0);
+	if (fd >= 0) {
+		int small = 16384;
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	}
+	return fd;
+}
+
+static void server_large_replies_and_slow_reader(void)
+{
+	int fd = slow_reader_connect();
 	if (fd < 0)
 		return;
-	int small = 16384;
-	(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
 	uint8_t stream[256];
 	size_t n = 0;
 	uint32_t sizes[2] = {3u << 20, 1u << 20};
@@ -646,6 +710,57 @@ static void server_large_replies_and_slow_reader(void)
 	for (int i = 0; i < 100 && atomic_load(&toy_big_released) != released + 2; i++)
 		usleep(10000);
 	CHECK(atomic_load(&toy_big_released) == released + 2);
+}
+
+/* Replies whose bulk data waits in a pipe, pipelined between ordinary ones, to a reader whose
+ * small socket buffer makes the server stop and resume inside the spliced data, inside the
+ * padding after it and between replies; then a piped reply the client never reads, whose pipe
+ * is released unemptied when the connection closes. */
+static void server_piped_replies_and_slow_reader(void)
+{
+	int fd = slow_reader_connect();
+	if (fd < 0)
+		return;
+	uint8_t stream[256];
+	size_t n = 0;
+	const uint32_t procs[4] = {TOY_PIPED, TOY_BIG, TOY_PIPED, TOY_PIPED};
+	const uint32_t sizes[4] = {TOY_PIPE_MAX, 300000, 777777, 5};
+	unsigned released = atomic_load(&toy_piped_released);
+	unsigned emptied = atomic_load(&toy_piped_released_empty);
+	for (int i = 0; i < 4; i++)
+		put_u32_call(stream, &n, 1100u + (uint32_t)i, procs[i], sizes[i]);
+	CHECK(send(fd, stream, n, 0) == (ssize_t)n);
+	usleep(200000); /* let the server hit a full socket and queue */
+	uint8_t *buf = mem_alloc(TOY_PIPE_MAX + 64);
+	for (int i = 0; i < 4 && buf; i++) {
+		ssize_t r = raw_read_record(fd, buf, TOY_PIPE_MAX + 64);
+		size_t padded = (sizes[i] + 3u) & ~3u;
+		CHECKF(r == (ssize_t)(28 + padded), "reply %d length %zd", i, r);
+		if (r > 0) {
+			CHECK(get_be32(buf) == 1100u + (uint32_t)i);
+			CHECK(get_be32(buf + 24) == sizes[i]);
+			CHECK(memcmp(buf + 28, toy_big_data, sizes[i]) == 0);
+			for (size_t k = sizes[i]; k < padded; k++)
+				CHECK(buf[28 + k] == 0);
+		}
+	}
+	for (int i = 0; i < 100 && atomic_load(&toy_piped_released) != released + 3; i++)
+		usleep(10000);
+	CHECK(atomic_load(&toy_piped_released) == released + 3);
+	CHECK(atomic_load(&toy_piped_released_empty) == emptied + 3);
+
+	/* A piped reply stuck behind a full socket when the client leaves. */
+	n = 0;
+	put_u32_call(stream, &n, 1200, TOY_BIG, 3u << 20);
+	put_u32_call(stream, &n, 1201, TOY_PIPED, TOY_PIPE_MAX);
+	CHECK(send(fd, stream, n, 0) == (ssize_t)n);
+	usleep(200000);
+	close(fd);
+	for (int i = 0; i < 100 && atomic_load(&toy_piped_released) != released + 4; i++)
+		usleep(10000);
+	CHECK(atomic_load(&toy_piped_released) == released + 4);
+	CHECK(atomic_load(&toy_piped_released_empty) == emptied + 3); /* that one kept its bytes */
+	mem_free(buf);
 }
 
 static void server_oversize_record_closes(void)
@@ -860,6 +975,7 @@ int main(void)
 	TAP_RUN(server_multi_fragment_and_pipelining);
 	TAP_RUN(server_async_out_of_order_and_closed_conn);
 	TAP_RUN(server_large_replies_and_slow_reader);
+	TAP_RUN(server_piped_replies_and_slow_reader);
 	TAP_RUN(server_oversize_record_closes);
 	TAP_RUN(server_portmap_builtin_and_registration);
 	TAP_RUN(server_conn_limit_and_idle);
