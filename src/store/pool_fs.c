@@ -70,9 +70,13 @@
  *      under the lock.
  *   F5 pfs_finish returns the context before fs_req_complete, so nothing of this fs is touched
  *      after the request's completion (the caller may destroy the fs right after the last one).
- *   F6 Every block a request loads stays held (up to POOL_FS_PINS_MAX) until the request ends:
- *      with a cache smaller than what one operation touches, blocks loaded for one restart would
- *      otherwise be evicted before the next, and the request would restart forever.
+ *   F6 Every block a request loads stays held until the request ends: with a cache smaller than
+ *      what one operation touches, blocks loaded for one restart would otherwise be evicted
+ *      before the next, and the request would restart forever (a scan from the start of what it
+ *      needs each time, evicting the least recently used block it will need next). So each
+ *      restart gets further than the last. A request whose held blocks would pass --arc-max
+ *      (the REMOVE of a file whose extent leaves alone outgrow the cache) fails with -EIO
+ *      instead of holding unbounded memory.
  *
  * ---- Pending writes (ZFS's itxs of WR_NEED_COPY writes, made at zil_commit) ----
  * The owner (shared by every open of the dataset) keeps, under the pool lock, a hash of entries
@@ -205,6 +209,7 @@
  *   pointer (blk_ptr_encode); all-zero means "being written" (no block yet). Every other entry
  *   holds no block pointer. */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -304,10 +309,9 @@ struct pfs_owner {
 
 struct pool_fs;
 
-/* Most blocks one request keeps held across its restarts (rule F6); beyond this, loads are not
- * pinned (a request touching more blocks than this and than the cache holds may then restart
- * many times, and still finishes when the cache is large enough for those beyond the pins). */
-#define POOL_FS_PINS_MAX 64u
+/* Blocks one request holds across its restarts (rule F6) in its context itself; more go to an
+ * array grown for that request alone. */
+#define POOL_FS_PINS_INLINE 64u
 
 /* Per-request state of the slow paths (rule F2). */
 struct pfs_ctx {
@@ -323,8 +327,10 @@ struct pfs_ctx {
 	 * one operation touches cannot evict them between its restarts: each restart then gets
 	 * further than the last, and a large READDIRPLUS on a tiny cache finishes (rule F6). */
 	struct blk_ptr pc_missing;   /* the block being loaded */
-	void *pc_pins[POOL_FS_PINS_MAX];
-	unsigned pc_npins;
+	void *pc_pins[POOL_FS_PINS_INLINE];
+	void **pc_pins_more;         /* the pins past POOL_FS_PINS_INLINE; NULL when none */
+	unsigned pc_npins, pc_pins_more_cap;
+	uint64_t pc_pinned_bytes;
 	/* A large stable WRITE (rule F12): its blocks prepared (pc_fresh, not allocated yet), then
 	 * allocated and written (pc_ind, on the owner's list); pc_ind_tried once either happened. */
 	struct pfs_ind *pc_fresh;
@@ -1243,22 +1249,61 @@ static struct pfs_ctx *pfs_ctx_get(struct pool_fs *pf, struct fs_req *req)
 	return c;
 }
 
-/* Holds the block just loaded for c (rule F6). Any thread. */
-static void pfs_pin(struct pfs_ctx *c)
+/* Holds the block just loaded for c (rule F6). 0 (also when the block is gone again: nothing
+ * held), -EFBIG when c's held blocks would pass --arc-max, -ENOMEM. Any thread. */
+static int pfs_pin(struct pfs_ctx *c)
 {
-	if (c->pc_npins >= POOL_FS_PINS_MAX)
-		return;
+	struct pool *p = c->pc_fs->pf_pool;
 	const void *image;
 	void *hold;
-	if (pool_block_get(c->pc_fs->pf_pool, &c->pc_missing, &image, &hold) == 0)
-		c->pc_pins[c->pc_npins++] = hold;
+	if (pool_block_get(p, &c->pc_missing, &image, &hold) != 0)
+		return 0;
+	uint64_t bytes = c->pc_missing.bp_lsize;
+	int rc = 0;
+	if (c->pc_pinned_bytes + bytes > p->p_opts.po_arc_max_bytes) {
+		rc = -EFBIG;
+	} else if (c->pc_npins < POOL_FS_PINS_INLINE) {
+		c->pc_pins[c->pc_npins] = hold;
+	} else {
+		unsigned more = c->pc_npins - POOL_FS_PINS_INLINE;
+		if (more == c->pc_pins_more_cap) {
+			unsigned cap = c->pc_pins_more_cap ? 2 * c->pc_pins_more_cap : 64;
+			void **grown = mem_realloc(c->pc_pins_more, cap * sizeof(*grown));
+			if (!grown) {
+				rc = -ENOMEM;
+			} else {
+				c->pc_pins_more = grown;
+				c->pc_pins_more_cap = cap;
+			}
+		}
+		if (rc == 0)
+			c->pc_pins_more[more] = hold;
+	}
+	if (rc != 0) {
+		pool_block_release(p, hold);
+		if (rc == -EFBIG)
+			log_ratelimited(LOG_WARN,
+			                "pool %s: a request needs more blocks at once than --arc-max "
+			                "(%" PRIu64 " MiB) holds; it fails with an I/O error",
+			                p->p_name, p->p_opts.po_arc_max_bytes >> 20);
+		return rc;
+	}
+	c->pc_npins++;
+	c->pc_pinned_bytes += bytes;
+	return 0;
 }
 
 static void pfs_unpin(struct pfs_ctx *c)
 {
+	struct pool *p = c->pc_fs->pf_pool;
 	for (unsigned i = 0; i < c->pc_npins; i++)
-		pool_block_release(c->pc_fs->pf_pool, c->pc_pins[i]);
+		pool_block_release(p, i < POOL_FS_PINS_INLINE ? c->pc_pins[i]
+		                                              : c->pc_pins_more[i - POOL_FS_PINS_INLINE]);
 	c->pc_npins = 0;
+	c->pc_pinned_bytes = 0;
+	mem_free(c->pc_pins_more);
+	c->pc_pins_more = NULL;
+	c->pc_pins_more_cap = 0;
 }
 
 static void pfs_ctx_put(struct pool_fs *pf, struct pfs_ctx *c)
@@ -1336,12 +1381,10 @@ static void pfs_wait_txg(struct pool_fs *pf, struct pfs_ctx *c)
 static void pfs_load_cb(void *arg, int status)
 {
 	struct pfs_ctx *c = arg;
-	if (status != 0) {
+	if (status != 0 || pfs_pin(c) != 0)
 		pfs_fail(c->pc_fs, c->pc_req, c, -EIO);
-	} else {
-		pfs_pin(c);
+	else
 		pfs_resume(c);
-	}
 }
 
 static void pfs_throttle_cb(struct pool_waiter *w, int status)
@@ -1525,8 +1568,9 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 			c->pc_missing = missing;
 			rc = pool_block_load(p, &missing, pfs_load_cb, c);
 			if (rc == POOL_LOADED) {
-				pfs_pin(c);
-				continue;
+				if (pfs_pin(c) == 0)
+					continue;
+				rc = -EFBIG;
 			}
 			if (rc != 0)
 				pfs_fail(pf, req, c, -EIO);

@@ -1,8 +1,8 @@
 /* test_pool_fs.c: unit tests of the pool's fs.h back end (src/store/pool_fs.c), driven only
  * through fs_submit with fr_loop = NULL: every operation once, durability of acknowledged changes
  * across a close without export and an import that replays through pool_fs_attach, restarts on
- * cache misses with a tiny ARC, ENOSPC on a small pool, the dirty-data throttle, and concurrent
- * clients. */
+ * cache misses with a tiny ARC, the REMOVE of a file whose extent leaves outgrow the cache,
+ * ENOSPC on a small pool, the dirty-data throttle, and concurrent clients. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -15,6 +15,10 @@
 #include "store/pool_fs.h"
 #include "store/pool_impl.h"
 #include "tap.h"
+
+#ifndef BIG_NBLOCKS
+#define BIG_NBLOCKS 40000u
+#endif
 
 /* ---- pools ---- */
 
@@ -501,6 +505,72 @@ static void test_misses(void)
 static void test_misses_tiny_cache(void)
 {
 	misses_with_arc(64 * KIB);
+}
+
+/* The REMOVE of a file of 16,000 extents (about 90 extent leaves, 1.4 MiB of them) whose leaves
+ * are not in the cache. With a 2 MiB cache it finishes in about one restart per leaf: the request
+ * holds every block it loaded (rule F6); with at most 64 held, each restart's scan from the first
+ * extent evicted the leaf the next one needed, and it restarted without end. With a 1 MiB cache
+ * the leaves alone pass --arc-max: the REMOVE fails with EIO instead of holding more, and the
+ * file stays whole and removable once the cache is larger. */
+static void remove_big_cold(uint64_t arc_bytes, bool fits)
+{
+	struct blk_dev *d = mem_dev(256 * MIB);
+	struct pool_open_opts o = opts_fs(arc_bytes);
+	struct pool *p = pool_new(d, &o);
+	struct fs *fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	struct fs_obj_id root, f;
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "big", NULL, 0, &f) == 0);
+	uint8_t data[4096];
+	const uint32_t nblocks = 16000;
+	for (uint32_t i = 0; i < nblocks; i++) {
+		fill(data, sizeof(data), i);
+		CHECK(op_write(fs, &f, (uint64_t)i * 128 * KIB, data, sizeof(data), FS_UNSTABLE,
+		               NULL) == 0);
+		if (i % 4096 == 4095)
+			CHECK(pool_txg_wait_synced(p, 0) == 0);
+	}
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	struct pool_fs_stats st0, st1;
+	pool_fs_stats(fs, &st0);
+	int rc = op_remove(fs, FS_OP_REMOVE, &root, "big");
+	pool_fs_stats(fs, &st1);
+	uint64_t restarts = st1.ps_restarts - st0.ps_restarts;
+	printf("# cold REMOVE of %u extents, %" PRIu64 " KiB cache: %s after %" PRIu64
+	       " restarts\n", nblocks, (uint64_t)(arc_bytes / KIB), sh_strerror(rc), restarts);
+	if (fits) {
+		CHECK(rc == 0);
+		CHECK(restarts < 200);
+	} else {
+		CHECK(rc == -EIO);
+		struct fs_obj_id again;
+		uint8_t back[4096];
+		uint32_t got = 0;
+		CHECK(op_lookup(fs, &root, "big", &again, NULL) == 0);
+		fill(data, sizeof(data), nblocks - 1);
+		CHECK(op_read(fs, &again, (uint64_t)(nblocks - 1) * 128 * KIB, sizeof(back), back, &got,
+		              NULL) == 0 && got == sizeof(back) && memcmp(back, data, got) == 0);
+	}
+	fs_destroy(fs);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+out:
+	CHECK(pool_export(p) == 0);
+	blk_dev_close(d);
+	CHECK(bad_completions == 0);
+}
+
+static void test_remove_big_cold(void)
+{
+	remove_big_cold(2 * MIB, true);
+}
+
+static void test_remove_big_cold_too_big(void)
+{
+	remove_big_cold(1 * MIB, false);
 }
 
 /* A full pool: WRITE gets ENOSPC, REMOVE works, writes succeed after the next txg. */
@@ -1193,6 +1263,8 @@ int main(void)
 	TAP_RUN(test_durability);
 	TAP_RUN(test_misses);
 	TAP_RUN(test_misses_tiny_cache);
+	TAP_RUN(test_remove_big_cold);
+	TAP_RUN(test_remove_big_cold_too_big);
 	TAP_RUN(test_enospc);
 	TAP_RUN(test_throttle);
 	TAP_RUN(test_concurrency);
