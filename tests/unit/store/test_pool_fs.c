@@ -72,6 +72,14 @@ static struct fs *fs_open_ok(struct pool *p)
 	return fs;
 }
 
+/* Exports the pool, closes its device and checks that every request completed exactly once. */
+static void pool_done(struct pool *p, struct blk_dev *d)
+{
+	CHECK(pool_export(p) == 0);
+	blk_dev_close(d);
+	CHECK(bad_completions == 0);
+}
+
 /* ---- tests ---- */
 
 static void test_every_op(void)
@@ -219,9 +227,7 @@ static void test_every_op(void)
 	}
 	CHECK(pool_check(p, report_print, NULL) == 0);
 out:
-	CHECK(pool_export(p) == 0);
-	blk_dev_close(d);
-	CHECK(bad_completions == 0);
+	pool_done(p, d);
 }
 
 /* Acknowledged changes survive a close without export (a crash after the replies). */
@@ -489,9 +495,7 @@ static void misses_with_arc(uint64_t arc_bytes)
 	fs_destroy(fs);
 	CHECK(pool_check(p, report_print, NULL) == 0);
 out:
-	CHECK(pool_export(p) == 0);
-	blk_dev_close(d);
-	CHECK(bad_completions == 0);
+	pool_done(p, d);
 }
 
 static void test_misses(void)
@@ -558,9 +562,7 @@ static void remove_big_cold(uint64_t arc_bytes, bool fits)
 	fs_destroy(fs);
 	CHECK(pool_check(p, report_print, NULL) == 0);
 out:
-	CHECK(pool_export(p) == 0);
-	blk_dev_close(d);
-	CHECK(bad_completions == 0);
+	pool_done(p, d);
 }
 
 static void test_remove_big_cold(void)
@@ -618,9 +620,7 @@ static void test_enospc(void)
 	fs_destroy(fs);
 	CHECK(pool_check(p, report_print, NULL) == 0);
 out:
-	CHECK(pool_export(p) == 0);
-	blk_dev_close(d);
-	CHECK(bad_completions == 0);
+	pool_done(p, d);
 }
 
 /* Dirty data far above the limit: UNSTABLE writes are throttled until a txg, and all land. */
@@ -649,9 +649,7 @@ static void test_throttle(void)
 	fs_destroy(fs);
 	CHECK(pool_check(p, report_print, NULL) == 0);
 out:
-	CHECK(pool_export(p) == 0);
-	blk_dev_close(d);
-	CHECK(bad_completions == 0);
+	pool_done(p, d);
 }
 
 /* Four clients, each in its own directory. */
@@ -748,9 +746,7 @@ static void test_concurrency(void)
 	fs_destroy(fs);
 	CHECK(pool_check(p, report_print, NULL) == 0);
 out:
-	CHECK(pool_export(p) == 0);
-	blk_dev_close(d);
-	CHECK(bad_completions == 0);
+	pool_done(p, d);
 }
 
 /* ---- COMMIT through the intent log ---- */
