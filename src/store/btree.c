@@ -660,6 +660,46 @@ out:
 	return rc;
 }
 
+/* After a scan's step to its next leaf missed the node at the path's last level: notes up to
+ * max clean siblings that follow it under its parent (the scan's next nodes) as hints for
+ * btree_scan_hints. */
+static void bt_scan_note_hints(struct btree *t, const struct bt_path *pa,
+                               const struct blk_ptr *missing, uint32_t max)
+{
+	t->t_nhints = 0;
+	t->t_hint_for = *missing;
+	max = SH_MIN(max, BTREE_SCAN_HINTS_MAX);
+	if (pa->pa_depth < 2)
+		return;
+	uint32_t l = pa->pa_depth - 1; /* the missing node's level in the path */
+	const struct bt_level *up = &pa->pa_lv[l - 1];
+	uint8_t level = (uint8_t)(pa->pa_root_level - l);
+	for (uint32_t i = up->bl_idx + 1; i < up->bl_n && t->t_nhints < max; i++) {
+		struct bt_node *dirty;
+		struct blk_ptr bp;
+		struct bt_key lo, hi;
+		if (bt_child_ref(t, up, i, level, &dirty, &bp, &lo, &hi) != 0)
+			break;
+		if (dirty == NULL)
+			t->t_hints[t->t_nhints++] = bp;
+	}
+}
+
+size_t btree_scan_hints(struct btree *t, const struct blk_ptr *missing, struct blk_ptr *out,
+                        size_t max)
+{
+	size_t n = 0;
+	if (t->t_hint_for.bp_vdev == missing->bp_vdev &&
+	    t->t_hint_for.bp_offset == missing->bp_offset &&
+	    t->t_hint_for.bp_birth_txg == missing->bp_birth_txg) {
+		n = SH_MIN((size_t)t->t_nhints, max);
+		memcpy(out, t->t_hints, n * sizeof(*out));
+	}
+	t->t_nhints = 0;
+	memset(&t->t_hint_for, 0, sizeof(t->t_hint_for));
+	return n;
+}
+
 int btree_scan(struct btree *t, const void *start, uint32_t start_len, bool after,
                btree_visit_fn visit, void *arg, struct blk_ptr *missing_out)
 {
@@ -668,9 +708,18 @@ int btree_scan(struct btree *t, const void *start, uint32_t start_len, bool afte
 	if (bt_empty(t))
 		return 0;
 	struct bt_path pa;
+	struct blk_ptr missing;
+	if (missing_out == NULL)
+		missing_out = &missing;
+	/* Leaves stepped to; the hints after a miss grow with them, as a readahead window does: a
+	 * scan that stays in one leaf or two (most directories) loads nothing ahead. */
+	uint32_t steps = 0;
 	int rc = bt_walk(t, &pa, BT_ROUTE_KEY, start, start_len, missing_out);
-	if (rc != 0)
-		goto out;
+	if (rc != 0) {
+		t->t_nhints = 0;
+		bt_path_release(t, &pa, 0);
+		return rc;
+	}
 	uint32_t pos;
 	bool eq;
 	if ((rc = bt_node_search(t, pa.pa_lv[pa.pa_depth - 1].bl_img, start, start_len, &pos,
@@ -691,8 +740,12 @@ int btree_scan(struct btree *t, const void *start, uint32_t start_len, bool afte
 		if (rc != 0) {
 			if (rc == 1)
 				rc = 0; /* the end */
+			else if (rc == -SH_ENEEDBLOCK)
+				bt_scan_note_hints(t, &pa, missing_out,
+				                   steps >= 5 ? BTREE_SCAN_HINTS_MAX : 1u << steps);
 			goto out;
 		}
+		steps++;
 		pos = 0;
 	}
 out:

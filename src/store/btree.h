@@ -144,6 +144,14 @@ typedef bool (*btree_visit_fn)(void *arg, const void *key, uint32_t key_len, con
 SH_MUST_CHECK int btree_scan(struct btree *t, const void *start, uint32_t start_len, bool after,
                              btree_visit_fn visit, void *arg, struct blk_ptr *missing_out);
 
+/* After a btree_scan returned -SH_ENEEDBLOCK naming *missing: up to max nodes the scan will want
+ * next (the siblings that follow the missing node under its parent, those not dirty), so that the
+ * caller can load them together with it and restart the scan fewer times. Returns how many it
+ * wrote to out (0 when the tree's last miss was not that scan's); the hints are consumed. */
+#define BTREE_SCAN_HINTS_MAX 32u
+size_t btree_scan_hints(struct btree *t, const struct blk_ptr *missing, struct blk_ptr *out,
+                        size_t max);
+
 /* Finds the entry with the greatest key <= key (key may be any length: a position), e.g. the
  * extent that contains an offset. Copies its key to key_out (key_cap bytes) and its value to
  * val_out (val_cap bytes); either buffer may be NULL when its capacity is 0, and key_len_out and

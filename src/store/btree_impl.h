@@ -130,6 +130,10 @@ struct btree {
 	struct bt_ent *t_ents;    /* t_max_entries + 2 entries for copies, splits, merges, sync */
 	struct bt_vset t_vset[2]; /* verified nodes: [0] the current generation, [1] the previous */
 	uint64_t t_fp_seed;
+	/* The last btree_scan that missed: the node it missed and the clean siblings after it. */
+	struct blk_ptr t_hint_for;
+	struct blk_ptr t_hints[BTREE_SCAN_HINTS_MAX];
+	uint32_t t_nhints;
 };
 
 /* ---- btree_node.c: the node format ---- */

@@ -76,7 +76,9 @@
  *      needs each time, evicting the least recently used block it will need next). So each
  *      restart gets further than the last. A request whose held blocks would pass --arc-max
  *      (the REMOVE of a file whose extent leaves alone outgrow the cache) fails with -EIO
- *      instead of holding unbounded memory.
+ *      instead of holding unbounded memory. A scan that missed also loads the nodes ahead of
+ *      it (zpl_scan_hints; cached, not held) and the request restarts when all are in, once
+ *      per run of nodes rather than per node; only with --arc-max >= POOL_FS_AHEAD_MIN_ARC.
  *
  * ---- Pending writes (ZFS's itxs of WR_NEED_COPY writes, made at zil_commit) ----
  * The owner (shared by every open of the dataset) keeps, under the pool lock, a hash of entries
@@ -313,6 +315,10 @@ struct pool_fs;
  * array grown for that request alone. */
 #define POOL_FS_PINS_INLINE 64u
 
+/* The smallest --arc-max with which a scan that misses also loads the nodes ahead of it (up to
+ * BTREE_SCAN_HINTS_MAX, 512 KiB of 16 KiB nodes): 64 such batches. */
+#define POOL_FS_AHEAD_MIN_ARC (32ull << 20)
+
 /* Per-request state of the slow paths (rule F2). */
 struct pfs_ctx {
 	struct pool_fs *pc_fs;
@@ -327,6 +333,14 @@ struct pfs_ctx {
 	 * one operation touches cannot evict them between its restarts: each restart then gets
 	 * further than the last, and a large READDIRPLUS on a tiny cache finishes (rule F6). */
 	struct blk_ptr pc_missing;   /* the block being loaded */
+	/* The nodes a scan that missed pc_missing wants next (zpl_scan_hints), loaded with it: the
+	 * request resumes once all of these loads are done (pc_loading counts those in flight, the
+	 * missing block's included), so a cold scan restarts about once per run of nodes instead of
+	 * once per node. pc_load_failed: the missing block could not be read. */
+	struct blk_ptr pc_ahead[BTREE_SCAN_HINTS_MAX];
+	unsigned pc_nahead;
+	atomic_uint pc_loading;
+	atomic_bool pc_load_failed;
 	void *pc_pins[POOL_FS_PINS_INLINE];
 	void **pc_pins_more;         /* the pins past POOL_FS_PINS_INLINE; NULL when none */
 	unsigned pc_npins, pc_pins_more_cap;
@@ -1249,16 +1263,16 @@ static struct pfs_ctx *pfs_ctx_get(struct pool_fs *pf, struct fs_req *req)
 	return c;
 }
 
-/* Holds the block just loaded for c (rule F6). 0 (also when the block is gone again: nothing
- * held), -EFBIG when c's held blocks would pass --arc-max, -ENOMEM. Any thread. */
-static int pfs_pin(struct pfs_ctx *c)
+/* Holds bp, just loaded for c (rule F6). 0 (also when the block is gone again: nothing held),
+ * -EFBIG when c's held blocks would pass --arc-max, -ENOMEM. Any thread. */
+static int pfs_pin(struct pfs_ctx *c, const struct blk_ptr *bp)
 {
 	struct pool *p = c->pc_fs->pf_pool;
 	const void *image;
 	void *hold;
-	if (pool_block_get(p, &c->pc_missing, &image, &hold) != 0)
+	if (pool_block_get(p, bp, &image, &hold) != 0)
 		return 0;
-	uint64_t bytes = c->pc_missing.bp_lsize;
+	uint64_t bytes = bp->bp_lsize;
 	int rc = 0;
 	if (c->pc_pinned_bytes + bytes > p->p_opts.po_arc_max_bytes) {
 		rc = -EFBIG;
@@ -1378,13 +1392,62 @@ static void pfs_wait_txg(struct pool_fs *pf, struct pfs_ctx *c)
 	pfs_enqueue(pf, &pf->pf_commitq, &pf->pf_commitq_tail, &pf->pf_commit_cv, c);
 }
 
+/* The last of c's loads is done: holds the missing block (the nodes ahead are only cached: the
+ * restart that needs one that was evicted meanwhile misses it, loads it and holds it then) and
+ * reports whether the request may go on. */
+static bool pfs_loads_done(struct pfs_ctx *c)
+{
+	c->pc_nahead = 0;
+	return !atomic_load(&c->pc_load_failed) && pfs_pin(c, &c->pc_missing) == 0;
+}
+
+/* One of c's loads ended; the last one resumes or fails the request. Engine thread. */
+static void pfs_load_end(struct pfs_ctx *c)
+{
+	if (atomic_fetch_sub(&c->pc_loading, 1u) != 1u)
+		return;
+	if (pfs_loads_done(c))
+		pfs_resume(c);
+	else
+		pfs_fail(c->pc_fs, c->pc_req, c, -EIO);
+}
+
 static void pfs_load_cb(void *arg, int status)
 {
 	struct pfs_ctx *c = arg;
-	if (status != 0 || pfs_pin(c) != 0)
-		pfs_fail(c->pc_fs, c->pc_req, c, -EIO);
-	else
-		pfs_resume(c);
+	if (status != 0)
+		atomic_store(&c->pc_load_failed, true);
+	pfs_load_end(c);
+}
+
+/* A next node's load ended: a node that could not be read fails the scan when it needs it. */
+static void pfs_next_load_cb(void *arg, int status)
+{
+	(void)status;
+	pfs_load_end(arg);
+}
+
+/* Loads c->pc_missing and c's next nodes. 0: the last load's callback resumes or fails the
+ * request; 1: all were in the cache and are held, run the request again now; -EIO. */
+static int pfs_load_start(struct pool *p, struct pfs_ctx *c)
+{
+	atomic_store(&c->pc_load_failed, false);
+	atomic_store(&c->pc_loading, 1u); /* this function's share, given up below */
+	for (unsigned i = 0; i < c->pc_nahead; i++) {
+		atomic_fetch_add(&c->pc_loading, 1u);
+		if (pool_block_load(p, &c->pc_ahead[i], pfs_next_load_cb, c) != 0)
+			atomic_fetch_sub(&c->pc_loading, 1u); /* cached, or refused: no callback */
+	}
+	atomic_fetch_add(&c->pc_loading, 1u);
+	int rc = pool_block_load(p, &c->pc_missing, pfs_load_cb, c);
+	if (rc != 0) {
+		if (rc != POOL_LOADED)
+			atomic_store(&c->pc_load_failed, true);
+		atomic_fetch_sub(&c->pc_loading, 1u);
+	}
+	if (atomic_fetch_sub(&c->pc_loading, 1u) != 1u)
+		return 0;
+	return pfs_loads_done(c) ? 1 : -EIO;
 }
 
 static void pfs_throttle_cb(struct pool_waiter *w, int status)
@@ -1559,6 +1622,12 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 		if (rc == 0)
 			rc = zpl_execute(o->po_zpl, req, &missing);
 		if (rc == -SH_ENEEDBLOCK) {
+			struct blk_ptr next[BTREE_SCAN_HINTS_MAX];
+			size_t nnext = zpl_scan_hints(o->po_zpl, &missing, next, SH_ARRAY_SIZE(next));
+			/* Nodes ahead are cached, not held: in a cache that cannot keep many of them,
+			 * loading them would evict the nodes the restart needs first. */
+			if (p->p_opts.po_arc_max_bytes < POOL_FS_AHEAD_MIN_ARC)
+				nnext = 0;
 			pool_unlock(p);
 			atomic_fetch_add(&pf->pf_restarts, 1);
 			if (!c && !(c = pfs_ctx_get(pf, req))) {
@@ -1566,15 +1635,14 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 				return;
 			}
 			c->pc_missing = missing;
-			rc = pool_block_load(p, &missing, pfs_load_cb, c);
-			if (rc == POOL_LOADED) {
-				if (pfs_pin(c) == 0)
-					continue;
-				rc = -EFBIG;
-			}
+			memcpy(c->pc_ahead, next, nnext * sizeof(next[0]));
+			c->pc_nahead = (unsigned)nnext;
+			rc = pfs_load_start(p, c);
+			if (rc == 1)
+				continue;
 			if (rc != 0)
 				pfs_fail(pf, req, c, -EIO);
-			return; /* 0: pfs_load_cb resumes or fails it */
+			return; /* 0: the last load's callback resumes or fails it */
 		}
 		if (rc != 0) { /* zpl_execute promises nothing else */
 			pfs_fail_locked(pf, req, c, -EIO);

@@ -1052,6 +1052,12 @@ void zpl_test_set_hash(struct zpl *z, uint64_t (*hash)(const void *name, size_t 
 	z->z_hash = hash;
 }
 
+size_t zpl_scan_hints(struct zpl *z, const struct blk_ptr *missing, struct blk_ptr *out,
+                      size_t max)
+{
+	return btree_scan_hints(z->z_tree, missing, out, max);
+}
+
 int zpl_execute(struct zpl *z, struct fs_req *req, struct blk_ptr *missing_out)
 {
 	if (z->z_failed != 0) {

@@ -186,6 +186,10 @@ void zpl_cache_forget(struct zpl *z);
  * discard its in-memory state (close the tree unsynced and reopen at the last root, then replay
  * its log). */
 SH_MUST_CHECK int zpl_execute(struct zpl *z, struct fs_req *req, struct blk_ptr *missing_out);
+/* After zpl_execute missed *missing inside a scan of the tree (a directory's entries, a file's
+ * extents): the nodes that scan will want next, to load with it (btree_scan_hints). */
+size_t zpl_scan_hints(struct zpl *z, const struct blk_ptr *missing, struct blk_ptr *out,
+                      size_t max);
 
 /* Writes every dirty data buffer through ze_write_block (ze_write_sealed for a sealed one), stores the new block pointers in the
  * tree, frees the blocks they replace (ze_free_block) and forgets the buffers (READ holders keep
