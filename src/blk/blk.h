@@ -235,6 +235,9 @@ struct blk_ptr {
 #define BLK_PTR_DISK_BYTES 64u
 
 bool blk_ptr_is_hole(const struct blk_ptr *bp);
+/* Whether a and b name the same block: the same place, written in the same txg (the identity
+ * the cache and the pool's maps key by; a block's place is reused only in a later txg). */
+bool blk_ptr_same_block(const struct blk_ptr *a, const struct blk_ptr *b);
 /* Encodes bp into exactly BLK_PTR_DISK_BYTES bytes. */
 void blk_ptr_encode(const struct blk_ptr *bp, uint8_t out[BLK_PTR_DISK_BYTES]);
 /* Decodes and sanity-checks (sizes, alignment, known enums); -EINVAL for nonsense. A hole decodes

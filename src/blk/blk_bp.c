@@ -50,6 +50,12 @@ bool blk_ptr_is_hole(const struct blk_ptr *bp)
 	return bp->bp_birth_txg == 0;
 }
 
+bool blk_ptr_same_block(const struct blk_ptr *a, const struct blk_ptr *b)
+{
+	return a->bp_vdev == b->bp_vdev && a->bp_offset == b->bp_offset &&
+	       a->bp_birth_txg == b->bp_birth_txg;
+}
+
 void blk_ptr_encode(const struct blk_ptr *bp, uint8_t out[BLK_PTR_DISK_BYTES])
 {
 	memset(out, 0, BLK_PTR_DISK_BYTES);

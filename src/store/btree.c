@@ -689,9 +689,7 @@ size_t btree_scan_hints(struct btree *t, const struct blk_ptr *missing, struct b
                         size_t max)
 {
 	size_t n = 0;
-	if (t->t_hint_for.bp_vdev == missing->bp_vdev &&
-	    t->t_hint_for.bp_offset == missing->bp_offset &&
-	    t->t_hint_for.bp_birth_txg == missing->bp_birth_txg) {
+	if (blk_ptr_same_block(&t->t_hint_for, missing)) {
 		n = SH_MIN((size_t)t->t_nhints, max);
 		memcpy(out, t->t_hints, n * sizeof(*out));
 	}

@@ -951,8 +951,7 @@ static int pfs_env_adopt(void *ctx, const struct blk_ptr *bp, const void *data)
 			continue;
 		for (unsigned i = 0; i < pi->pi_nblocks; i++) {
 			const struct blk_ptr *b = &pi->pi_bps[i];
-			if (b->bp_vdev != bp->bp_vdev || b->bp_offset != bp->bp_offset ||
-			    b->bp_birth_txg != bp->bp_birth_txg || pi->pi_adopted[i])
+			if (!blk_ptr_same_block(b, bp) || pi->pi_adopted[i])
 				continue;
 			if (pool_sync_adopt(o->po_pool, b, data) != 0)
 				return -EINVAL;

@@ -25,12 +25,6 @@ static uint64_t pool_bpmap_hash(const struct blk_ptr *bp)
 	return sh_hash64(k, sizeof(k), 0x706f6f6c);
 }
 
-static bool pool_bp_same(const struct blk_ptr *a, const struct blk_ptr *b)
-{
-	return a->bp_vdev == b->bp_vdev && a->bp_offset == b->bp_offset &&
-	       a->bp_birth_txg == b->bp_birth_txg;
-}
-
 void pool_bpmap_init(struct pool_bpmap *m)
 {
 	memset(m, 0, sizeof(*m));
@@ -62,7 +56,7 @@ struct pool_bpent *pool_bpmap_find(struct pool_bpmap *m, const struct blk_ptr *b
 		return NULL;
 	struct pool_bpent *e = m->bm_buckets[pool_bpmap_hash(bp) & (m->bm_nbuckets - 1)];
 	for (; e; e = e->be_next) {
-		if (pool_bp_same(&e->be_bp, bp)) {
+		if (blk_ptr_same_block(&e->be_bp, bp)) {
 			e->be_used = ++m->bm_clock;
 			return e;
 		}
@@ -157,7 +151,7 @@ void pool_bpmap_remove(struct pool_bpmap *m, const struct blk_ptr *bp)
 		return;
 	struct pool_bpent **link = &m->bm_buckets[pool_bpmap_hash(bp) & (m->bm_nbuckets - 1)];
 	for (; *link; link = &(*link)->be_next) {
-		if (pool_bp_same(&(*link)->be_bp, bp)) {
+		if (blk_ptr_same_block(&(*link)->be_bp, bp)) {
 			pool_bpmap_unlink(m, link);
 			return;
 		}
