@@ -88,7 +88,9 @@
  * one, gap included): no data is copied, nothing allocated unless the object is new to the table.
  * Bounds: POOL_FS_PEND_OBJS_MAX entries; an object above POOL_FS_COMMIT_LOG_MAX_BYTES pending
  * trades its ranges for a loss. Entries are pruned at every txg's do_sync (every txg before the
- * one syncing is durable then: syncs do not overlap) and lazily when a flush looks at them.
+ * one syncing is durable then: syncs do not overlap), lazily when a flush looks at them, and
+ * when the table is full, by a scan that runs at most once per durable txg (a full table of the
+ * open txg's writes would otherwise be scanned again at each new object's write).
  *
  * Rules (all under the pool lock):
  *   F7 Every successful UNSTABLE WRITE to X in txg T is, until T is durable, either inside a range
@@ -303,10 +305,12 @@ struct pfs_owner {
 	struct pfs_pobj *po_pend_free;
 	uint32_t po_npend_free;
 	uint64_t po_pend_lost_txg; /* 0, or the newest txg with a write no entry holds (F9) */
+	uint64_t po_pend_pruned;   /* the durable txg the last full prune used: again finds nothing */
 	uint8_t *po_rec;           /* the buffer range records are encoded in */
 	size_t po_rec_cap;
 	struct pfs_ind *po_inds;   /* indirect writes whose blocks are allocated (pool lock) */
 	_Atomic uint64_t po_adopted; /* blocks adopted (F13) */
+	_Atomic uint64_t po_pend_scans; /* full scans of the pending-write chains */
 };
 
 struct pool_fs;
@@ -549,8 +553,12 @@ static void pfs_pend_prune_all(struct pfs_owner *o, uint64_t synced)
 {
 	if (o->po_pend_lost_txg <= synced)
 		o->po_pend_lost_txg = 0;
-	if (o->po_npend == 0)
+	/* Entries only gain ranges of the open txg, so until another txg is durable a second scan
+	 * would prune nothing: a full table would otherwise be scanned at every new object's write. */
+	if (o->po_npend == 0 || synced == o->po_pend_pruned)
 		return;
+	o->po_pend_pruned = synced;
+	atomic_fetch_add_explicit(&o->po_pend_scans, 1, memory_order_relaxed);
 	for (uint32_t b = 0; b < POOL_FS_PEND_BUCKETS; b++) {
 		struct pfs_pobj **link = &o->po_pend[b];
 		while (*link) {
@@ -1947,4 +1955,5 @@ void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st)
 	st->ps_txg_waited_reqs = atomic_load(&pf->pf_txg_waited_reqs);
 	st->ps_slow_ctx_allocs = atomic_load(&pf->pf_ctx_allocs);
 	st->ps_adopted_blocks = atomic_load(&pf->pf_owner->po_adopted);
+	st->ps_pend_scans = atomic_load(&pf->pf_owner->po_pend_scans);
 }

@@ -39,6 +39,8 @@ struct pool_fs_stats {
 	uint64_t ps_adopted_blocks;  /* blocks of large stable writes a txg took as the files'
 	                              * blocks instead of writing them again (the dataset's, since it
 	                              * was loaded) */
+	uint64_t ps_pend_scans;      /* full scans of the dataset's table of pending writes (one
+	                              * per durable txg at most) */
 };
 /* Fills *st for a file system pool_fs_open returned. */
 void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st);

@@ -1032,6 +1032,7 @@ static void test_commit_falls_back(void)
 	CHECK(op_create(fs, FS_OP_MKDIR, &root, "many", NULL, 0, &dir) == 0);
 	int failures = 0;
 	uint64_t synced2 = pool_synced_txg(p);
+	pool_fs_stats(fs, &s0);
 	for (int i = 0; i < NF && failures < 5; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "f%04d", i);
@@ -1041,6 +1042,10 @@ static void test_commit_falls_back(void)
 	}
 	CHECK(failures == 0);
 	CHECKF(pool_synced_txg(p) == synced2, "a txg ran while the table filled");
+	/* the objects left out scanned the full table once: nothing more is durable since */
+	pool_fs_stats(fs, &s1);
+	CHECKF(s1.ps_pend_scans - s0.ps_pend_scans <= 1, "%" PRIu64 " scans of the full table",
+	       s1.ps_pend_scans - s0.ps_pend_scans);
 
 	pool_fs_stats(fs, &s0);
 	CHECK(op_commit(fs, &last) == 0);
