@@ -86,6 +86,12 @@
  * an entry without a valid inode. Directory fsyncs are group-committed (posix_dir_sync): requests changing the same
  * directory at about the same time share one fsync that started after all their changes. WRITE with DATA_SYNC or FILE_SYNC uses pwritev2 with RWF_DSYNC or RWF_SYNC (one system
  * call for the write and its flush); COMMIT is an fdatasync of the file.
+ *
+ * Write-behind (posix_writeback.c). A file an UNSTABLE WRITE dirtied is listed, and a thread of
+ * its own starts the write-out of its dirty pages about a second later (sync_file_range, which
+ * does not wait), so the data goes to the disk while the client is still sending, not in one
+ * burst 30 seconds later (the kernel's vm.dirty_expire_centisecs) that every fsync and COMMIT
+ * then waits behind.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -206,6 +212,7 @@ static void posix_destroy(struct fs *fs)
 
 	posix_stop_workers(pf, pf->pf_nworkers);
 	mem_free(pf->pf_workers);
+	posix_writeback_stop(pf);
 	posix_fdcache_fini(&pf->pf_cache);
 	posix_idcache_fini(&pf->pf_idcache);
 	posix_pipes_fini(&pf->pf_pipes);
@@ -436,6 +443,13 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 		rc = -pthread_create(&pf->pf_workers[i], NULL, posix_worker_main, pf);
 		if (rc != 0) {
 			posix_stop_workers(pf, i);
+			goto out_workers;
+		}
+	}
+	if (!config->pfc_no_write_behind) {
+		rc = posix_writeback_start(pf);
+		if (rc != 0) {
+			posix_stop_workers(pf, pf->pf_nworkers);
 			goto out_workers;
 		}
 	}

@@ -31,6 +31,8 @@ struct posix_fs_config {
 	unsigned pfc_nworkers;       /* worker threads (0 = default 32) */
 	unsigned pfc_idcache_slots;  /* name -> id cache entries, rounded up to a power of two
 	                              * (0 = default 65536, 64 bytes each, touched as it fills) */
+	bool pfc_no_write_behind;    /* leave UNSTABLE data to the kernel's writeback alone
+	                              * (posix_writeback.c; on by default) */
 };
 
 /* Opens the directory and creates a file system on it. Destroy with fs_destroy(). Returns 0,

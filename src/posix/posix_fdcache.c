@@ -511,6 +511,14 @@ void posix_fd_rele(struct posix_fs *pf, struct posix_fd *pfd)
 		posix_fd_free(pfd);
 }
 
+void posix_fd_ref(struct posix_fs *pf, struct posix_fd *pfd)
+{
+	pthread_mutex_lock(&pf->pf_cache.pc_lock);
+	VERIFY(pfd->pfd_refs > 0);
+	pfd->pfd_refs++;
+	pthread_mutex_unlock(&pf->pf_cache.pc_lock);
+}
+
 int posix_fd_writable(struct posix_fs *pf, struct posix_fd *pfd, int *fd_out)
 {
 	struct posix_fdcache *cache = &pf->pf_cache;

@@ -78,6 +78,9 @@ struct posix_fd {
 	uint64_t pfd_sync_done;     /* every ticket up to this one is durable (or failed) */
 	uint64_t pfd_sync_nfail;    /* fsyncs that failed, and the last one's error */
 	int pfd_sync_err;
+	/* Write-behind (posix_writeback.c): listed once, with a reference; guarded by pf_wb_lock. */
+	bool pfd_wb_queued;
+	struct posix_fd *pfd_wb_next;
 };
 
 /* A directory the containment walk found inside the export (posix_fdcache.c, rule 6), keyed by
@@ -165,6 +168,16 @@ struct posix_fs {
 	bool pf_stopping;
 	unsigned pf_nworkers;
 	pthread_t *pf_workers;
+
+	/* Write-behind of UNSTABLE data (posix_writeback.c). */
+	bool pf_wb_started;
+	pthread_t pf_wb_thread;
+	pthread_mutex_t pf_wb_lock; /* guards the list and pf_wb_stopping */
+	pthread_cond_t pf_wb_cond;
+	struct posix_fd *pf_wb_head;
+	unsigned pf_wb_len;
+	unsigned pf_wb_max; /* fixed at start (posix_writeback.c, rule 4) */
+	bool pf_wb_stopping;
 };
 
 static inline struct posix_fs *posix_fs_of(struct fs *fs)
@@ -174,6 +187,13 @@ static inline struct posix_fs *posix_fs_of(struct fs *fs)
 
 /* Returned by an operation run inline when it would block on the disk: run it on a worker. */
 #define POSIX_PUNT 1
+
+/* ---- posix_writeback.c ---- */
+/* Starts (and stops) the write-behind thread. Returns 0 or -errno. */
+SH_MUST_CHECK int posix_writeback_start(struct posix_fs *pf);
+void posix_writeback_stop(struct posix_fs *pf);
+/* After a successful UNSTABLE WRITE to pfd (held by the caller): lists it for write-behind. */
+void posix_writeback_note(struct posix_fs *pf, struct posix_fd *pfd);
 
 /* ---- posix_pipe.c ---- */
 SH_MUST_CHECK int posix_pipes_init(struct posix_pipes *pp);
@@ -247,6 +267,8 @@ void posix_fdcache_fini(struct posix_fdcache *cache);
 SH_MUST_CHECK int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id,
 				struct posix_fd **out);
 void posix_fd_rele(struct posix_fs *pf, struct posix_fd *pfd);
+/* Takes one more reference on an entry the caller holds; release it with posix_fd_rele. */
+void posix_fd_ref(struct posix_fs *pf, struct posix_fd *pfd);
 /* The O_RDWR fd of a held regular file, opened on first need. Returns 0 or -errno. */
 SH_MUST_CHECK int posix_fd_writable(struct posix_fs *pf, struct posix_fd *pfd, int *fd_out);
 /* Drops the entries of inode ino from the cache if the object has no links left (after REMOVE,

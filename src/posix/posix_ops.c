@@ -494,6 +494,8 @@ static int posix_do_write(struct posix_fs *pf, struct fs_req *req, bool may_punt
 	if (rc == 0) {
 		req->u.write.wr_count = (uint32_t)done;
 		req->u.write.wr_committed = stable;
+		if (stable == FS_UNSTABLE)
+			posix_writeback_note(pf, o);
 	}
 	posix_wcc_post(pf, o->pfd_fd, wcc);
 out:

@@ -541,6 +541,54 @@ static void test_read_piped(void)
 	mem_free(got);
 }
 
+/* cachestat(2) of a host file: pages in the cache, dirty, under writeback (Linux 6.5). */
+struct wb_cachestat {
+	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+static int host_dirty_pages(const char *rel, uint64_t *dirty)
+{
+	char p[512];
+	host_path(p, sizeof(p), rel);
+	int fd = open(p, O_RDONLY);
+	if (fd < 0)
+		return -errno;
+	struct { uint64_t off, len; } range = { 0, 0 }; /* len 0: to the end */
+	struct wb_cachestat cs;
+	long rc = syscall(451 /* __NR_cachestat */, fd, &range, &cs, 0);
+	int err = rc == 0 ? 0 : -errno;
+	close(fd);
+	if (err == 0)
+		*dirty = cs.nr_dirty;
+	return err;
+}
+
+/* An UNSTABLE WRITE's pages are sent to the disk about a second later (posix_writeback.c), not
+ * after the kernel's 30 seconds; the data stays right. */
+static void test_write_behind(void)
+{
+	struct fs_obj_id id;
+	static char data[256 * 1024 + 1];
+	memset(data, 'w', sizeof(data) - 1);
+	CHECK(do_create(&g_root, "wb", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &id, NULL) == 0);
+	CHECK(do_write(&id, 0, data, FS_UNSTABLE, &g_rootc, NULL) == 0);
+	uint64_t dirty = 0;
+	int rc = host_dirty_pages("wb", &dirty);
+	CHECKF(rc == 0, "cachestat: %d", rc);
+	CHECKF(dirty > 0, "no dirty page right after the write");
+	uint64_t t0 = clock_monotonic_ns();
+	while (rc == 0 && dirty > 0 && clock_monotonic_ns() - t0 < 5000000000ull) {
+		usleep(50 * 1000);
+		rc = host_dirty_pages("wb", &dirty);
+	}
+	CHECKF(rc == 0 && dirty == 0, "%llu pages still dirty after %.1f s",
+	       (unsigned long long)dirty, (double)(clock_monotonic_ns() - t0) / 1e9);
+	char buf[64];
+	bool eof;
+	CHECK(do_read(&id, 1000, 10, &g_rootc, buf, sizeof(buf), &eof) == 0);
+	CHECK(strcmp(buf, "wwwwwwwwww") == 0);
+	CHECK(do_remove(FS_OP_REMOVE, &g_root, "wb", &g_rootc) == 0);
+}
+
 static void test_setattr(void)
 {
 	struct fs_obj_id id;
@@ -1093,7 +1141,8 @@ static void test_fd_cache_limit(void)
 {
 	struct fs *fs2;
 	struct posix_fs_config cfg = { .pfc_root_path = g_export, .pfc_fsid = 77,
-				       .pfc_fd_cache_max = 16, .pfc_nworkers = 2 };
+				       .pfc_fd_cache_max = 16, .pfc_nworkers = 2,
+				       .pfc_no_write_behind = true }; /* it would hold fds */
 	struct fs_obj_id dir, ids[100];
 	char name[32], buf[32];
 	CHECK(do_mkdir(&g_root, "many", 0755, &g_rootc, &dir) == 0);
@@ -1917,6 +1966,7 @@ int main(void)
 	TAP_RUN(test_exclusive_create);
 	TAP_RUN(test_write_read_commit);
 	TAP_RUN(test_read_piped);
+	TAP_RUN(test_write_behind);
 	TAP_RUN(test_setattr);
 	TAP_RUN(test_mkdir_symlink_mknod);
 	TAP_RUN(test_remove_and_stale);
