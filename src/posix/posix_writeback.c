@@ -84,11 +84,8 @@ static void *posix_writeback_main(void *arg)
 	sh_thread_setup("shale-wback", SH_THREAD_BACKGROUND);
 	pthread_mutex_lock(&pf->pf_wb_lock);
 	for (;;) {
-		struct timespec until;
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		uint64_t ns = (uint64_t)until.tv_nsec + POSIX_WRITEBACK_INTERVAL_NS;
-		until.tv_sec += (time_t)(ns / 1000000000ull);
-		until.tv_nsec = (long)(ns % 1000000000ull);
+		uint64_t wake = clock_monotonic_ns() + POSIX_WRITEBACK_INTERVAL_NS;
+		struct timespec until = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
 		while (!pf->pf_wb_stopping &&
 		       pthread_cond_timedwait(&pf->pf_wb_cond, &pf->pf_wb_lock, &until) == 0) {
 		}
