@@ -54,7 +54,9 @@
  *      pool_sync_write_sealed), then btree_sync of its tree; the new roots and used bytes go
  *      into the MOS records; btree_sync of the MOS; space_sync(N); ilog_checkpoint_position(N);
  *      the uberblock is built. Nothing here waits, and little is submitted: the writes queue in
- *      p_sync_queue and go to the engine when the lock is let go (pool_writes_submit), so the
+ *      p_sync_queue, are taken off it before the lock is let go and go to the engine just after
+ *      (pool_writes_submit; a write counted in p_writes_pending never needs p_lock to be
+ *      submitted, so pool_check may wait for them under the lock), so the
  *      device's work does not take the CPU from the locked section, or when they fill half
  *      the room the memory limit leaves beside the cache and the reservation (at least a 64th
  *      of po_arc_max_bytes), so that their buffers do not all live at once; the sync thread is

@@ -497,9 +497,13 @@ struct arc_key pool_arc_key(const struct blk_ptr *bp);
 bool pool_bp_valid(const struct pool *p, const struct blk_ptr *bp);
 /* The vdev of a valid bp. */
 struct blk_vdev *pool_bp_vdev(const struct pool *p, const struct blk_ptr *bp);
-/* Submits the writes phase 1 queued (pool_write_block, pool_sync_write_sealed), once it has
- * released the lock. Takes p_lock briefly; pool_writes_wait waits for them. */
-void pool_writes_submit(struct pool *p);
+/* Phase 1's queued writes (pool_write_block, pool_sync_write_sealed), taken off the queue under
+ * p_lock, and their submission once the lock is let go; pool_writes_wait waits for them. Taken
+ * in the locked section itself, so that no write counted in p_writes_pending ever needs p_lock
+ * to reach the engine: a thread that holds p_lock may wait for p_writes_pending to drain
+ * (pool_check's walk). */
+struct pool_write *pool_writes_take_locked(struct pool *p);
+void pool_writes_submit(struct pool_write *queued);
 /* A write of any class and compression, for the sync's own writers. cache: keep a copy in the
  * ARC until the write is done. */
 int pool_write_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,

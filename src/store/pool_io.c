@@ -503,25 +503,30 @@ static int pool_write_place(struct pool *p, struct pool_write *w, void *data, bo
 	return 0;
 }
 
-/* Hands the queued writes to the engine (which never takes p_lock: R2). Under p_lock. */
-static void pool_writes_submit_locked(struct pool *p)
+struct pool_write *pool_writes_take_locked(struct pool *p)
 {
-	struct pool_write *w = p->p_sync_queue;
+	struct pool_write *queued = p->p_sync_queue;
 	p->p_sync_queue = p->p_sync_queue_tail = NULL;
 	p->p_sync_queue_bytes = 0;
-	while (w) { /* in allocation order */
-		struct pool_write *next = w->wr_next;
-		w->wr_next = NULL;
-		blk_block_write(w->wr_vdev, &w->wr_bp, &w->wr_prep, true, pool_write_done, w);
-		w = next;
+	return queued;
+}
+
+/* Hands writes to the engine (which never takes p_lock: R2), in allocation order. */
+void pool_writes_submit(struct pool_write *queued)
+{
+	while (queued) {
+		struct pool_write *next = queued->wr_next;
+		queued->wr_next = NULL;
+		blk_block_write(queued->wr_vdev, &queued->wr_bp, &queued->wr_prep, true,
+		                pool_write_done, queued);
+		queued = next;
 	}
 }
 
-void pool_writes_submit(struct pool *p)
+/* Hands the queued writes to the engine without letting the lock go. Under p_lock. */
+static void pool_writes_submit_locked(struct pool *p)
 {
-	pthread_mutex_lock(&p->p_lock);
-	pool_writes_submit_locked(p);
-	pthread_mutex_unlock(&p->p_lock);
+	pool_writes_submit(pool_writes_take_locked(p));
 }
 
 int pool_write_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,

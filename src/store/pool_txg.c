@@ -467,10 +467,11 @@ int pool_sync_once(struct pool *p, bool forced)
 	p->p_in_sync = false;
 	uint64_t build_ns = clock_monotonic_ns() - t0_ns;
 	pool_mem_reserve_locked(p, pool_dirty_bytes(p));
+	struct pool_write *queued = pool_writes_take_locked(p);
 	pthread_mutex_unlock(&p->p_lock);
 	if (pool_on_sync_thread)
 		sh_thread_set_kind(SH_THREAD_BACKGROUND);
-	pool_writes_submit(p);
+	pool_writes_submit(queued);
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_build_last_us = build_ns / 1000;
 	p->p_build_max_us = SH_MAX(p->p_build_max_us, p->p_build_last_us);
