@@ -332,7 +332,11 @@ int bench_seq(const struct bench_ctx *ctx, struct bench_run *run)
 					}
 			}
 			/* COMMIT time is part of the UNSTABLE phase. */
-			eng.be_elapsed_s += (double)(clock_monotonic_ns() - c0) / 1e9;
+			double commit_s = (double)(clock_monotonic_ns() - c0) / 1e9;
+			if (!o->bo_quiet)
+				fprintf(stderr, "seq: WRITEs took %.3f s, the COMMIT after them %.3f s\n",
+					eng.be_elapsed_s, commit_s);
+			eng.be_elapsed_s += commit_s;
 		}
 		double secs = eng.be_elapsed_s > 0 ? eng.be_elapsed_s : 1e-9;
 		uint64_t bytes = phase == SEQ_READ ? eng.be_bytes_read : eng.be_bytes_written;
