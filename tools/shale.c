@@ -45,6 +45,9 @@ static void shale_serve_usage(FILE *out)
 		"  --portmap-port N      port of the built-in portmapper; default 111\n"
 		"  --threads N           event-loop threads; default one per core\n"
 		"  --fd-cache N          open files kept by the posix back end; default 16384\n"
+		"  --buffered-writes     posix back end: every WRITE through the host's page cache\n"
+		"                        (default: UNSTABLE WRITEs of 256 KiB to 1 MiB, aligned, go\n"
+		"                        to the disk directly, O_DIRECT, and are not cached)\n"
 		"  --pool-dir DIR        where the leaves of the pools named in the exports (POOL/FS)\n"
 		"                        are; default " SERVER_POOL_DIR_DEFAULT "\n"
 		"  --arc-max BYTES       the pools' memory: cached blocks plus dirty data (suffix K,\n"
@@ -73,7 +76,8 @@ static int shale_serve(int argc, char **argv)
 		.sc_portmap = true,
 		.sc_portmap_port = 111,
 	};
-	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE, OPT_POOL_DIR, OPT_ARC_MAX };
+	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE, OPT_POOL_DIR, OPT_ARC_MAX,
+	       OPT_BUFFERED_WRITES };
 	static const struct option options[] = {
 		{"exports", required_argument, NULL, 'e'},
 		{"state", required_argument, NULL, 's'},
@@ -83,6 +87,7 @@ static int shale_serve(int argc, char **argv)
 		{"no-portmap", no_argument, NULL, OPT_NO_PORTMAP},
 		{"portmap-port", required_argument, NULL, OPT_PORTMAP_PORT},
 		{"fd-cache", required_argument, NULL, OPT_FD_CACHE},
+		{"buffered-writes", no_argument, NULL, OPT_BUFFERED_WRITES},
 		{"pool-dir", required_argument, NULL, OPT_POOL_DIR},
 		{"arc-max", required_argument, NULL, OPT_ARC_MAX},
 		{"ready-file", required_argument, NULL, OPT_READY},
@@ -118,6 +123,7 @@ static int shale_serve(int argc, char **argv)
 				goto bad_value;
 			config.sc_fd_cache_max = (unsigned)v;
 			break;
+		case OPT_BUFFERED_WRITES: config.sc_buffered_writes = true; break;
 		case OPT_READY: config.sc_ready_file = optarg; break;
 		case OPT_POOL_DIR: config.sc_pool_dir = optarg; break;
 		case OPT_ARC_MAX:

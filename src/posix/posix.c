@@ -51,7 +51,9 @@
  * the page cache (through pwritev2(RWF_NOWAIT) where the host file system offers it; ext4 does
  * not, and there a buffered write waits only when writeback throttles a writer, as knfsd's
  * would). A read or write that would block is "punted" to the worker pool, as are every stable
- * WRITE, COMMIT and every metadata change, since those wait on a flush. Workers (pfc_nworkers) take requests from one FIFO queue, linked
+ * WRITE, COMMIT and every metadata change, since those wait on a flush, and a large aligned
+ * UNSTABLE WRITE, which is written past the page cache with O_DIRECT (posix_direct.c) and so
+ * waits for the device. Workers (pfc_nworkers) take requests from one FIFO queue, linked
  * through the request's fr_task.lt_next (unused until fs_req_complete), and finish with
  * fs_req_complete, which carries fr_done back to the request's loop. Workers are SCHED_BATCH
  * (sh_thread_setup): a worker woken by the loop's pthread_cond_signal would otherwise preempt
@@ -91,7 +93,12 @@
  * its own starts the write-out of its dirty pages about a second later (sync_file_range, which
  * does not wait), so the data goes to the disk while the client is still sending, not in one
  * burst 30 seconds later (the kernel's vm.dirty_expire_centisecs) that every fsync and COMMIT
- * then waits behind.
+ * then waits behind; a file that takes a burst of data (32 MiB) starts its write-out at once.
+ *
+ * Direct writes (posix_direct.c). UNSTABLE WRITEs of 256 KiB to 1 MiB, aligned as the file's
+ * direct I/O needs, are copied into an aligned buffer and written with O_DIRECT on a worker:
+ * no page-cache pages are allocated and filled for them, which was most of the server's core in
+ * a large sequential write. COMMIT's fdatasync makes them durable as it does buffered data.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -216,6 +223,7 @@ static void posix_destroy(struct fs *fs)
 	posix_fdcache_fini(&pf->pf_cache);
 	posix_idcache_fini(&pf->pf_idcache);
 	posix_pipes_fini(&pf->pf_pipes);
+	posix_direct_fini(pf);
 	pthread_cond_destroy(&pf->pf_queue_cond);
 	pthread_mutex_destroy(&pf->pf_queue_lock);
 	(void)close(pf->pf_root_fd);
@@ -427,9 +435,12 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 	rc = posix_pipes_init(&pf->pf_pipes);
 	if (rc != 0)
 		goto out_cache;
-	rc = -pthread_mutex_init(&pf->pf_queue_lock, NULL);
+	rc = posix_direct_init(pf, config->pfc_buffered_writes);
 	if (rc != 0)
 		goto out_pipes;
+	rc = -pthread_mutex_init(&pf->pf_queue_lock, NULL);
+	if (rc != 0)
+		goto out_direct;
 	rc = -pthread_cond_init(&pf->pf_queue_cond, NULL);
 	if (rc != 0)
 		goto out_lock;
@@ -447,15 +458,16 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 		}
 	}
 	if (!config->pfc_no_write_behind) {
-		rc = posix_writeback_start(pf);
+		rc = posix_writeback_start(pf, config->pfc_write_behind_burst);
 		if (rc != 0) {
 			posix_stop_workers(pf, pf->pf_nworkers);
 			goto out_workers;
 		}
 	}
-	log_info("posix: exporting %s (fsid %llu, %u workers, %u cached fds, %s)",
+	log_info("posix: exporting %s (fsid %llu, %u workers, %u cached fds, %s, %s)",
 		 config->pfc_root_path, (unsigned long long)config->pfc_fsid, pf->pf_nworkers,
 		 pf->pf_cache.pc_max_fds,
+		 pf->pf_direct.pd_enabled ? "large UNSTABLE writes direct" : "every write buffered",
 		 pf->pf_journal ? "journalling file system: new objects durable with their directory"
 				: "new objects fsynced before their directory");
 	*out = &pf->pf_fs;
@@ -467,6 +479,8 @@ out_cond:
 	pthread_cond_destroy(&pf->pf_queue_cond);
 out_lock:
 	pthread_mutex_destroy(&pf->pf_queue_lock);
+out_direct:
+	posix_direct_fini(pf);
 out_pipes:
 	posix_pipes_fini(&pf->pf_pipes);
 out_cache:

@@ -33,6 +33,11 @@ struct posix_fs_config {
 	                              * (0 = default 65536, 64 bytes each, touched as it fills) */
 	bool pfc_no_write_behind;    /* leave UNSTABLE data to the kernel's writeback alone
 	                              * (posix_writeback.c; on by default) */
+	uint64_t pfc_write_behind_burst; /* bytes of UNSTABLE data in one file that start its
+	                              * write-out at once (0 = default 32 MiB) */
+	bool pfc_buffered_writes;    /* every WRITE through the host's page cache, as knfsd's
+	                              * default (default: large aligned UNSTABLE WRITEs go to the
+	                              * disk with O_DIRECT, posix_direct.c) */
 };
 
 /* Opens the directory and creates a file system on it. Destroy with fs_destroy(). Returns 0,

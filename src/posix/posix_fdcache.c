@@ -519,30 +519,39 @@ void posix_fd_ref(struct posix_fs *pf, struct posix_fd *pfd)
 	pthread_mutex_unlock(&pf->pf_cache.pc_lock);
 }
 
-int posix_fd_writable(struct posix_fs *pf, struct posix_fd *pfd, int *fd_out)
+int posix_fd_open_handle(struct posix_fs *pf, struct posix_fd *pfd, int flags, int *fd_out)
 {
-	struct posix_fdcache *cache = &pf->pf_cache;
 	alignas(struct file_handle) uint8_t fh_buf[sizeof(struct file_handle) + POSIX_ID_HANDLE_MAX];
 	struct file_handle *fh = (struct file_handle *)(void *)fh_buf;
 	enum fs_type type;
-	int rc;
 
-	int wfd = __atomic_load_n(&pfd->pfd_wfd, __ATOMIC_ACQUIRE);
-	if (wfd >= 0) {
-		*fd_out = wfd;
-		return 0;
-	}
 	if (pfd->pfd_type != FS_REG)
 		return -EINVAL;
-	rc = posix_id_parse(pf, &pfd->pfd_id, fh, &type);
+	int rc = posix_id_parse(pf, &pfd->pfd_id, fh, &type);
 	if (rc != 0)
 		return rc;
 	rc = posix_cred_root();
 	if (rc != 0)
 		return rc;
-	int fd = open_by_handle_at(pf->pf_root_fd, fh, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	int fd = open_by_handle_at(pf->pf_root_fd, fh, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return posix_open_error(errno);
+	*fd_out = fd;
+	return 0;
+}
+
+int posix_fd_writable(struct posix_fs *pf, struct posix_fd *pfd, int *fd_out)
+{
+	struct posix_fdcache *cache = &pf->pf_cache;
+	int wfd = __atomic_load_n(&pfd->pfd_wfd, __ATOMIC_ACQUIRE);
+	if (wfd >= 0) {
+		*fd_out = wfd;
+		return 0;
+	}
+	int fd;
+	int rc = posix_fd_open_handle(pf, pfd, O_RDWR, &fd);
+	if (rc != 0)
+		return rc;
 
 	pthread_mutex_lock(&cache->pc_lock);
 	struct posix_fd *victims = NULL;

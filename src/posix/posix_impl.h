@@ -81,6 +81,25 @@ struct posix_fd {
 	/* Write-behind (posix_writeback.c): listed once, with a reference; guarded by pf_wb_lock. */
 	bool pfd_wb_queued;
 	struct posix_fd *pfd_wb_next;
+	uint64_t pfd_wb_bytes; /* UNSTABLE bytes since its last write-out started (atomic) */
+	/* REG: the file's direct-I/O offset alignment (posix_direct.c, rule 3; atomic): 0 not yet
+	 * asked, POSIX_DIRECT_REFUSED when the file has no direct I/O */
+	uint32_t pfd_dio_align;
+};
+
+/* Direct writes of large UNSTABLE WRITEs (posix_direct.c). */
+#define POSIX_DIRECT_MIN_BYTES (256u << 10) /* smaller WRITEs are buffered */
+#define POSIX_DIRECT_BUF_BYTES (1u << 20)   /* the NFS layer's wtmax: larger ones are buffered */
+#define POSIX_DIRECT_BUFS 16u              /* aligned buffers at most: 16 MiB */
+#define POSIX_DIRECT_MEM_ALIGN 4096u       /* the buffers' alignment (any device's need) */
+#define POSIX_DIRECT_REFUSED UINT32_MAX
+struct posix_direct {
+	bool pd_enabled;          /* not pfc_buffered_writes */
+	pthread_mutex_t pd_lock;  /* guards the free list and pd_nbufs */
+	void *pd_free[POSIX_DIRECT_BUFS];
+	unsigned pd_nfree, pd_nbufs;
+	uint64_t pd_declined; /* WRITEs buffered for want of a free buffer (pd_lock) */
+	uint64_t pd_writes;   /* WRITEs written directly (atomic) */
 };
 
 /* A directory the containment walk found inside the export (posix_fdcache.c, rule 6), keyed by
@@ -178,6 +197,11 @@ struct posix_fs {
 	unsigned pf_wb_len;
 	unsigned pf_wb_max; /* fixed at start (posix_writeback.c, rule 4) */
 	bool pf_wb_stopping;
+	bool pf_wb_urgent;    /* a listed file passed pf_wb_burst bytes: pass now (rule 7) */
+	uint64_t pf_wb_burst; /* fixed at start */
+	uint64_t pf_wb_bursts; /* passes started early by pf_wb_urgent */
+
+	struct posix_direct pf_direct; /* posix_direct.c */
 };
 
 static inline struct posix_fs *posix_fs_of(struct fs *fs)
@@ -190,10 +214,27 @@ static inline struct posix_fs *posix_fs_of(struct fs *fs)
 
 /* ---- posix_writeback.c ---- */
 /* Starts (and stops) the write-behind thread. Returns 0 or -errno. */
-SH_MUST_CHECK int posix_writeback_start(struct posix_fs *pf);
+SH_MUST_CHECK int posix_writeback_start(struct posix_fs *pf, uint64_t burst_bytes);
 void posix_writeback_stop(struct posix_fs *pf);
-/* After a successful UNSTABLE WRITE to pfd (held by the caller): lists it for write-behind. */
-void posix_writeback_note(struct posix_fs *pf, struct posix_fd *pfd);
+/* After a successful UNSTABLE WRITE of bytes to pfd (held by the caller): lists it for
+ * write-behind, and asks for a pass now when the file passed the burst size. */
+void posix_writeback_note(struct posix_fs *pf, struct posix_fd *pfd, uint64_t bytes);
+
+/* ---- posix_direct.c ---- */
+/* Sets the direct path up (off when buffered_only). Returns 0 or -errno. */
+SH_MUST_CHECK int posix_direct_init(struct posix_fs *pf, bool buffered_only);
+void posix_direct_fini(struct posix_fs *pf);
+/* Whether a WRITE of len bytes at off to the held file pfd takes the direct path. */
+bool posix_direct_wanted(const struct posix_fs *pf, struct posix_fd *pfd, enum fs_stable stable,
+			 uint64_t off, uint32_t len);
+/* On a worker, with the caller's permission to write checked: writes len bytes of data at off
+ * with O_DIRECT and returns the bytes written, POSIX_DIRECT_DECLINED when the WRITE must be
+ * written buffered instead (no free buffer, the file refused direct I/O), or -errno. Leaves
+ * cred installed as the thread's identity. */
+#define POSIX_DIRECT_DECLINED 2
+SH_MUST_CHECK ssize_t posix_direct_write(struct posix_fs *pf, struct posix_fd *pfd,
+					 const struct fs_cred *cred, const uint8_t *data,
+					 uint64_t off, uint32_t len);
 
 /* ---- posix_pipe.c ---- */
 SH_MUST_CHECK int posix_pipes_init(struct posix_pipes *pp);
@@ -271,6 +312,11 @@ void posix_fd_rele(struct posix_fs *pf, struct posix_fd *pfd);
 void posix_fd_ref(struct posix_fs *pf, struct posix_fd *pfd);
 /* The O_RDWR fd of a held regular file, opened on first need. Returns 0 or -errno. */
 SH_MUST_CHECK int posix_fd_writable(struct posix_fs *pf, struct posix_fd *pfd, int *fd_out);
+/* A new fd of the held regular file pfd, opened by handle as root with flags (and O_NOFOLLOW,
+ * O_NONBLOCK, O_CLOEXEC); the caller owns it and installs its identity again afterwards.
+ * Returns 0 or -errno. */
+SH_MUST_CHECK int posix_fd_open_handle(struct posix_fs *pf, struct posix_fd *pfd, int flags,
+				       int *fd_out);
 /* Drops the entries of inode ino from the cache if the object has no links left (after REMOVE,
  * RMDIR or RENAME over it), so its space is freed without waiting for LRU eviction. By inode
  * number, so that the caller needs only a stat of the name, not the object's handle. */

@@ -454,6 +454,23 @@ static int posix_do_write(struct posix_fs *pf, struct fs_req *req, bool may_punt
 		rc = -EFBIG;
 		goto out;
 	}
+	if (posix_direct_wanted(pf, o, stable, off, len)) {
+		if (may_punt) {
+			rc = POSIX_PUNT; /* a direct write waits for the device */
+			goto out;
+		}
+		posix_wcc_pre(&st, wcc);
+		ssize_t n = posix_direct_write(pf, o, req->fr_cred, req->u.write.wr_data, off, len);
+		if (n != POSIX_DIRECT_DECLINED) {
+			if (n >= 0) {
+				req->u.write.wr_count = (uint32_t)n;
+				req->u.write.wr_committed = stable;
+			}
+			rc = n < 0 ? (int)n : 0;
+			posix_wcc_post(pf, o->pfd_fd, wcc);
+			goto out;
+		}
+	}
 	int flags = 0;
 	if (stable == FS_FILE_SYNC)
 		flags = RWF_SYNC;
@@ -495,7 +512,7 @@ static int posix_do_write(struct posix_fs *pf, struct fs_req *req, bool may_punt
 		req->u.write.wr_count = (uint32_t)done;
 		req->u.write.wr_committed = stable;
 		if (stable == FS_UNSTABLE)
-			posix_writeback_note(pf, o);
+			posix_writeback_note(pf, o, done);
 	}
 	posix_wcc_post(pf, o->pfd_fd, wcc);
 out:

@@ -11,7 +11,7 @@
  * Model
  *   After a successful UNSTABLE WRITE, the file's cache entry is put on a list (once: pfd_wb_queued)
  *   with a reference of its own. A thread of its own (SCHED_BATCH) wakes every
- *   POSIX_WRITEBACK_INTERVAL_NS, takes the whole list, and for each entry starts the write-out of
+ *   POSIX_WRITEBACK_INTERVAL_NS (or at once, rule 7), takes the whole list, and for each entry starts the write-out of
  *   its dirty pages with sync_file_range(SYNC_FILE_RANGE_WRITE), which queues the I/O and does not
  *   wait for it, then drops the reference. Data therefore reaches the disk about a second after it
  *   was written, in steady amounts, and a later fsync or COMMIT finds little left to write. This
@@ -33,7 +33,19 @@
  *      space comes back then (knfsd's file cache closes NFSv3 files after a delay too); the pass
  *      starts no write-out for a file with no links left.
  *   6. posix_writeback_stop joins the thread, which releases whatever is still listed; it runs
- *      before the fd cache is torn down. */
+ *      before the fd cache is torn down.
+ *   7. Bursts: a file that takes pf_wb_burst bytes of UNSTABLE data (POSIX_WRITEBACK_BURST,
+ *      32 MiB, unless configured) since its last write-out started sets pf_wb_urgent and wakes
+ *      the thread, which passes the whole list at once rather than at its next second. A
+ *      sequential write of a large file then reaches the disk while the client is still
+ *      sending it, and the COMMIT at its end finds little left to write. pfd_wb_bytes is added
+ *      to atomically by the writers and zeroed by the pass with pfd_wb_queued; the WRITE that
+ *      crosses the size is the one that asks. Measured with `shale bench seq` (1 GiB of 1 MiB
+ *      buffered UNSTABLE WRITEs then COMMIT, server on one core, A/B in alternate rounds):
+ *      with 32 MiB bursts 1.3-2.6 times (median 1.6) the throughput of the once-a-second pass
+ *      alone; 2 MiB bursts no better than none (460-860 MB/s against 620-690), their passes
+ *      taking the server's core from the copies. Direct writes (posix_direct.c) dirty no page
+ *      and are not counted. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -43,10 +55,15 @@
 
 #define POSIX_WRITEBACK_INTERVAL_NS 1000000000ull
 #define POSIX_WRITEBACK_MAX 4096u
+#define POSIX_WRITEBACK_BURST (32ull << 20)
 
-void posix_writeback_note(struct posix_fs *pf, struct posix_fd *pfd)
+void posix_writeback_note(struct posix_fs *pf, struct posix_fd *pfd, uint64_t bytes)
 {
-	if (!pf->pf_wb_started || __atomic_load_n(&pfd->pfd_wb_queued, __ATOMIC_ACQUIRE))
+	if (!pf->pf_wb_started)
+		return;
+	uint64_t before = __atomic_fetch_add(&pfd->pfd_wb_bytes, bytes, __ATOMIC_RELAXED);
+	bool burst = before < pf->pf_wb_burst && before + bytes >= pf->pf_wb_burst;
+	if (!burst && __atomic_load_n(&pfd->pfd_wb_queued, __ATOMIC_ACQUIRE))
 		return; /* already listed (rule 2) */
 	pthread_mutex_lock(&pf->pf_wb_lock);
 	if (!pfd->pfd_wb_queued && !pf->pf_wb_stopping && pf->pf_wb_len < pf->pf_wb_max) {
@@ -55,6 +72,10 @@ void posix_writeback_note(struct posix_fs *pf, struct posix_fd *pfd)
 		pfd->pfd_wb_next = pf->pf_wb_head;
 		pf->pf_wb_head = pfd;
 		pf->pf_wb_len++;
+	}
+	if (burst && pfd->pfd_wb_queued && !pf->pf_wb_urgent) { /* rule 7 */
+		pf->pf_wb_urgent = true;
+		pthread_cond_signal(&pf->pf_wb_cond);
 	}
 	pthread_mutex_unlock(&pf->pf_wb_lock);
 }
@@ -66,6 +87,7 @@ static void posix_writeback_pass(struct posix_fs *pf, struct posix_fd *list, boo
 		struct posix_fd *pfd = list;
 		list = pfd->pfd_wb_next;
 		pfd->pfd_wb_next = NULL;
+		__atomic_store_n(&pfd->pfd_wb_bytes, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&pfd->pfd_wb_queued, false, __ATOMIC_SEQ_CST);
 		int wfd = __atomic_load_n(&pfd->pfd_wfd, __ATOMIC_ACQUIRE);
 		struct stat st;
@@ -86,9 +108,12 @@ static void *posix_writeback_main(void *arg)
 	for (;;) {
 		uint64_t wake = clock_monotonic_ns() + POSIX_WRITEBACK_INTERVAL_NS;
 		struct timespec until = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
-		while (!pf->pf_wb_stopping &&
+		while (!pf->pf_wb_stopping && !pf->pf_wb_urgent &&
 		       pthread_cond_timedwait(&pf->pf_wb_cond, &pf->pf_wb_lock, &until) == 0) {
 		}
+		if (pf->pf_wb_urgent)
+			pf->pf_wb_bursts++;
+		pf->pf_wb_urgent = false;
 		struct posix_fd *list = pf->pf_wb_head;
 		pf->pf_wb_head = NULL;
 		pf->pf_wb_len = 0;
@@ -101,7 +126,7 @@ static void *posix_writeback_main(void *arg)
 	}
 }
 
-int posix_writeback_start(struct posix_fs *pf)
+int posix_writeback_start(struct posix_fs *pf, uint64_t burst_bytes)
 {
 	pthread_condattr_t attr;
 	int rc = -pthread_condattr_init(&attr);
@@ -122,6 +147,9 @@ int posix_writeback_start(struct posix_fs *pf)
 	pf->pf_wb_len = 0;
 	pf->pf_wb_max = SH_MIN(pf->pf_cache.pc_max_fds / 8, POSIX_WRITEBACK_MAX);
 	pf->pf_wb_stopping = false;
+	pf->pf_wb_urgent = false;
+	pf->pf_wb_burst = burst_bytes != 0 ? burst_bytes : POSIX_WRITEBACK_BURST;
+	pf->pf_wb_bursts = 0;
 	rc = -pthread_create(&pf->pf_wb_thread, NULL, posix_writeback_main, pf);
 	if (rc != 0) {
 		pthread_mutex_destroy(&pf->pf_wb_lock);

@@ -77,6 +77,7 @@ static int server_open_export(const struct server_config *config, struct nfs_exp
 			.pfc_root_path = nfs_exports_path(exports, i),
 			.pfc_fsid = nfs_exports_fsid(exports, i),
 			.pfc_fd_cache_max = config->sc_fd_cache_max,
+			.pfc_buffered_writes = config->sc_buffered_writes,
 		};
 		int rc = posix_fs_create(&pcfg, fs_out);
 		if (rc < 0)

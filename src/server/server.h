@@ -21,6 +21,7 @@ struct server_config {
 	uint16_t sc_portmap_port;    /* the built-in portmapper's port (111; tests use others) */
 	unsigned sc_nthreads;        /* event loops; 0 = one per core */
 	unsigned sc_fd_cache_max;    /* posix back end: open files kept */
+	bool sc_buffered_writes;     /* posix back end: no direct writes (posix.h) */
 	const char *sc_pool_dir;     /* where the leaves of exported pools are; NULL: the default */
 	uint64_t sc_arc_max_bytes;   /* pools' ARC limit; 0: the pool's default */
 	const char *sc_ready_file;   /* written once serving: "port=N" and "portmap=MODE" lines */

@@ -545,21 +545,28 @@ static void test_read_piped(void)
 struct wb_cachestat {
 	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
 };
-static int host_dirty_pages(const char *rel, uint64_t *dirty)
+/* The host's page-cache figures of a file from off for len bytes (len 0: to the end). */
+static int host_cachestat(const char *rel, uint64_t off, uint64_t len, struct wb_cachestat *cs)
 {
 	char p[512];
 	host_path(p, sizeof(p), rel);
 	int fd = open(p, O_RDONLY);
 	if (fd < 0)
 		return -errno;
-	struct { uint64_t off, len; } range = { 0, 0 }; /* len 0: to the end */
-	struct wb_cachestat cs;
-	long rc = syscall(451 /* __NR_cachestat */, fd, &range, &cs, 0);
+	struct { uint64_t off, len; } range = { off, len };
+	long rc = syscall(451 /* __NR_cachestat */, fd, &range, cs, 0);
 	int err = rc == 0 ? 0 : -errno;
 	close(fd);
-	if (err == 0)
-		*dirty = cs.nr_dirty;
 	return err;
+}
+
+static int host_dirty_pages(const char *rel, uint64_t *dirty)
+{
+	struct wb_cachestat cs;
+	int rc = host_cachestat(rel, 0, 0, &cs);
+	if (rc == 0)
+		*dirty = cs.nr_dirty;
+	return rc;
 }
 
 /* An UNSTABLE WRITE's pages are sent to the disk about a second later (posix_writeback.c), not
@@ -567,7 +574,7 @@ static int host_dirty_pages(const char *rel, uint64_t *dirty)
 static void test_write_behind(void)
 {
 	struct fs_obj_id id;
-	static char data[256 * 1024 + 1];
+	static char data[200 * 1024 + 1]; /* below POSIX_DIRECT_MIN_BYTES: buffered */
 	memset(data, 'w', sizeof(data) - 1);
 	CHECK(do_create(&g_root, "wb", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &id, NULL) == 0);
 	CHECK(do_write(&id, 0, data, FS_UNSTABLE, &g_rootc, NULL) == 0);
@@ -587,6 +594,180 @@ static void test_write_behind(void)
 	CHECK(do_read(&id, 1000, 10, &g_rootc, buf, sizeof(buf), &eof) == 0);
 	CHECK(strcmp(buf, "wwwwwwwwww") == 0);
 	CHECK(do_remove(FS_OP_REMOVE, &g_root, "wb", &g_rootc) == 0);
+}
+
+/* One WRITE of len bytes of data at off on fs; returns the status, the request in *out. */
+static int write_bytes(struct fs *fs, const struct fs_obj_id *obj, uint64_t off, const void *data,
+		       uint32_t len, enum fs_stable stable, struct fs_req *out, pthread_t *done_thread)
+{
+	req_init(out, FS_OP_WRITE, obj, &g_rootc);
+	out->u.write.wr_offset = off;
+	out->u.write.wr_data = data;
+	out->u.write.wr_len = len;
+	out->u.write.wr_stable = stable;
+	return run_on(fs, out, done_thread);
+}
+
+/* Whether the host file's bytes at off are data (read with the host's own calls). */
+static bool host_bytes_are(const char *rel, uint64_t off, const void *data, size_t len)
+{
+	char p[512];
+	host_path(p, sizeof(p), rel);
+	int fd = open(p, O_RDONLY);
+	uint8_t *buf = malloc(len);
+	bool same = fd >= 0 && buf != NULL && pread(fd, buf, len, (off_t)off) == (ssize_t)len &&
+		    memcmp(buf, data, len) == 0;
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	return same;
+}
+
+/* A large aligned UNSTABLE WRITE goes to the disk directly (posix_direct.c): on a worker, from a
+ * buffer of any alignment, caching nothing, coherent with buffered WRITEs of the same range
+ * before and after it; small, unaligned and stable WRITEs stay buffered, and so does every
+ * WRITE of a file system made with pfc_buffered_writes. Where the host file system has no
+ * direct I/O, every WRITE must have been buffered. */
+static void test_direct_write(void)
+{
+	const uint32_t mib = 1u << 20;
+	struct posix_fs *pf = posix_fs_of(g_fs);
+	uint8_t *raw = malloc(mib + 1), *raw2 = malloc(mib + 1);
+	VERIFY(raw != NULL && raw2 != NULL);
+	uint8_t *data = raw + 1, *data2 = raw2 + 1; /* as unaligned as a WRITE inside an RPC record */
+	for (uint32_t i = 0; i < mib; i++) {
+		data[i] = (uint8_t)(i * 7u + 3u);
+		data2[i] = (uint8_t)(i * 13u + 5u);
+	}
+	struct fs_obj_id id;
+	CHECK(do_create(&g_root, "dw", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &id, NULL) == 0);
+	char p[512];
+	host_path(p, sizeof(p), "dw");
+	struct statx stx;
+	CHECK(statx(AT_FDCWD, p, 0, STATX_DIOALIGN, &stx) == 0);
+	bool host_direct = (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align != 0 &&
+			   stx.stx_dio_offset_align <= 4096 && stx.stx_dio_mem_align != 0;
+	uint64_t direct0 = __atomic_load_n(&pf->pf_direct.pd_writes, __ATOMIC_RELAXED);
+
+	/* 1 MiB at 1 MiB: past the end, leaving a hole. */
+	struct fs_req w;
+	pthread_t done_thread;
+	CHECK(write_bytes(g_fs, &id, mib, data, mib, FS_UNSTABLE, &w, &done_thread) == 0);
+	CHECK(w.u.write.wr_count == mib && w.u.write.wr_committed == FS_UNSTABLE);
+	CHECK(w.u.write.wr_wcc.fw_post_valid && w.u.write.wr_wcc.fw_post.fa_size == 2ull * mib);
+	uint64_t direct1 = __atomic_load_n(&pf->pf_direct.pd_writes, __ATOMIC_RELAXED);
+	struct wb_cachestat cs = { .nr_cache = 99 };
+	CHECK(host_cachestat("dw", mib, mib, &cs) == 0);
+	uint64_t cached = cs.nr_cache;
+	if (host_direct) {
+		CHECKF(direct1 == direct0 + 1, "%llu direct writes", (unsigned long long)(direct1 - direct0));
+		CHECK(!pthread_equal(done_thread, pthread_self())); /* it waited on a worker */
+		CHECKF(cached == 0, "%llu pages cached after a direct write", (unsigned long long)cached);
+	} else {
+		CHECK(direct1 == direct0);
+	}
+	CHECK(host_bytes_are("dw", mib, data, mib));
+	static const uint8_t zeros[4096];
+	CHECK(host_bytes_are("dw", 0, zeros, sizeof(zeros)));
+
+	/* A buffered WRITE inside the range, then a direct one over it: the cached page goes. */
+	CHECK(write_bytes(g_fs, &id, mib + 4096, "xyz", 3, FS_UNSTABLE, &w, NULL) == 0);
+	CHECK(host_bytes_are("dw", mib + 4096, "xyz", 3));
+	CHECK(write_bytes(g_fs, &id, mib, data2, mib, FS_UNSTABLE, &w, NULL) == 0);
+	CHECK(w.u.write.wr_count == mib);
+	CHECK(host_bytes_are("dw", mib, data2, mib));
+	char buf[64];
+	bool eof = false;
+	CHECK(do_read(&id, mib + 4096, 3, &g_rootc, buf, sizeof(buf), &eof) == 0);
+	CHECK(memcmp(buf, data2 + 4096, 3) == 0 && !eof);
+
+	/* Buffered: an unaligned offset, a short WRITE, a stable one. */
+	uint64_t direct2 = __atomic_load_n(&pf->pf_direct.pd_writes, __ATOMIC_RELAXED);
+	CHECK(write_bytes(g_fs, &id, 100, data, mib, FS_UNSTABLE, &w, NULL) == 0);
+	CHECK(w.u.write.wr_count == mib);
+	CHECK(write_bytes(g_fs, &id, 2ull * mib, data, 64 * 1024, FS_UNSTABLE, &w, NULL) == 0);
+	CHECK(write_bytes(g_fs, &id, 3ull * mib, data, mib, FS_FILE_SYNC, &w, NULL) == 0);
+	CHECK(w.u.write.wr_committed == FS_FILE_SYNC);
+	CHECK(__atomic_load_n(&pf->pf_direct.pd_writes, __ATOMIC_RELAXED) == direct2);
+	CHECK(host_bytes_are("dw", 100, data, mib));
+	CHECK(host_bytes_are("dw", 3ull * mib, data, mib));
+
+	struct fs_req c;
+	req_init(&c, FS_OP_COMMIT, &id, &g_rootc);
+	CHECK(run(&c) == 0);
+	CHECK(c.u.commit.cm_wcc.fw_post_valid && c.u.commit.cm_wcc.fw_post.fa_size == 4ull * mib);
+
+	/* pfc_buffered_writes: never direct. */
+	struct fs *fs2;
+	struct posix_fs_config cfg = { .pfc_root_path = g_export, .pfc_fsid = 77,
+				       .pfc_nworkers = 2, .pfc_buffered_writes = true };
+	CHECK(posix_fs_create(&cfg, &fs2) == 0);
+	if (fs2 != NULL) {
+		struct fs_obj_id id2;
+		struct fs_req r;
+		req_init(&r, FS_OP_LOOKUP, &g_root, &g_rootc);
+		r.u.lookup.lk_name = "dw";
+		CHECK(run_on(fs2, &r, NULL) == 0);
+		id2 = r.u.lookup.lk_obj;
+		CHECK(write_bytes(fs2, &id2, 0, data, mib, FS_UNSTABLE, &w, NULL) == 0);
+		CHECK(w.u.write.wr_count == mib);
+		CHECK(posix_fs_of(fs2)->pf_direct.pd_writes == 0);
+		CHECK(host_bytes_are("dw", 0, data, mib));
+		fs_destroy(fs2);
+	}
+	CHECK(do_remove(FS_OP_REMOVE, &g_root, "dw", &g_rootc) == 0);
+	free(raw);
+	free(raw2);
+}
+
+/* A file that takes pf_wb_burst bytes of buffered UNSTABLE data has its write-out started at
+ * once, not at the next second's pass (posix_writeback.c, rule 7); a smaller one does not. */
+static void test_write_behind_burst(void)
+{
+	const uint32_t chunk = 100000; /* not a multiple of 512: buffered */
+	static uint8_t data[100000];
+	memset(data, 'b', sizeof(data));
+	struct fs *fs2;
+	struct posix_fs_config cfg = { .pfc_root_path = g_export, .pfc_fsid = 77,
+				       .pfc_nworkers = 2, .pfc_write_behind_burst = 4 * chunk };
+	CHECK(posix_fs_create(&cfg, &fs2) == 0);
+	if (fs2 == NULL)
+		return;
+	struct posix_fs *pf = posix_fs_of(fs2);
+	struct fs_obj_id small_id, big_id;
+	CHECK(do_create(&g_root, "wbs", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &small_id, NULL) == 0);
+	CHECK(do_create(&g_root, "wbb", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &big_id, NULL) == 0);
+	struct fs_req w;
+	for (uint32_t i = 0; i < 3; i++)
+		CHECK(write_bytes(fs2, &small_id, (uint64_t)i * chunk, data, chunk, FS_UNSTABLE, &w,
+				  NULL) == 0);
+	pthread_mutex_lock(&pf->pf_wb_lock);
+	bool urgent = pf->pf_wb_urgent;
+	uint64_t bursts0 = pf->pf_wb_bursts;
+	pthread_mutex_unlock(&pf->pf_wb_lock);
+	CHECKF(!urgent && bursts0 == 0, "3 of 4 chunks asked for a pass (%llu)",
+	       (unsigned long long)bursts0);
+	/* Twice the burst: even if a timed pass zeroes the count in between, four chunks in a row
+	 * follow or precede it. */
+	for (uint32_t i = 0; i < 8; i++)
+		CHECK(write_bytes(fs2, &big_id, (uint64_t)i * chunk, data, chunk, FS_UNSTABLE, &w,
+				  NULL) == 0);
+	/* The pass comes at once: well before the second a timed pass could take. */
+	uint64_t t0 = clock_monotonic_ns(), bursts = 0;
+	while (clock_monotonic_ns() - t0 < 3000000000ull) {
+		pthread_mutex_lock(&pf->pf_wb_lock);
+		bursts = pf->pf_wb_bursts;
+		pthread_mutex_unlock(&pf->pf_wb_lock);
+		if (bursts > 0)
+			break;
+		usleep(1000);
+	}
+	CHECKF(bursts >= 1 && bursts <= 2, "%llu early passes after %.3f s", (unsigned long long)bursts,
+	       (double)(clock_monotonic_ns() - t0) / 1e9);
+	fs_destroy(fs2);
+	CHECK(host_bytes_are("wbb", 7ull * chunk, data, chunk));
+	CHECK(do_remove(FS_OP_REMOVE, &g_root, "wbs", &g_rootc) == 0);
+	CHECK(do_remove(FS_OP_REMOVE, &g_root, "wbb", &g_rootc) == 0);
 }
 
 static void test_setattr(void)
@@ -1967,6 +2148,8 @@ int main(void)
 	TAP_RUN(test_write_read_commit);
 	TAP_RUN(test_read_piped);
 	TAP_RUN(test_write_behind);
+	TAP_RUN(test_direct_write);
+	TAP_RUN(test_write_behind_burst);
 	TAP_RUN(test_setattr);
 	TAP_RUN(test_mkdir_symlink_mknod);
 	TAP_RUN(test_remove_and_stale);
