@@ -17,9 +17,9 @@
  *   most POSIX_DIRECT_BUF_BYTES long, and its offset and length are multiples of its file's
  *   direct-I/O alignment (rule 3); the option pfc_buffered_writes turns the path off. Such a
  *   WRITE, arriving inline on the event loop, is punted to a worker, since a direct write waits
- *   for the device. The worker copies the data into an
- *   aligned buffer from a small pool (the RPC record that carries it has no alignment), opens the
- *   file by handle with O_DIRECT, writes, and closes that fd. The reply says UNSTABLE as before:
+ *   for the device. The worker copies the data into an aligned buffer from a small pool (the RPC
+ *   record that carries it has no alignment), opens the file by handle with O_DIRECT, writes,
+ *   and closes that fd. The reply says UNSTABLE as before:
  *   the device may hold the data in a volatile cache, and COMMIT's fdatasync flushes it (and the
  *   size and extents a write past the end changed) as it would for buffered data.
  *   The kernel keeps the two kinds coherent: a direct write first writes back and then drops
@@ -30,8 +30,8 @@
  * Rules
  *   1. At most POSIX_DIRECT_BUFS buffers exist, allocated when first needed and kept until the
  *      file system is destroyed (pd_lock guards the free list and the count). A WRITE that finds
- *      none free is written buffered at once rather than waiting, so a worker never waits for
- *      another's buffer and memory stays bounded.
+ *      none free (or cannot have one allocated) is written buffered at once rather than
+ *      waiting, so a worker never waits for another's buffer and memory stays bounded.
  *   2. The O_DIRECT fd lives for one WRITE only: the fd cache and its limits are untouched. It
  *      is opened as root like the cached O_RDWR fd (posix_fd_open_handle), after the caller's
  *      own permission check, and the caller's identity is installed again before the write.
@@ -44,7 +44,6 @@
  *      would (EINVAL) is taken for that refusal; a handle truly gone fails the buffered write. */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,7 +63,7 @@ void posix_direct_fini(struct posix_fs *pf)
 	struct posix_direct *pd = &pf->pf_direct;
 	VERIFY(pd->pd_nfree == pd->pd_nbufs); /* every request has completed */
 	for (unsigned i = 0; i < pd->pd_nfree; i++)
-		free(pd->pd_free[i]);
+		mem_free(pd->pd_free[i]);
 	pthread_mutex_destroy(&pd->pd_lock);
 }
 
@@ -104,13 +103,10 @@ static void *posix_direct_buf_get(struct posix_direct *pd)
 	if (pd->pd_nfree > 0) {
 		buf = pd->pd_free[--pd->pd_nfree];
 	} else if (pd->pd_nbufs < POSIX_DIRECT_BUFS) {
-		if (posix_memalign(&buf, POSIX_DIRECT_MEM_ALIGN, POSIX_DIRECT_BUF_BYTES) == 0)
+		buf = mem_aligned_alloc(POSIX_DIRECT_MEM_ALIGN, POSIX_DIRECT_BUF_BYTES);
+		if (buf != NULL)
 			pd->pd_nbufs++;
-		else
-			buf = NULL;
 	}
-	if (buf == NULL)
-		pd->pd_declined++;
 	pthread_mutex_unlock(&pd->pd_lock);
 	return buf;
 }

@@ -98,7 +98,6 @@ struct posix_direct {
 	pthread_mutex_t pd_lock;  /* guards the free list and pd_nbufs */
 	void *pd_free[POSIX_DIRECT_BUFS];
 	unsigned pd_nfree, pd_nbufs;
-	uint64_t pd_declined; /* WRITEs buffered for want of a free buffer (pd_lock) */
 	uint64_t pd_writes;   /* WRITEs written directly (atomic) */
 };
 

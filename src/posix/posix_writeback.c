@@ -9,13 +9,14 @@
  *   fill with waiting stable requests and every other request queues behind them.
  *
  * Model
- *   After a successful UNSTABLE WRITE, the file's cache entry is put on a list (once: pfd_wb_queued)
- *   with a reference of its own. A thread of its own (SCHED_BATCH) wakes every
- *   POSIX_WRITEBACK_INTERVAL_NS (or at once, rule 7), takes the whole list, and for each entry starts the write-out of
- *   its dirty pages with sync_file_range(SYNC_FILE_RANGE_WRITE), which queues the I/O and does not
- *   wait for it, then drops the reference. Data therefore reaches the disk about a second after it
- *   was written, in steady amounts, and a later fsync or COMMIT finds little left to write. This
- *   is a hint only: durability still comes from COMMIT's fdatasync and the stable paths.
+ *   After a successful UNSTABLE WRITE, the file's cache entry is put on a list (once:
+ *   pfd_wb_queued) with a reference of its own. A thread of its own (SCHED_BATCH) wakes every
+ *   POSIX_WRITEBACK_INTERVAL_NS (or at once, rule 7), takes the whole list, and for each entry
+ *   starts the write-out of its dirty pages with sync_file_range(SYNC_FILE_RANGE_WRITE), which
+ *   queues the I/O and does not wait for it, then drops the reference. Data therefore reaches
+ *   the disk about a second after it was written, in steady amounts, and a later fsync or
+ *   COMMIT finds little left to write. This is a hint only: durability still comes from
+ *   COMMIT's fdatasync and the stable paths.
  *
  * Rules
  *   1. pf_wb_head, pf_wb_len and pf_wb_stopping are guarded by pf_wb_lock; pfd_wb_next too.
