@@ -75,7 +75,7 @@
  *      before the next, and the request would restart forever (a scan from the start of what it
  *      needs each time, evicting the least recently used block it will need next). So each
  *      restart gets further than the last. A request whose held blocks would pass --arc-max
- *      (the REMOVE of a file whose extent leaves alone outgrow the cache) fails with -EIO
+ *      (a truncation dropping more extents than the cache holds leaves of) fails with -EIO
  *      instead of holding unbounded memory. A scan that missed also loads the nodes ahead of
  *      it (zpl_scan_hints; cached, not held) and the request restarts when all are in, once
  *      per run of nodes rather than per node; only with --arc-max >= POOL_FS_AHEAD_MIN_ARC.
@@ -311,6 +311,7 @@ struct pfs_owner {
 	struct pfs_ind *po_inds;   /* indirect writes whose blocks are allocated (pool lock) */
 	_Atomic uint64_t po_adopted; /* blocks adopted (F13) */
 	_Atomic uint64_t po_pend_scans; /* full scans of the pending-write chains */
+	uint64_t po_reap_seen;     /* zpl_reap_queued when a reap was last started (pool lock) */
 };
 
 struct pool_fs;
@@ -354,6 +355,7 @@ struct pfs_ctx {
 	struct pfs_ind *pc_fresh;
 	struct pfs_ind *pc_ind;
 	bool pc_ind_tried;
+	bool pc_reap;                /* the fs's reaper (pf_reap_ctx), not a request */
 };
 
 struct pool_fs {
@@ -372,6 +374,16 @@ struct pool_fs {
 	struct pfs_ctx *pf_free;
 	unsigned pf_nfree;
 	pthread_t pf_runner, pf_committer;
+	/* The reaper ("Freeing removed files" below): one zpl_reap step at a time, run as a
+	 * request of its own (pf_reap_req, with its own context) on the runner thread. */
+	struct fs_req pf_reap_req;
+	struct pfs_ctx *pf_reap_ctx;
+	bool pf_reap_busy;           /* a step is queued or running */
+	bool pf_reap_again;          /* kicked while busy: look at the queue again */
+	bool pf_reap_stopping;
+	pthread_cond_t pf_reap_cv;   /* pf_reap_busy went false */
+	bool pf_reap_more;           /* the last step changed something (pool lock, then its end) */
+	_Atomic uint64_t pf_reap_steps;
 
 	_Atomic uint64_t pf_restarts, pf_throttled, pf_log_commits, pf_txg_waits, pf_txg_waited_reqs,
 		pf_ctx_allocs;
@@ -1243,6 +1255,8 @@ static void pfs_throttle_cb(struct pool_waiter *w, int status);
 static void pfs_commit_cb(struct ilog_waiter *w, int status);
 
 /* A context for req, from the free list or new. NULL: out of memory. */
+static void pfs_ctx_init(struct pool_fs *pf, struct pfs_ctx *c, struct fs_req *req);
+
 static struct pfs_ctx *pfs_ctx_get(struct pool_fs *pf, struct fs_req *req)
 {
 	pthread_mutex_lock(&pf->pf_lock);
@@ -1258,6 +1272,12 @@ static struct pfs_ctx *pfs_ctx_get(struct pool_fs *pf, struct fs_req *req)
 			return NULL;
 		atomic_fetch_add(&pf->pf_ctx_allocs, 1);
 	}
+	pfs_ctx_init(pf, c, req);
+	return c;
+}
+
+static void pfs_ctx_init(struct pool_fs *pf, struct pfs_ctx *c, struct fs_req *req)
+{
 	c->pc_fs = pf;
 	c->pc_req = req;
 	c->pc_next = NULL;
@@ -1267,7 +1287,7 @@ static struct pfs_ctx *pfs_ctx_get(struct pool_fs *pf, struct fs_req *req)
 	c->pc_task = (struct loop_task){.lt_fn = pfs_task_fn};
 	c->pc_pw = (struct pool_waiter){.pw_done = pfs_throttle_cb, .pw_arg = c};
 	c->pc_iw = (struct ilog_waiter){.iw_done = pfs_commit_cb, .iw_arg = c};
-	return c;
+	c->pc_reap = false;
 }
 
 /* Holds bp, just loaded for c (rule F6). 0 (also when the block is gone again: nothing held),
@@ -1342,6 +1362,8 @@ static void pfs_ctx_put(struct pool_fs *pf, struct pfs_ctx *c)
 		c->pc_rec = NULL;
 		c->pc_rec_cap = 0;
 	}
+	if (c->pc_reap)
+		return; /* pf_reap_ctx stays the reaper's */
 	pthread_mutex_lock(&pf->pf_lock);
 	if (pf->pf_nfree < POOL_FS_CTX_FREE_MAX) {
 		c->pc_next = pf->pf_free;
@@ -1397,6 +1419,75 @@ static void pfs_resume(struct pfs_ctx *c)
 static void pfs_wait_txg(struct pool_fs *pf, struct pfs_ctx *c)
 {
 	pfs_enqueue(pf, &pf->pf_commitq, &pf->pf_commitq_tail, &pf->pf_commit_cv, c);
+}
+
+/* ---- Freeing removed files (zpl_reap.c) ----
+ * The last link of a large file goes at once and the file waits in the dataset's queue; this
+ * fs's reaper frees it step by step. A step is zpl_reap run like a request through pfs_run (the
+ * throttle, restarts on misses with the blocks it loaded held: rule F6, one step's extent leaves
+ * being few) on the runner thread, without a log record: the txg carries it. It is started by a
+ * change whose commit queued a file (pfs_run sees zpl_reap_queued move) and once at open (a
+ * replayed REMOVE may have queued one), runs steps while they change something, and is waited
+ * for by pfs_destroy. Steps of several opens of one dataset serialize on the pool lock. */
+static void pfs_reap_done(struct fs_req *req);
+
+/* pf_reap_busy is set: queues the next step on the runner. Any thread; may run under the pool
+ * lock (pf_lock is a leaf, nothing allocates). */
+static void pfs_reap_submit(struct pool_fs *pf)
+{
+	struct fs_req *req = &pf->pf_reap_req;
+	memset(req, 0, sizeof(*req));
+	req->fr_op = FS_OP_REMOVE; /* a change that needs no space and no record */
+	req->fr_fs = &pf->pf_fs;
+	req->fr_done = pfs_reap_done;
+	pfs_ctx_init(pf, pf->pf_reap_ctx, req);
+	pf->pf_reap_ctx->pc_reap = true;
+	pfs_enqueue(pf, &pf->pf_runq, &pf->pf_runq_tail, &pf->pf_run_cv, pf->pf_reap_ctx);
+}
+
+static void pfs_reap_kick(struct pool_fs *pf)
+{
+	pthread_mutex_lock(&pf->pf_lock);
+	bool start = !pf->pf_reap_busy && !pf->pf_reap_stopping;
+	if (start)
+		pf->pf_reap_busy = true;
+	else
+		pf->pf_reap_again = true;
+	pthread_mutex_unlock(&pf->pf_lock);
+	if (start)
+		pfs_reap_submit(pf);
+}
+
+static void pfs_reap_done(struct fs_req *req)
+{
+	struct pool_fs *pf = SH_CONTAINER_OF(req, struct pool_fs, pf_reap_req);
+	atomic_fetch_add(&pf->pf_reap_steps, 1);
+	if (req->fr_status != 0)
+		log_ratelimited(LOG_WARN, "pool %s: freeing removed files: %s", pf->pf_pool->p_name,
+		                sh_strerror(req->fr_status));
+	pthread_mutex_lock(&pf->pf_lock);
+	bool again = !pf->pf_reap_stopping &&
+	             ((req->fr_status == 0 && pf->pf_reap_more) || pf->pf_reap_again);
+	pf->pf_reap_again = false;
+	if (!again) {
+		pf->pf_reap_busy = false;
+		pthread_cond_broadcast(&pf->pf_reap_cv);
+	}
+	pthread_mutex_unlock(&pf->pf_lock);
+	if (again)
+		pfs_reap_submit(pf);
+}
+
+/* One step, under the pool lock: zpl_execute's contract (fr_status, or -SH_ENEEDBLOCK). */
+static int pfs_reap_run(struct pool_fs *pf, struct fs_req *req, struct blk_ptr *missing)
+{
+	struct pfs_owner *o = pf->pf_owner;
+	pf->pf_reap_more = false;
+	int rc = o->po_zpl ? zpl_reap(o->po_zpl, &pf->pf_reap_more, missing) : 0;
+	if (rc == -SH_ENEEDBLOCK)
+		return rc;
+	req->fr_status = rc;
+	return 0;
 }
 
 /* The last of c's loads is done: holds the missing block (the nodes ahead are only cached: the
@@ -1562,12 +1653,14 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 	struct pool *p = pf->pf_pool;
 	enum fs_op op = req->fr_op;
 	bool change = fs_op_changes(op);
-	bool stable = change && (op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE);
+	bool stable = change && (op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE) &&
+	              !(c && c->pc_reap);
 	size_t rec_bytes = stable ? zpl_record_bytes(req) : 0;
 	bool oversize = rec_bytes > POOL_LOG_PAYLOAD_MAX;
 	bool indirect = stable && op == FS_OP_WRITE &&
 	                req->u.write.wr_len >= POOL_FS_INDIRECT_MIN_BYTES;
 	struct pfs_owner *o = pf->pf_owner;
+	bool reap = c && c->pc_reap;
 
 	/* Everything that can fail to allocate happens before the lock (rule F4). */
 	if ((change || op == FS_OP_COMMIT) && !c && !(c = pfs_ctx_get(pf, req))) {
@@ -1627,7 +1720,12 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 		gone.foi_len = 0;
 		int rc = change && stable ? pfs_pend_before_change(o, req, &gone, &missing) : 0;
 		if (rc == 0)
-			rc = zpl_execute(o->po_zpl, req, &missing);
+			rc = reap ? pfs_reap_run(pf, req, &missing)
+			          : zpl_execute(o->po_zpl, req, &missing);
+		if (rc == 0 && change && !reap && zpl_reap_queued(o->po_zpl) != o->po_reap_seen) {
+			o->po_reap_seen = zpl_reap_queued(o->po_zpl);
+			pfs_reap_kick(pf);
+		}
 		if (rc == -SH_ENEEDBLOCK) {
 			struct blk_ptr next[BTREE_SCAN_HINTS_MAX];
 			size_t nnext = zpl_scan_hints(o->po_zpl, &missing, next, SH_ARRAY_SIZE(next));
@@ -1840,6 +1938,11 @@ static void pfs_free(struct pool_fs *pf)
 		mem_free(c->pc_rec);
 		mem_free(c);
 	}
+	if (pf->pf_reap_ctx) {
+		mem_free(pf->pf_reap_ctx->pc_rec);
+		mem_free(pf->pf_reap_ctx);
+	}
+	pthread_cond_destroy(&pf->pf_reap_cv);
 	pthread_cond_destroy(&pf->pf_commit_cv);
 	pthread_cond_destroy(&pf->pf_run_cv);
 	pthread_mutex_destroy(&pf->pf_lock);
@@ -1850,6 +1953,11 @@ static void pfs_free(struct pool_fs *pf)
 static void pfs_destroy(struct fs *fs)
 {
 	struct pool_fs *pf = pfs_of(fs);
+	pthread_mutex_lock(&pf->pf_lock);
+	pf->pf_reap_stopping = true;
+	while (pf->pf_reap_busy)
+		pthread_cond_wait(&pf->pf_reap_cv, &pf->pf_lock);
+	pthread_mutex_unlock(&pf->pf_lock);
 	pfs_stop_threads(pf, true, true);
 	VERIFY(pf->pf_runq == NULL && pf->pf_commitq == NULL);
 	pool_ds_close(pf->pf_ds);
@@ -1924,9 +2032,15 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 	VERIFY(pthread_mutex_init(&pf->pf_lock, NULL) == 0);
 	VERIFY(pthread_cond_init(&pf->pf_run_cv, NULL) == 0);
 	VERIFY(pthread_cond_init(&pf->pf_commit_cv, NULL) == 0);
+	VERIFY(pthread_cond_init(&pf->pf_reap_cv, NULL) == 0);
 	rc = sh_random_bytes(pf->pf_verf, sizeof(pf->pf_verf));
 	if (rc != 0)
 		goto out_free;
+	pf->pf_reap_ctx = mem_zalloc(sizeof(*pf->pf_reap_ctx));
+	if (!pf->pf_reap_ctx) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
 	rc = -pthread_create(&pf->pf_runner, NULL, pfs_runner_main, pf);
 	if (rc != 0)
 		goto out_free;
@@ -1936,6 +2050,7 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 		goto out_free;
 	}
 	*fs_out = &pf->pf_fs;
+	pfs_reap_kick(pf); /* import may have replayed a REMOVE that queued a file */
 	return 0;
 
 out_free:
@@ -1956,4 +2071,8 @@ void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st)
 	st->ps_slow_ctx_allocs = atomic_load(&pf->pf_ctx_allocs);
 	st->ps_adopted_blocks = atomic_load(&pf->pf_owner->po_adopted);
 	st->ps_pend_scans = atomic_load(&pf->pf_owner->po_pend_scans);
+	st->ps_reap_steps = atomic_load(&pf->pf_reap_steps);
+	pthread_mutex_lock(&pf->pf_lock);
+	st->ps_reap_busy = pf->pf_reap_busy;
+	pthread_mutex_unlock(&pf->pf_lock);
 }

@@ -41,6 +41,8 @@ struct pool_fs_stats {
 	                              * was loaded) */
 	uint64_t ps_pend_scans;      /* full scans of the dataset's table of pending writes (one
 	                              * per durable txg at most) */
+	uint64_t ps_reap_steps;      /* steps of freeing removed files' blocks (zpl_reap) */
+	bool ps_reap_busy;           /* the freeing of removed files is running */
 };
 /* Fills *st for a file system pool_fs_open returned. */
 void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st);

@@ -17,6 +17,7 @@
  *   inode      objid(8)                | 01          (9 bytes)  inode record (128 + inline target)
  *   dirent     dir objid(8)            | 02 | hash(8) (17 bytes) dirent record (10 + name)
  *   extent     objid(8)                | 03 | block(8) (17 bytes) block pointer (64 bytes)
+ *   queued     00(8)                   | 04 | objid(8) (17 bytes) generation (8 bytes; zpl_reap.c)
  *
  * So an object's inode, then its entries or extents, are adjacent, and a directory's entries are
  * one key range in hash order. Object ids start at ZPL_FIRST_OBJID (1 is reserved, the root is
@@ -42,10 +43,11 @@
  * Inode record, 128 bytes plus a short symlink's target:
  *   offset  size  field
  *        0     1  type             enum fs_type (1..7)
- *        1     1  flags            0x01 verifier valid, 0x02 block size fixed
+ *        1     1  flags            0x01 verifier valid, 0x02 block size fixed, 0x04 unlinked
+ *                                  (nlink 0, waiting in the queue of zpl_reap.c)
  *        2     2  link length      symlinks: target bytes (1..FS_PATH_MAX); others 0
  *        4     4  mode             07777 bits
- *        8     4  nlink            >= 1
+ *        8     4  nlink            >= 1; 0 exactly when unlinked
  *       12     4  uid
  *       16     4  gid
  *       20     4  rdev major       FS_CHR, FS_BLK
@@ -127,6 +129,8 @@
  *   R7 a regular file whose block size is not fixed has at most block 0, and size <= B.
  *   R8 bytes of a file beyond its size read as zeros (truncation zeroes the new last block's tail
  *      and drops the blocks after it; zpl_check cannot see data, tests do).
+ *   R9 (zpl_reap.c) an inode is unlinked exactly when its nlink is 0: a regular file that no
+ *      dirent names and one queue entry names; R3 and R6 do not apply to it.
  *
  * ---- Restarts: look everything up, then mutate ----
  * Every operation runs in two phases on a plan (struct zpl_op):
@@ -276,8 +280,11 @@ int zpl_inode_decode(const uint8_t *in, uint32_t len, struct zpl_inode *ino)
 	ino->ino_nblocks = zpl_get_le64(in + 112);
 	memcpy(ino->ino_verf, in + 120, 8);
 	if (ino->ino_type < FS_REG || ino->ino_type > FS_FIFO ||
-	    (ino->ino_flags & ~ZPL_IF_ALL) != 0 || ino->ino_mode > 07777 || ino->ino_nlink == 0 ||
-	    ino->ino_gen == 0)
+	    (ino->ino_flags & ~ZPL_IF_ALL) != 0 || ino->ino_mode > 07777 || ino->ino_gen == 0)
+		return -EIO;
+	/* Only a queued file (zpl_reap.c) has no links, and it is a regular file. */
+	bool unlinked = (ino->ino_flags & ZPL_IF_UNLINKED) != 0;
+	if ((ino->ino_nlink == 0) != unlinked || (unlinked && ino->ino_type != FS_REG))
 		return -EIO;
 	uint32_t want = ZPL_INODE_FIXED_BYTES;
 	if (ino->ino_type == FS_LNK) {
@@ -389,6 +396,7 @@ void zpl_op_begin(struct zpl *z, struct zpl_op *op, const struct fs_cred *cred,
 	op->op_missing = missing;
 	op->op_meta = z->z_meta;
 	op->op_meta_dirty = false;
+	op->op_queued = false;
 	op->op_ninos = 0;
 	op->op_muts = z->z_muts;
 	op->op_nmuts = 0;
@@ -592,9 +600,20 @@ int zpl_op_obj(struct zpl_op *op, const struct fs_obj_id *id, struct zpl_oino **
 		return -ESTALE;
 	if (rc != 0)
 		return rc;
-	if (oi->oi_ino.ino_gen != gen)
-		return -ESTALE;
+	if (oi->oi_ino.ino_gen != gen || (oi->oi_ino.ino_flags & ZPL_IF_UNLINKED) != 0)
+		return -ESTALE; /* another object's, or removed and waiting for zpl_reap */
 	*out = oi;
+	return 0;
+}
+
+int zpl_op_delete_inode(struct zpl_op *op, struct zpl_oino *oi)
+{
+	oi->oi_deleted = true;
+	oi->oi_dirty = false;
+	if (op->op_meta.me_nobjects == 0)
+		return -EIO; /* the meta record miscounts: a malformed tree */
+	op->op_meta.me_nobjects--;
+	op->op_meta_dirty = true;
 	return 0;
 }
 
@@ -858,6 +877,8 @@ int zpl_op_commit(struct zpl_op *op)
 		zpl_dchg_apply(z, &op->op_dchg[i]);
 	op->op_ndchg = 0;
 	z->z_meta = op->op_meta;
+	if (op->op_queued)
+		z->z_reap_queued++;
 	op->op_nmuts = 0;
 	zpl_plan_shrink(op);
 	return 0;

@@ -191,6 +191,17 @@ SH_MUST_CHECK int zpl_execute(struct zpl *z, struct fs_req *req, struct blk_ptr 
 size_t zpl_scan_hints(struct zpl *z, const struct blk_ptr *missing, struct blk_ptr *out,
                       size_t max);
 
+/* Frees part of what removed files left (zpl_reap.c): the last link of a regular file with many
+ * extents goes at once, but its blocks wait in a queue. One call frees up to a fixed number of
+ * extents of the queue's first file (deleting the file when none is left), as one restartable
+ * change like an operation's: 0 with *more_out true when it changed something (call again),
+ * false when the queue is empty; -SH_ENEEDBLOCK (*missing_out; nothing changed); -EIO (a
+ * malformed queue, or a failed zpl); -ENOMEM. The caller runs it under its lock like any call. */
+SH_MUST_CHECK int zpl_reap(struct zpl *z, bool *more_out, struct blk_ptr *missing_out);
+/* How many files operations (replay included) have queued since zpl_open: a caller that sees it
+ * change has reaping to do. */
+uint64_t zpl_reap_queued(const struct zpl *z);
+
 /* Writes every dirty data buffer through ze_write_block (ze_write_sealed for a sealed one), stores the new block pointers in the
  * tree, frees the blocks they replace (ze_free_block) and forgets the buffers (READ holders keep
  * theirs). Never misses. The caller then runs btree_sync. *written_blocks_out (may be NULL) gets

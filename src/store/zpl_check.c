@@ -1,5 +1,5 @@
 /* zpl_check.c: the offline check of a dataset: the tree (btree_check), then every record against
- * the rules R1-R7 of zpl.c, by one ordered scan that loads what it lacks, and a pass over what the
+ * the rules R1-R7 of zpl.c and R9 of zpl_reap.c, by one ordered scan that loads what it lacks, and a pass over what the
  * scan collected. Memory is proportional to the objects and entries (about 100 bytes per object
  * and 24 per entry), so it suits the offline checker and tests, not a running server. */
 #include <stdio.h>
@@ -24,6 +24,12 @@ struct ck_ino {
 	uint64_t ci_entries;  /* directories: their dirents */
 	uint64_t ci_subdirs;  /* directories: their dirents naming directories */
 	uint64_t ci_extents;
+	bool ci_queued;       /* a queue entry names it */
+};
+
+struct ck_queued {
+	uint64_t cq_objid;
+	uint64_t cq_gen;
 };
 
 struct ck_dirent {
@@ -39,6 +45,8 @@ struct ck_state {
 	uint64_t cs_ninos;
 	struct ck_dirent *cs_des;
 	uint64_t cs_nde, cs_capde;
+	struct ck_queued *cs_queue; /* unlinked files' queue entries, in key order */
+	uint64_t cs_nqueue, cs_capqueue;
 	bool cs_have_meta;
 	struct zpl_meta cs_meta;
 	uint8_t cs_last[ZPL_KEY_MAX]; /* the last key visited, where a scan resumes */
@@ -216,6 +224,25 @@ static void ck_extent(struct ck_state *cs, uint64_t objid, uint64_t blk, const u
 	ci->ci_extents++;
 }
 
+static void ck_queued(struct ck_state *cs, uint64_t objid, const uint8_t *val, uint32_t vlen)
+{
+	if (vlen != 8) {
+		ck_fail(cs, "R9: a malformed queue entry for object %llu", (unsigned long long)objid);
+		return;
+	}
+	if (cs->cs_nqueue == cs->cs_capqueue) {
+		uint64_t cap = cs->cs_capqueue != 0 ? cs->cs_capqueue * 2 : 64;
+		struct ck_queued *n = mem_realloc(cs->cs_queue, sizeof(*n) * cap);
+		if (n == NULL) {
+			cs->cs_err = -ENOMEM;
+			return;
+		}
+		cs->cs_queue = n;
+		cs->cs_capqueue = cap;
+	}
+	cs->cs_queue[cs->cs_nqueue++] = (struct ck_queued){objid, zpl_get_le64(val)};
+}
+
 static bool ck_visit(void *arg, const void *key, uint32_t key_len, const void *val,
                      uint32_t val_len)
 {
@@ -241,7 +268,9 @@ static bool ck_visit(void *arg, const void *key, uint32_t key_len, const void *v
 		cs->cs_have_meta = true;
 		return true;
 	}
-	if (kind == ZPL_KIND_INODE && key_len == ZPL_SHORT_KEY)
+	if (objid == 0 && kind == ZPL_KIND_UNLINKED && key_len == ZPL_LONG_KEY)
+		ck_queued(cs, zpl_get_be64(k + 9), val, val_len);
+	else if (kind == ZPL_KIND_INODE && key_len == ZPL_SHORT_KEY)
 		ck_inode(cs, objid, val, val_len);
 	else if (kind == ZPL_KIND_DIRENT && key_len == ZPL_LONG_KEY)
 		ck_dirent(cs, objid, zpl_get_be64(k + 9), val, val_len);
@@ -281,6 +310,21 @@ static void ck_finish(struct ck_state *cs, const uint64_t *open_objids, size_t n
 	}
 	if (cs->cs_err != 0)
 		return;
+	for (uint64_t i = 0; i < cs->cs_nqueue; i++) {
+		const struct ck_queued *q = &cs->cs_queue[i];
+		struct ck_ino *ci = ck_find(cs, q->cq_objid);
+		if (ci == NULL || (ci->ci_flags & ZPL_IF_UNLINKED) == 0 || ci->ci_gen != q->cq_gen ||
+		    ci->ci_refs != 0) {
+			ck_fail(cs, "R9: the queue names object %llu, which %s",
+			        (unsigned long long)q->cq_objid,
+			        ci == NULL                                ? "does not exist"
+			        : (ci->ci_flags & ZPL_IF_UNLINKED) == 0 ? "is not unlinked"
+			        : ci->ci_gen != q->cq_gen                 ? "has another generation"
+			                                                  : "a dirent names");
+			return;
+		}
+		ci->ci_queued = true;
+	}
 	if (cs->cs_ninos != me->me_nobjects) {
 		ck_fail(cs, "R1: %llu inodes, the meta record counts %llu",
 		        (unsigned long long)cs->cs_ninos, (unsigned long long)me->me_nobjects);
@@ -323,6 +367,11 @@ static void ck_finish(struct ck_state *cs, const uint64_t *open_objids, size_t n
 				ck_fail(cs, "R4: directory %llu counts %llu entries, has %llu", id,
 				        (unsigned long long)ci->ci_nentries,
 				        (unsigned long long)ci->ci_entries);
+				return;
+			}
+		} else if ((ci->ci_flags & ZPL_IF_UNLINKED) != 0) {
+			if (!ci->ci_queued) {
+				ck_fail(cs, "R9: object %llu is unlinked but not queued", id);
 				return;
 			}
 		} else {
@@ -392,5 +441,6 @@ int zpl_check(struct zpl *z, btree_load_fn load, void *arg, const uint64_t *open
 out:
 	mem_free(cs.cs_inos);
 	mem_free(cs.cs_des);
+	mem_free(cs.cs_queue);
 	return rc;
 }

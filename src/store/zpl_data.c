@@ -212,7 +212,7 @@ static void zpl_dtab_insert(struct zpl_dtab *dt, struct zpl_dbuf *db, struct zpl
 	dt->dt_bytes += db->db_size;
 }
 
-static void zpl_dtab_drop_from(struct zpl_dtab *dt, uint64_t obj, uint64_t first_blk)
+static void zpl_dtab_drop(struct zpl_dtab *dt, uint64_t obj, uint64_t first_blk, uint64_t last_blk)
 {
 	struct zpl_dobj *dobj = zpl_dobj_find(dt, obj);
 	if (dobj == NULL)
@@ -221,7 +221,7 @@ static void zpl_dtab_drop_from(struct zpl_dtab *dt, uint64_t obj, uint64_t first
 	struct zpl_dbuf *db = dobj->do_head;
 	while (db != NULL) {
 		struct zpl_dbuf *next = db->db_onext;
-		if (db->db_blk >= first_blk)
+		if (db->db_blk >= first_blk && db->db_blk <= last_blk)
 			zpl_dtab_remove(dt, db);
 		db = next;
 	}
@@ -282,7 +282,7 @@ void zpl_dchg_apply(struct zpl *z, struct zpl_dchg *dc)
 		break;
 	}
 	case ZPL_DCHG_MODIFY: zpl_dchg_edit(dt, dc->dc_existing, dc); break;
-	case ZPL_DCHG_DROP: zpl_dtab_drop_from(dt, dc->dc_obj, dc->dc_blk); break;
+	case ZPL_DCHG_DROP: zpl_dtab_drop(dt, dc->dc_obj, dc->dc_blk, dc->dc_blk_last); break;
 	default: VERIFY(0);
 	}
 	zpl_dchg_discard(dc);
@@ -483,6 +483,9 @@ struct zpl_ext_scan {
 	uint8_t es_prefix[9];
 	struct zpl_op *es_op;
 	uint64_t es_count;
+	uint64_t es_max;  /* 0: no limit */
+	uint64_t es_last; /* the block of the last extent planned */
+	bool es_more;     /* stopped at es_max with extents left */
 	int es_err;
 };
 
@@ -496,6 +499,10 @@ static bool zpl_ext_visit(void *arg, const void *key, uint32_t key_len, const vo
 		es->es_err = -EIO;
 		return false;
 	}
+	if (es->es_max != 0 && es->es_count == es->es_max) {
+		es->es_more = true;
+		return false;
+	}
 	struct blk_ptr bp;
 	if (blk_ptr_decode(val, &bp) != 0) {
 		es->es_err = -EIO;
@@ -507,18 +514,23 @@ static bool zpl_ext_visit(void *arg, const void *key, uint32_t key_len, const vo
 		return false;
 	}
 	es->es_count++;
+	es->es_last = zpl_get_be64((const uint8_t *)key + 9);
 	return true;
 }
 
 /* Plans deleting the object's extents from block first on (freeing their blocks) and dropping
- * its dirty buffers there. */
-static int zpl_plan_drop_from(struct zpl_op *op, struct zpl_oino *oi, uint64_t first)
+ * its dirty buffers there; with max_extents non-zero, only the first max_extents of them (every
+ * dirty buffer has an extent, so the buffers dropped are those of the extents deleted), and
+ * *more_out says whether extents are left. */
+static int zpl_plan_drop(struct zpl_op *op, struct zpl_oino *oi, uint64_t first,
+                         uint64_t max_extents, bool *more_out)
 {
 	struct zpl_ext_scan es;
 	memset(&es, 0, sizeof(es));
 	zpl_put_be64(es.es_prefix, oi->oi_objid);
 	es.es_prefix[8] = ZPL_KIND_EXTENT;
 	es.es_op = op;
+	es.es_max = max_extents;
 	uint8_t start[ZPL_LONG_KEY];
 	zpl_key_long(start, oi->oi_objid, ZPL_KIND_EXTENT, first);
 	struct blk_ptr missing;
@@ -536,12 +548,15 @@ static int zpl_plan_drop_from(struct zpl_op *op, struct zpl_oino *oi, uint64_t f
 	if (es.es_count > oi->oi_ino.ino_nblocks)
 		return -EIO; /* more extents than the inode counts: a malformed tree */
 	oi->oi_ino.ino_nblocks -= es.es_count;
+	if (more_out != NULL)
+		*more_out = es.es_more;
 	struct zpl_dchg *dc;
 	if ((rc = zpl_op_dchg(op, &dc)) != 0)
 		return rc;
 	dc->dc_kind = ZPL_DCHG_DROP;
 	dc->dc_obj = oi->oi_objid;
 	dc->dc_blk = first;
+	dc->dc_blk_last = es.es_more ? es.es_last : UINT64_MAX;
 	return 0;
 }
 
@@ -566,7 +581,7 @@ int zpl_data_truncate(struct zpl_op *op, struct zpl_oino *oi, uint64_t new_size)
 		    0)
 			return rc;
 	}
-	if ((rc = zpl_plan_drop_from(op, oi, first)) != 0)
+	if ((rc = zpl_plan_drop(op, oi, first, 0, NULL)) != 0)
 		return rc;
 	ino->ino_size = new_size;
 	return 0;
@@ -578,7 +593,12 @@ int zpl_data_remove(struct zpl_op *op, struct zpl_oino *oi)
 		return 0;
 	if (oi->oi_ino.ino_type == FS_LNK && oi->oi_ino.ino_link_len <= ZPL_SYMLINK_INLINE_MAX)
 		return 0;
-	return zpl_plan_drop_from(op, oi, 0);
+	return zpl_plan_drop(op, oi, 0, 0, NULL);
+}
+
+int zpl_data_drop_some(struct zpl_op *op, struct zpl_oino *oi, uint64_t max_extents, bool *more_out)
+{
+	return zpl_plan_drop(op, oi, 0, max_extents, more_out);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #define ZPL_KIND_INODE 0x01
 #define ZPL_KIND_DIRENT 0x02
 #define ZPL_KIND_EXTENT 0x03
+#define ZPL_KIND_UNLINKED 0x04 /* under object id 0: the queue of removed files still to free */
 #define ZPL_SHORT_KEY 9u /* meta and inode keys */
 #define ZPL_LONG_KEY 17u /* dirent and extent keys */
 
@@ -35,7 +36,13 @@
 /* Inode flags. */
 #define ZPL_IF_VERF 0x01  /* ino_verf holds an EXCLUSIVE create verifier */
 #define ZPL_IF_FIXED 0x02 /* the block size is final (the file grew past one block) */
-#define ZPL_IF_ALL (ZPL_IF_VERF | ZPL_IF_FIXED)
+#define ZPL_IF_UNLINKED 0x04 /* removed, nlink 0, its blocks being freed (zpl_reap.c) */
+#define ZPL_IF_ALL (ZPL_IF_VERF | ZPL_IF_FIXED | ZPL_IF_UNLINKED)
+
+/* A regular file whose last link goes with more extents than this is not freed by that operation
+ * but queued (zpl_reap.c); ZPL_REAP_STEP_EXTENTS of them are freed per zpl_reap call. */
+#define ZPL_REAP_INLINE_MAX 1024u
+#define ZPL_REAP_STEP_EXTENTS 1024u
 
 struct zpl_meta {
 	uint64_t me_next_objid;
@@ -229,7 +236,7 @@ enum zpl_dchg_kind {
 	ZPL_DCHG_INSTALL =
 	    1, /* put dc_fresh in the table (replacing any buffer there), then edit it */
 	ZPL_DCHG_MODIFY = 2, /* edit dc_existing in place (the table holds its only reference) */
-	ZPL_DCHG_DROP = 3,   /* drop the object's buffers with block >= dc_blk */
+	ZPL_DCHG_DROP = 3,   /* drop the object's buffers with dc_blk <= block <= dc_blk_last */
 };
 
 /* One planned change of dirty data, applied at commit (where nothing can fail). The edit is a
@@ -239,6 +246,7 @@ struct zpl_dchg {
 	uint8_t dc_kind;
 	uint64_t dc_obj;
 	uint64_t dc_blk;
+	uint64_t dc_blk_last; /* ZPL_DCHG_DROP only */
 	struct zpl_dbuf *dc_existing;
 	struct zpl_dbuf *dc_fresh; /* owned by the plan until installed */
 	struct zpl_dobj *dc_dobj; /* a list head allocated in advance for the object, in case it has
@@ -259,6 +267,7 @@ struct zpl_op {
 	struct blk_ptr *op_missing; /* where -SH_ENEEDBLOCK names its block (may be NULL) */
 	struct zpl_meta op_meta;    /* the meta record as this operation leaves it */
 	bool op_meta_dirty;
+	bool op_queued; /* the plan queues a file for zpl_reap */
 	struct zpl_oino op_inos[ZPL_OP_INODES];
 	uint32_t op_ninos;
 	struct zpl_mut *op_muts; /* z's reusable array */
@@ -282,6 +291,7 @@ struct zpl {
 	uint32_t z_cap_dchg;
 	void *z_scratch; /* READDIR batch */
 	struct zpl_icache z_icache;
+	uint64_t z_reap_queued; /* files queued for zpl_reap since zpl_open */
 };
 
 /* ---- zpl.c: codecs ---- */
@@ -315,8 +325,11 @@ SH_MUST_CHECK int zpl_op_inode(struct zpl_op *op, uint64_t objid, struct zpl_oin
  * outside the operation's table: 0, -ENOENT, -EIO, -SH_ENEEDBLOCK. */
 SH_MUST_CHECK int zpl_op_read_inode(struct zpl_op *op, uint64_t objid, struct zpl_inode *out);
 /* The inode an object id names: 0; -SH_EBADHANDLE (malformed or never issued); -ESTALE (removed,
- * or another generation); -EIO; -SH_ENEEDBLOCK. */
+ * queued for zpl_reap, or another generation); -EIO; -SH_ENEEDBLOCK. */
 SH_MUST_CHECK int zpl_op_obj(struct zpl_op *op, const struct fs_obj_id *id, struct zpl_oino **out);
+/* Plans deleting oi's inode at commit (its extents are planned separately) and counts it out of
+ * the meta record. */
+SH_MUST_CHECK int zpl_op_delete_inode(struct zpl_op *op, struct zpl_oino *oi);
 /* A new inode of type (id and generation from the counters, or the forced ones in replay), with
  * the operation's time in all four times. -ENOMEM when the table is full (never in practice),
  * -EIO for a forced id the counters contradict. */
@@ -367,6 +380,10 @@ SH_MUST_CHECK int zpl_data_write(struct zpl_op *op, struct zpl_oino *oi, uint64_
 SH_MUST_CHECK int zpl_data_truncate(struct zpl_op *op, struct zpl_oino *oi, uint64_t new_size);
 /* Plans dropping every extent and buffer of a removed object. */
 SH_MUST_CHECK int zpl_data_remove(struct zpl_op *op, struct zpl_oino *oi);
+/* Plans dropping the first max_extents (> 0) extents of regular file oi and their buffers;
+ * *more_out: extents are left after them. */
+SH_MUST_CHECK int zpl_data_drop_some(struct zpl_op *op, struct zpl_oino *oi, uint64_t max_extents,
+                                     bool *more_out);
 /* READ into req (permissions checked by the caller). */
 SH_MUST_CHECK int zpl_data_read(struct zpl_op *op, struct zpl_oino *oi, struct fs_req *req);
 /* Copies bytes [off, off + len) of regular file oi, as a READ would see them (dirty buffers
@@ -379,6 +396,11 @@ SH_MUST_CHECK int zpl_data_read_link(struct zpl_op *op, struct zpl_oino *oi, cha
 /* Plans block 0 of a new long symlink. */
 SH_MUST_CHECK int zpl_data_new_link(struct zpl_op *op, struct zpl_oino *oi, const char *target,
                                     uint32_t len);
+
+/* ---- zpl_reap.c ---- */
+/* Plans queueing regular file oi, whose last link goes, for zpl_reap: unlinked, nlink 0, and
+ * named by its queue entry. */
+SH_MUST_CHECK int zpl_reap_queue(struct zpl_op *op, struct zpl_oino *oi);
 
 /* ---- zpl_ops.c ---- */
 #define ZPL_R 4u

@@ -118,19 +118,18 @@ static void zpl_touch_dir(struct zpl_op *op, struct zpl_oino *dir)
 	dir->oi_dirty = true;
 }
 
-/* Plans the removal of an object whose last link goes. */
+/* Plans the removal of an object whose last link goes. A regular file of more than
+ * ZPL_REAP_INLINE_MAX extents is queued instead (zpl_reap.c): it loses its name now, and its
+ * blocks are freed by later zpl_reap calls, so that no one operation has to hold a huge file's
+ * extent leaves. */
 static int zpl_obj_delete(struct zpl_op *op, struct zpl_oino *oi)
 {
+	if (oi->oi_ino.ino_type == FS_REG && oi->oi_ino.ino_nblocks > ZPL_REAP_INLINE_MAX)
+		return zpl_reap_queue(op, oi);
 	int rc = zpl_data_remove(op, oi);
 	if (rc != 0)
 		return rc;
-	oi->oi_deleted = true;
-	oi->oi_dirty = false;
-	if (op->op_meta.me_nobjects == 0)
-		return -EIO;
-	op->op_meta.me_nobjects--;
-	op->op_meta_dirty = true;
-	return 0;
+	return zpl_op_delete_inode(op, oi);
 }
 
 /* A dirent's object, checked against the type the dirent states (a mismatch or a missing inode is

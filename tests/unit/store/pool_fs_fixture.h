@@ -140,6 +140,18 @@ static inline int op_getattr(struct fs *fs, const struct fs_obj_id *obj, struct 
 	return rc;
 }
 
+/* FSSTAT of the file system obj is on: its free bytes into *free_out. */
+static inline int op_fsstat_free(struct fs *fs, const struct fs_obj_id *obj, uint64_t *free_out)
+{
+	struct call c;
+	call_init(&c, fs, FS_OP_FSSTAT, obj);
+	int rc = call_run(&c);
+	if (rc == 0)
+		*free_out = c.c_req.u.fsstat.st_free_bytes;
+	call_fini(&c);
+	return rc;
+}
+
 /* CREATE, MKDIR, SYMLINK (target) or MKNOD (type, device 1:3), guarded, mode 0755 for a
  * directory and 0644 otherwise; the new id into *out (may be NULL). */
 static inline int op_create(struct fs *fs, enum fs_op op, const struct fs_obj_id *dir,

@@ -1432,8 +1432,8 @@ static void test_growth(void)
 	env_free(e);
 }
 
-/* The REMOVE of a file of many blocks plans one deletion per extent; the plan's arrays grow to
- * that size for the operation and are given back after it, so the zpl keeps no more than a
+/* The truncation of a file of many blocks plans one deletion per extent; the plan's arrays grow
+ * to that size for the operation and are given back after it, so the zpl keeps no more than a
  * small plan's worth between operations. A small operation keeps its arrays. */
 static void test_plan_shrinks(void)
 {
@@ -1453,10 +1453,11 @@ static void test_plan_shrinks(void)
 	uint64_t small_plan = cs.zcs_plan_bytes;
 	CHECK(small_plan > 0 && small_plan < 1024 * 1024);
 	uint64_t frees = e->e_st.ms_data_frees;
-	CHECK(t_remove(e, &root, "many") == 0);
+	CHECK(t_truncate(e, &f, 0) == 0);
 	CHECK(e->e_st.ms_data_frees == frees + nblocks);
 	zpl_cache_stats(e->e_z, &cs);
 	CHECK(cs.zcs_plan_bytes <= small_plan); /* 3,000 mutations would be about 1 MiB */
+	CHECK(t_remove(e, &root, "many") == 0);
 	CHECK(t_remove(e, &root, "few") == 0);
 	zpl_cache_stats(e->e_z, &cs);
 	CHECK(cs.zcs_plan_bytes > 0); /* a small plan keeps its arrays */
@@ -2384,6 +2385,116 @@ static void test_replay(void)
 	env_free(a);
 }
 
+/* Runs zpl_reap until the queue of removed files is empty, loading what it misses; returns the
+ * calls that changed something, or -1. */
+static int t_reap_all(struct tenv *e)
+{
+	int steps = 0;
+	for (int attempts = 0; attempts < 100000; attempts++) {
+		bool more = false;
+		struct blk_ptr missing;
+		int rc = zpl_reap(e->e_z, &more, &missing);
+		if (rc == -SH_ENEEDBLOCK) {
+			if (ms_load(&e->e_st, &missing) != 0)
+				return -1;
+			continue;
+		}
+		if (rc != 0)
+			return -1;
+		if (!more)
+			return steps;
+		steps++;
+	}
+	return -1;
+}
+
+/* The REMOVE of a file of more than ZPL_REAP_INLINE_MAX extents takes its name and queues it
+ * (zpl_reap.c): no block is freed yet, its handle is stale, the dataset is sound (R9), also
+ * after a sync and reopen cold; zpl_reap then frees every block in steps and deletes the inode.
+ * Replaying the log queues it alike. A RENAME over such a file queues it too. */
+static void test_remove_queued(void)
+{
+	struct tenv *e = env_new_ex(16384, 4096);
+	e->e_logging = true;
+	struct fs_obj_id root = t_root(e), f, g, h;
+	static uint8_t block[4096];
+	memset(block, 0x3c, sizeof(block));
+	const uint32_t nblocks = 3000; /* three steps of ZPL_REAP_STEP_EXTENTS */
+	CHECK(t_create(e, &root, "big", 0644, &f) == 0);
+	CHECK(t_create(e, &root, "other", 0644, &g) == 0);
+	for (uint32_t i = 0; i < nblocks; i++) {
+		CHECK(t_write(e, &f, (uint64_t)i * sizeof(block), block, sizeof(block)) == 0);
+		CHECK(t_write(e, &g, (uint64_t)i * sizeof(block), block, sizeof(block)) == 0);
+	}
+	CHECK(env_sync(e) == 0);
+	/* Dirty buffers too: the last blocks rewritten after the sync. */
+	for (uint32_t i = nblocks - 10; i < nblocks; i++)
+		CHECK(t_write(e, &f, (uint64_t)i * sizeof(block), block, 100) == 0);
+	uint64_t frees = e->e_st.ms_data_frees;
+	CHECK(t_remove(e, &root, "big") == 0);
+	CHECK(e->e_st.ms_data_frees == frees);
+	struct fs_attr a;
+	CHECK(t_getattr(e, &f, &a) == -ESTALE);
+	CHECK(t_write(e, &f, 0, block, 10) == -ESTALE);
+	CHECK(t_lookup(e, &root, "big", &h, NULL) == -ENOENT);
+	CHECK_SOUND(e);
+	env_reopen(e);
+	CHECK_SOUND(e);
+	CHECK(t_getattr(e, &f, &a) == -ESTALE);
+	e->e_forget = true; /* cold: each step loads its leaves */
+	ms_forget(&e->e_st);
+	int steps = t_reap_all(e);
+	e->e_forget = false;
+	CHECKF(steps == 3, "%d steps", steps);
+	/* Every block, and the first copies of the 10 rewritten ones, replaced by the reopen's
+	 * sync. */
+	CHECKF(e->e_st.ms_data_frees == frees + nblocks + 10, "%llu frees",
+	       (unsigned long long)(e->e_st.ms_data_frees - frees));
+	CHECK_SOUND(e);
+	CHECK(t_reap_all(e) == 0);
+	/* RENAME over a large file queues it as well. */
+	CHECK(t_create(e, &root, "new", 0644, &h) == 0);
+	frees = e->e_st.ms_data_frees;
+	CHECK(t_rename(e, &root, "new", &root, "other") == 0);
+	CHECK(e->e_st.ms_data_frees == frees);
+	CHECK(t_getattr(e, &g, &a) == -ESTALE);
+	CHECK_SOUND(e);
+	/* R9 catches an unlinked inode the queue does not name, and an entry naming a live file. */
+	uint8_t qkey[17], hkey[17], qval[8];
+	uint32_t qlen = 0;
+	char report[256];
+	memset(qkey, 0, sizeof(qkey));
+	qkey[8] = 4;
+	memcpy(hkey, qkey, sizeof(hkey));
+	for (int i = 0; i < 8; i++) {
+		qkey[9 + i] = (uint8_t)(id_objid(&g) >> (56 - 8 * i));
+		hkey[9 + i] = (uint8_t)(id_objid(&h) >> (56 - 8 * i));
+	}
+	VERIFY(btree_lookup(e->e_tree, qkey, 17, qval, sizeof(qval), &qlen, NULL) == 0 && qlen == 8);
+	VERIFY(btree_delete(e->e_tree, qkey, 17, NULL) == 0);
+	CHECK(t_check(e, report, sizeof(report)) == -EIO && strstr(report, "R9") != NULL);
+	VERIFY(btree_put(e->e_tree, qkey, 17, qval, 8, BTREE_PUT_NEW, NULL) == 0);
+	CHECK_SOUND(e);
+	VERIFY(btree_put(e->e_tree, hkey, 17, qval, 8, BTREE_PUT_NEW, NULL) == 0);
+	CHECK(t_check(e, report, sizeof(report)) == -EIO && strstr(report, "R9") != NULL);
+	VERIFY(btree_delete(e->e_tree, hkey, 17, NULL) == 0);
+	CHECK_SOUND(e);
+	/* The log replayed into a fresh dataset queues both files alike: reaped, the two are the
+	 * same. */
+	struct tenv *b = replay_into_fresh(e, false);
+	CHECK_SOUND(b);
+	CHECK(t_reap_all(b) == 6);
+	CHECK_SOUND(b);
+	CHECK(t_reap_all(e) == 3);
+	CHECK(e->e_st.ms_data_frees == frees + nblocks);
+	CHECK(same_datasets(e, b));
+	env_reopen(e);
+	CHECK_SOUND(e);
+	env_free(b);
+	env_free(e);
+}
+
+
 /* Records that are not successful changes cannot be encoded. */
 static void test_record_encode(void)
 {
@@ -2985,6 +3096,7 @@ int main(void)
 	TAP_RUN(test_sparse_large);
 	TAP_RUN(test_growth);
 	TAP_RUN(test_plan_shrinks);
+	TAP_RUN(test_remove_queued);
 	TAP_RUN(test_random_data);
 	TAP_RUN(test_read_refs);
 	TAP_RUN(test_read_pieces);
