@@ -34,6 +34,7 @@ enum sh_error {
 	SH_EBADTYPE = 10007,     /* MKNOD of a type the server does not create (NFS3ERR_BADTYPE) */
 	SH_EJUKEBOX = 10008,     /* try again later (NFS3ERR_JUKEBOX) */
 	SH_ENEEDBLOCK = 10009,   /* the operation needs a block that is not in memory: load it, retry */
+	SH_EPARTIAL = 10010,     /* the operation made a durable part of its change: run it again */
 };
 
 /* Human-readable text for a negative errno or -SH_E* code. Never returns NULL. */

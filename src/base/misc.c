@@ -79,6 +79,7 @@ const char *sh_strerror(int negative_code)
 	case SH_EBADTYPE: return "unsupported object type";
 	case SH_EJUKEBOX: return "try again later";
 	case SH_ENEEDBLOCK: return "a block must be read in first";
+	case SH_EPARTIAL: return "part of the change is made: run the operation again";
 	default: break;
 	}
 	/* strerror is not thread-safe in general, but glibc returns static strings for known codes. */

@@ -75,8 +75,9 @@
  *      before the next, and the request would restart forever (a scan from the start of what it
  *      needs each time, evicting the least recently used block it will need next). So each
  *      restart gets further than the last. A request whose held blocks would pass --arc-max
- *      (a truncation dropping more extents than the cache holds leaves of) fails with -EIO
- *      instead of holding unbounded memory. A scan that missed also loads the nodes ahead of
+ *      fails with -EIO instead of holding unbounded memory (none should come near: a large
+ *      REMOVE or truncation goes in steps of ZPL_REAP_STEP_EXTENTS extents, and a truncation's
+ *      step, -SH_EPARTIAL, lets go of what it held). A scan that missed also loads the nodes ahead of
  *      it (zpl_scan_hints; cached, not held) and the request restarts when all are in, once
  *      per run of nodes rather than per node; only with --arc-max >= POOL_FS_AHEAD_MIN_ARC.
  *
@@ -1725,6 +1726,15 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 		if (rc == 0 && change && !reap && zpl_reap_queued(o->po_zpl) != o->po_reap_seen) {
 			o->po_reap_seen = zpl_reap_queued(o->po_zpl);
 			pfs_reap_kick(pf);
+		}
+		if (rc == -SH_EPARTIAL) {
+			/* A step of a large truncation is made (committed like any change, carried
+			 * by the txg): the blocks it needed are not needed again, so they are let
+			 * go, and the request runs again (throttled) for the next step. */
+			pool_unlock(p);
+			if (c)
+				pfs_unpin(c);
+			continue;
 		}
 		if (rc == -SH_ENEEDBLOCK) {
 			struct blk_ptr next[BTREE_SCAN_HINTS_MAX];

@@ -364,6 +364,8 @@ static int pool_replay_visit(void *arg, uint16_t type, uint64_t txg, uint64_t ls
 		pool_lock(p);
 		rc = ds->ds_ops->do_replay(ds->ds_owner, type, rec, rlen, &missing);
 		pool_unlock(p);
+		if (rc == -SH_EPARTIAL)
+			continue; /* a step of a large truncation made: on with the rest */
 		if (rc != -SH_ENEEDBLOCK)
 			break;
 		rc = pool_block_read_sync(p, &missing);

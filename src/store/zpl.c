@@ -155,6 +155,10 @@
  *      The one failure left is -ENOMEM inside the tree half-way through; the zpl then marks itself
  *      failed (z_failed) and answers -EIO to everything, and the caller rebuilds its state from
  *      the last root and its log (zpl.h).
+ * A truncation that drops more than ZPL_REAP_STEP_EXTENTS extents commits a step of its own first
+ * (zpl_data_truncate_step: those extents' deletion alone, the size untouched) and returns
+ * -SH_EPARTIAL; run again, it finds fewer extents, and the last run is the ordinary operation.
+ * Truncating is idempotent, so a partial state is a state the whole change would pass through.
  * READDIR is the one operation with output before its end (rd_emit): it loads its first batch of
  * entries (and, for READDIRPLUS, their inodes) before emitting anything, and a miss after the
  * first emitted entry ends the reply early, without eof, instead of restarting (a short READDIR
@@ -1089,7 +1093,7 @@ int zpl_execute(struct zpl *z, struct fs_req *req, struct blk_ptr *missing_out)
 	zpl_op_begin(z, op, req->fr_cred, missing_out);
 	int rc = zpl_run(op, req);
 	zpl_op_abort(op); /* a finished plan is empty; an unfinished one is dropped */
-	if (rc == -SH_ENEEDBLOCK)
+	if (rc == -SH_ENEEDBLOCK || rc == -SH_EPARTIAL)
 		return rc;
 	req->fr_status = rc;
 	return 0;

@@ -56,6 +56,11 @@
 #define ZPL_ICACHE_ENTRY_BYTES 192u
 #define ZPL_OBJ_ID_BYTES 16u               /* object id (u64 LE) then generation (u64 LE) */
 #define ZPL_ROOT_OBJID 2u                  /* object id of the root directory (1 is reserved) */
+/* A regular file whose last link goes with more extents than this is not freed by that operation
+ * but queued (zpl_reap.c); a zpl_reap call, and a step of a large truncation (-SH_EPARTIAL),
+ * frees at most ZPL_REAP_STEP_EXTENTS extents. */
+#define ZPL_REAP_INLINE_MAX 1024u
+#define ZPL_REAP_STEP_EXTENTS 1024u
 
 /* ---------------------------------------------------------------------------------------------
  * The environment: what the caller provides. Every callback gets ze_ctx first; none may call back
@@ -176,6 +181,12 @@ void zpl_cache_forget(struct zpl *z);
  *      attributes also on most errors, with their valid flags).
  *   -SH_ENEEDBLOCK: *missing_out names the block to load; nothing changed, and no output (not
  *      even a READDIR entry emitted through rd_emit) needs to be kept: run the same request again.
+ *   -SH_EPARTIAL: a truncation (SETATTR, or CREATE UNCHECKED with a size) that drops more extents
+ *      than one step frees made one step: the first ZPL_REAP_STEP_EXTENTS extents past the new
+ *      size are gone (the range reads as zeros; the size, times and everything else are as they
+ *      were), committed like any change. No output needs to be kept: run the same request again
+ *      (it takes the next step, and the last run makes the whole change and replies). So no one
+ *      operation holds more than a step's extent leaves, whatever the file's size.
  * Nothing else. A READ hands out rd_buf, which the caller releases (fb_release) once done, also
  * when fb_len is 0.
  *
@@ -288,6 +299,7 @@ SH_MUST_CHECK int zpl_record_encode(const struct fs_req *req, void *buf, size_t 
  * not allow it (-ENOENT, -EEXIST, -ESTALE...: the log and the tree disagree). */
 SH_MUST_CHECK int zpl_replay(struct zpl *z, const void *rec, size_t len,
                              struct blk_ptr *missing_out);
+/* (zpl_replay also returns -SH_EPARTIAL as zpl_execute does: a step made; apply it again.) */
 
 /* ---------------------------------------------------------------------------------------------
  * Logging unstable writes later (the caller's COMMIT; the model is in zpl_log.c) */

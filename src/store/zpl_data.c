@@ -560,6 +560,32 @@ static int zpl_plan_drop(struct zpl_op *op, struct zpl_oino *oi, uint64_t first,
 	return 0;
 }
 
+int zpl_data_truncate_step(struct zpl_op *op, struct zpl_oino *oi, uint64_t new_size)
+{
+	struct zpl_inode *ino = &oi->oi_ino;
+	if (ino->ino_type != FS_REG || new_size >= ino->ino_size ||
+	    ino->ino_nblocks <= ZPL_REAP_STEP_EXTENTS)
+		return 0;
+	uint32_t bsize = ino->ino_blksz;
+	uint64_t first = new_size / bsize + (new_size % bsize != 0 ? 1 : 0);
+	uint32_t nmuts = op->op_nmuts, ndchg = op->op_ndchg;
+	uint64_t nblocks = ino->ino_nblocks;
+	bool more = false;
+	int rc = zpl_plan_drop(op, oi, first, ZPL_REAP_STEP_EXTENTS, &more);
+	if (rc == 0 && more) {
+		oi->oi_dirty = true;
+		rc = zpl_op_commit(op);
+		return rc == 0 ? -SH_EPARTIAL : rc;
+	}
+	/* The rest fits in one step (or the plan missed): zpl_data_truncate plans it anew. */
+	for (uint32_t i = ndchg; i < op->op_ndchg; i++)
+		zpl_dchg_discard(&op->op_dchg[i]);
+	op->op_ndchg = ndchg;
+	op->op_nmuts = nmuts;
+	ino->ino_nblocks = nblocks;
+	return rc;
+}
+
 int zpl_data_truncate(struct zpl_op *op, struct zpl_oino *oi, uint64_t new_size)
 {
 	struct zpl_inode *ino = &oi->oi_ino;

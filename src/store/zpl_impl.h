@@ -39,10 +39,6 @@
 #define ZPL_IF_UNLINKED 0x04 /* removed, nlink 0, its blocks being freed (zpl_reap.c) */
 #define ZPL_IF_ALL (ZPL_IF_VERF | ZPL_IF_FIXED | ZPL_IF_UNLINKED)
 
-/* A regular file whose last link goes with more extents than this is not freed by that operation
- * but queued (zpl_reap.c); ZPL_REAP_STEP_EXTENTS of them are freed per zpl_reap call. */
-#define ZPL_REAP_INLINE_MAX 1024u
-#define ZPL_REAP_STEP_EXTENTS 1024u
 
 struct zpl_meta {
 	uint64_t me_next_objid;
@@ -378,6 +374,14 @@ SH_MUST_CHECK int zpl_data_write(struct zpl_op *op, struct zpl_oino *oi, uint64_
 /* Plans a size change (truncate down: extents and buffers dropped, the new last block's tail
  * zeroed; up: block size growth). */
 SH_MUST_CHECK int zpl_data_truncate(struct zpl_op *op, struct zpl_oino *oi, uint64_t new_size);
+/* A truncation of regular file oi to new_size that drops more than ZPL_REAP_STEP_EXTENTS
+ * extents is made in steps: this plans the first ZPL_REAP_STEP_EXTENTS of them alone, commits
+ * them (the file's size and times unchanged: the range reads as zeros, as a hole) and returns
+ * -SH_EPARTIAL, after which the caller runs the whole operation again; 0 (nothing planned) when
+ * the rest fits in one step, which zpl_data_truncate then plans with the rest of the change;
+ * -SH_ENEEDBLOCK; -EIO; -ENOMEM. Call it first in an operation's plan, after its checks. */
+SH_MUST_CHECK int zpl_data_truncate_step(struct zpl_op *op, struct zpl_oino *oi,
+                                         uint64_t new_size);
 /* Plans dropping every extent and buffer of a removed object. */
 SH_MUST_CHECK int zpl_data_remove(struct zpl_op *op, struct zpl_oino *oi);
 /* Plans dropping the first max_extents (> 0) extents of regular file oi and their buffers;

@@ -230,7 +230,8 @@ static int zpl_setattr_apply(struct zpl_op *op, struct zpl_oino *oi, const struc
 	int rc;
 	if (sa->fs_set_size) {
 		if (sa->fs_size != ino->ino_size) {
-			if ((rc = zpl_data_truncate(op, oi, sa->fs_size)) != 0)
+			if ((rc = zpl_data_truncate_step(op, oi, sa->fs_size)) != 0 ||
+			    (rc = zpl_data_truncate(op, oi, sa->fs_size)) != 0)
 				return rc;
 			ino->ino_mtime = op->op_now;
 		}
@@ -283,7 +284,7 @@ static int zpl_setattr(struct zpl_op *op, struct fs_req *req)
 		rc = zpl_op_commit(op);
 	if (rc != 0) {
 		oi->oi_ino = before;
-		if (rc == -SH_ENEEDBLOCK)
+		if (rc == -SH_ENEEDBLOCK || rc == -SH_EPARTIAL)
 			return rc;
 	}
 out:
@@ -485,7 +486,8 @@ static int zpl_create_existing(struct zpl_op *op, struct fs_req *req, const stru
 		if ((rc = zpl_perm(op, ino, ZPL_W, true, false)) != 0)
 			return rc;
 		if (sa->fs_size != ino->ino_size) {
-			if ((rc = zpl_data_truncate(op, child, sa->fs_size)) != 0)
+			if ((rc = zpl_data_truncate_step(op, child, sa->fs_size)) != 0 ||
+			    (rc = zpl_data_truncate(op, child, sa->fs_size)) != 0)
 				return rc;
 			child->oi_ino.ino_mtime = op->op_now;
 		}
@@ -660,7 +662,7 @@ done:
 	goto out;
 undo:
 	dir->oi_ino = dir_before;
-	if (rc == -SH_ENEEDBLOCK)
+	if (rc == -SH_ENEEDBLOCK || rc == -SH_EPARTIAL)
 		return rc;
 out:
 	zpl_wcc_post(op->op_z, dir, wcc);

@@ -31,6 +31,10 @@
  *      no dirent, and a queue entry names it with its generation; every queue entry names such
  *      an inode.
  *
+ * A truncation has the same problem and is cut the same way, but within its own request, since
+ * the file stays: zpl_data_truncate_step (zpl_data.c) commits the next ZPL_REAP_STEP_EXTENTS
+ * extents' deletion and the operation returns -SH_EPARTIAL until the rest fits in one step.
+ *
  * ---- Crashes ----
  * Nothing here is logged. The REMOVE that queued a file is logged as any REMOVE, and replaying it
  * queues the file again (the same rule decides, on the same state). A reap step is a change of

@@ -566,7 +566,8 @@ static void make_big(struct pool *p, struct fs *fs, const struct fs_obj_id *root
  * misses loads the leaves ahead with --arc-max >= 32 MiB. With a 1 MiB cache, smaller than the
  * leaves together, the REMOVE used to fail with EIO; now it and the freeing succeed whatever
  * the cache. Once freed, and a txg later, FSSTAT shows the space back. */
-static void remove_big_cold(uint64_t arc_bytes, uint32_t nblocks, uint64_t max_restarts)
+static void remove_big_cold(uint64_t arc_bytes, uint32_t nblocks, uint64_t max_restarts,
+                            bool truncate)
 {
 	struct blk_dev *d = mem_dev(256 * MIB);
 	struct pool_open_opts o = opts_fs(arc_bytes);
@@ -583,12 +584,23 @@ static void remove_big_cold(uint64_t arc_bytes, uint32_t nblocks, uint64_t max_r
 	       (uint64_t)((free0 - free1) / KIB));
 	struct pool_fs_stats st0, st1;
 	pool_fs_stats(fs, &st0);
+	struct fs_attr a;
+	if (truncate) {
+		CHECK(op_setattr(fs, &f, 0, -1, NULL) == 0);
+		CHECK(op_getattr(fs, &f, &a) == 0 && a.fa_size == 0 && a.fa_used_bytes == 0);
+		pool_fs_stats(fs, &st1);
+		uint64_t restarts = st1.ps_restarts - st0.ps_restarts;
+		printf("# cold truncation of %u extents, %" PRIu64 " KiB cache: %" PRIu64
+		       " restarts\n", nblocks, (uint64_t)(arc_bytes / KIB), restarts);
+		CHECKF(restarts <= max_restarts, "%" PRIu64 " restarts", restarts);
+		check_space_back(p, fs, &root, free0);
+		goto done;
+	}
 	int rc = op_remove(fs, FS_OP_REMOVE, &root, "big");
 	pool_fs_stats(fs, &st1);
 	uint64_t restarts = st1.ps_restarts - st0.ps_restarts;
 	CHECK(rc == 0);
 	CHECKF(restarts <= 10, "the REMOVE restarted %" PRIu64 " times", restarts);
-	struct fs_attr a;
 	CHECK(op_getattr(fs, &f, &a) == -ESTALE);
 	CHECK(op_lookup(fs, &root, "big", NULL, NULL) == -ENOENT);
 	CHECK(reap_wait(fs));
@@ -601,6 +613,7 @@ static void remove_big_cold(uint64_t arc_bytes, uint32_t nblocks, uint64_t max_r
 	CHECKF(steps >= nblocks / 1024, "%" PRIu64 " steps", steps);
 	CHECKF(restarts <= max_restarts, "%" PRIu64 " restarts", restarts);
 	check_space_back(p, fs, &root, free0);
+done:
 	fs_destroy(fs);
 	CHECK(pool_check(p, report_print, NULL) == 0);
 out:
@@ -609,12 +622,20 @@ out:
 
 static void test_remove_big_cold(void)
 {
-	remove_big_cold(2 * MIB, 16000, 200);
+	remove_big_cold(2 * MIB, 16000, 200, false);
 }
 
 static void test_remove_big_cold_small_cache(void)
 {
-	remove_big_cold(1 * MIB, 16000, 400);
+	remove_big_cold(1 * MIB, 16000, 400, false);
+}
+
+/* The truncation to 0 of the same file with the 1 MiB cache: made in steps of
+ * ZPL_REAP_STEP_EXTENTS (zpl.h, -SH_EPARTIAL), each holding only its own leaves, where one plan
+ * of all of them used to fail with EIO. The reply comes once the file is empty. */
+static void test_truncate_big_cold(void)
+{
+	remove_big_cold(1 * MIB, 16000, 400, true);
 }
 
 /* With a cache of 48 MiB (the file's 128 KiB blocks pushed its extent leaves out of it), a scan
@@ -622,7 +643,7 @@ static void test_remove_big_cold_small_cache(void)
  * once per 32 leaves instead of once per leaf (about 110 of them). */
 static void test_remove_big_cold_ahead(void)
 {
-	remove_big_cold(48 * MIB, 20000, 30);
+	remove_big_cold(48 * MIB, 20000, 30, false);
 }
 
 /* Crashes around a large REMOVE: right after its reply (the log alone holds it), and while the
@@ -1364,6 +1385,7 @@ int main(void)
 	TAP_RUN(test_remove_big_cold_small_cache);
 	TAP_RUN(test_remove_big_cold_ahead);
 	TAP_RUN(test_remove_big_crash);
+	TAP_RUN(test_truncate_big_cold);
 	TAP_RUN(test_enospc);
 	TAP_RUN(test_throttle);
 	TAP_RUN(test_concurrency);

@@ -221,6 +221,7 @@ struct tenv {
 	uint64_t e_space_total;
 	/* the log: records of every successful change, when e_logging */
 	bool e_logging;
+	uint64_t e_partials; /* steps of large truncations (-SH_EPARTIAL) */
 	uint8_t **e_recs;
 	size_t *e_rec_lens;
 	size_t e_nrecs, e_caprecs;
@@ -396,6 +397,10 @@ static int env_run(struct tenv *e, struct fs_req *req)
 		int rc = zpl_execute(e->e_z, req, &missing);
 		if (rc == 0)
 			break;
+		if (rc == -SH_EPARTIAL) {
+			e->e_partials++;
+			continue; /* a step of a large truncation, committed: run it again */
+		}
 		VERIFY(rc == -SH_ENEEDBLOCK);
 		btree_stats(e->e_tree, &after);
 		CHECKF(before.bst_entries == after.bst_entries &&
@@ -1432,32 +1437,49 @@ static void test_growth(void)
 	env_free(e);
 }
 
-/* The truncation of a file of many blocks plans one deletion per extent; the plan's arrays grow
- * to that size for the operation and are given back after it, so the zpl keeps no more than a
- * small plan's worth between operations. A small operation keeps its arrays. */
+/* A truncation that drops many extents is made in steps of ZPL_REAP_STEP_EXTENTS (the
+ * operation returns -SH_EPARTIAL after each but the last), so its plan never grows past what the
+ * zpl keeps between operations; a plan that does grow past that (the REMOVE of a file of exactly
+ * ZPL_REAP_INLINE_MAX extents, freed inline: one more mutation for its dirent) is given back when
+ * its operation ends. A small operation keeps its arrays. */
 static void test_plan_shrinks(void)
 {
 	struct tenv *e = env_new_ex(16384, 4096);
-	struct fs_obj_id root = t_root(e), f, g;
+	struct fs_obj_id root = t_root(e), f, g, h;
 	struct zpl_cache_stats cs;
 	static uint8_t block[4096];
 	memset(block, 0x5a, sizeof(block));
 	const uint32_t nblocks = 3000;
 	CHECK(t_create(e, &root, "many", 0644, &f) == 0);
-	for (uint32_t i = 0; i < nblocks; i++)
+	CHECK(t_create(e, &root, "edge", 0644, &h) == 0);
+	for (uint32_t i = 0; i < nblocks; i++) {
 		CHECK(t_write(e, &f, (uint64_t)i * sizeof(block), block, sizeof(block)) == 0);
+		if (i < ZPL_REAP_INLINE_MAX)
+			CHECK(t_write(e, &h, (uint64_t)i * sizeof(block), block, sizeof(block)) == 0);
+	}
 	CHECK(env_sync(e) == 0);
 	CHECK(t_create(e, &root, "few", 0644, &g) == 0);
 	CHECK(t_write(e, &g, 0, block, sizeof(block)) == 0);
 	zpl_cache_stats(e->e_z, &cs);
 	uint64_t small_plan = cs.zcs_plan_bytes;
 	CHECK(small_plan > 0 && small_plan < 1024 * 1024);
-	uint64_t frees = e->e_st.ms_data_frees;
-	CHECK(t_truncate(e, &f, 0) == 0);
-	CHECK(e->e_st.ms_data_frees == frees + nblocks);
+	uint64_t frees = e->e_st.ms_data_frees, partials = e->e_partials;
+	CHECK(t_truncate(e, &f, 1000) == 0);
+	CHECKF(e->e_partials == partials + 2, "%llu steps", /* 1,024 + 1,024, then 951 */
+	       (unsigned long long)(e->e_partials - partials));
+	CHECKF(e->e_st.ms_data_frees == frees + nblocks - 1, "%llu frees", /* block 0 stays */
+	       (unsigned long long)(e->e_st.ms_data_frees - frees));
+	struct fs_attr a;
+	CHECK(t_getattr(e, &f, &a) == 0 && a.fa_size == 1000 && a.fa_used_bytes == 4096);
 	zpl_cache_stats(e->e_z, &cs);
-	CHECK(cs.zcs_plan_bytes <= small_plan); /* 3,000 mutations would be about 1 MiB */
-	CHECK(t_remove(e, &root, "many") == 0);
+	uint64_t step_plan = cs.zcs_plan_bytes;
+	CHECKF(step_plan <= 512 * 1024, "%llu bytes", (unsigned long long)step_plan);
+	CHECK_SOUND(e);
+	frees = e->e_st.ms_data_frees;
+	CHECK(t_remove(e, &root, "edge") == 0); /* inline: 1,024 extents and the dirent */
+	CHECK(e->e_st.ms_data_frees == frees + ZPL_REAP_INLINE_MAX);
+	zpl_cache_stats(e->e_z, &cs);
+	CHECK(cs.zcs_plan_bytes <= step_plan);
 	CHECK(t_remove(e, &root, "few") == 0);
 	zpl_cache_stats(e->e_z, &cs);
 	CHECK(cs.zcs_plan_bytes > 0); /* a small plan keeps its arrays */
@@ -2305,8 +2327,9 @@ static struct tenv *replay_into_fresh(struct tenv *a, bool cold)
 		int rc;
 		struct blk_ptr missing;
 		while ((rc = zpl_replay(b->e_z, a->e_recs[i], a->e_rec_lens[i], &missing)) ==
-		       -SH_ENEEDBLOCK)
-			VERIFY(ms_load(&b->e_st, &missing) == 0);
+		           -SH_ENEEDBLOCK ||
+		       rc == -SH_EPARTIAL)
+			VERIFY(rc == -SH_EPARTIAL || ms_load(&b->e_st, &missing) == 0);
 		CHECKF(rc == 0, "record %zu (op %u): %d", i, a->e_recs[i][5], rc);
 		if (rc != 0)
 			break;
@@ -2383,6 +2406,59 @@ static void test_replay(void)
 	CHECK_SOUND(c);
 	env_free(c);
 	env_free(a);
+}
+
+/* A truncation dropping more than ZPL_REAP_STEP_EXTENTS extents, in steps (-SH_EPARTIAL): the
+ * bytes kept are intact, those dropped read as zeros when the file grows again, the dataset is
+ * sound, and the log replays to the same state (the replay takes the same steps). CREATE
+ * UNCHECKED with size 0 over a large file steps the same way. */
+static void test_truncate_steps(void)
+{
+	struct tenv *e = env_new_ex(16384, 4096);
+	e->e_logging = true;
+	struct fs_obj_id root = t_root(e), f, g;
+	const uint32_t nblocks = 3000;
+	const uint64_t keep = 1500ull * 4096 + 100, total = (uint64_t)nblocks * 4096;
+	uint8_t *ref = malloc(total), *buf = malloc(total);
+	VERIFY(ref != NULL && buf != NULL);
+	for (uint64_t i = 0; i < total; i++)
+		ref[i] = (uint8_t)(i * 31 + i / 4096);
+	CHECK(t_create(e, &root, "t", 0644, &f) == 0);
+	CHECK(t_create(e, &root, "u", 0644, &g) == 0);
+	for (uint32_t i = 0; i < nblocks; i++) {
+		CHECK(t_write(e, &f, (uint64_t)i * 4096, ref + (uint64_t)i * 4096, 4096) == 0);
+		CHECK(t_write(e, &g, (uint64_t)i * 4096, ref + (uint64_t)i * 4096, 4096) == 0);
+	}
+	CHECK(env_sync(e) == 0);
+	uint64_t partials = e->e_partials;
+	e->e_forget = true; /* cold: each step loads its leaves */
+	CHECK(t_truncate(e, &f, keep) == 0);
+	e->e_forget = false;
+	CHECKF(e->e_partials == partials + 1, "%llu steps", /* 1,024, then 475 */
+	       (unsigned long long)(e->e_partials - partials));
+	struct fs_attr a;
+	CHECK(t_getattr(e, &f, &a) == 0 && a.fa_size == keep && a.fa_used_bytes == 1501ull * 4096);
+	CHECK(t_truncate(e, &f, total) == 0);
+	memset(ref + keep, 0, total - keep);
+	CHECK(read_all(e, &f, 0, buf, total) && memcmp(buf, ref, total) == 0);
+	CHECK_SOUND(e);
+	struct fs_sattr sa = {.fs_set_size = true, .fs_size = 0};
+	partials = e->e_partials;
+	CHECK(t_create_ex(e, FS_OP_CREATE, &root, "u", FS_CREATE_UNCHECKED, &sa, NULL, NULL, NULL) ==
+	      0);
+	CHECK(e->e_partials == partials + 2);
+	CHECK(t_getattr(e, &g, &a) == 0 && a.fa_size == 0 && a.fa_used_bytes == 0);
+	CHECK_SOUND(e);
+	struct tenv *b = replay_into_fresh(e, true);
+	CHECK(same_datasets(e, b));
+	CHECK_SOUND(b);
+	env_reopen(e);
+	CHECK(read_all(e, &f, 0, buf, total) && memcmp(buf, ref, total) == 0);
+	CHECK_SOUND(e);
+	env_free(b);
+	env_free(e);
+	free(ref);
+	free(buf);
 }
 
 /* Runs zpl_reap until the queue of removed files is empty, loading what it misses; returns the
@@ -3097,6 +3173,7 @@ int main(void)
 	TAP_RUN(test_growth);
 	TAP_RUN(test_plan_shrinks);
 	TAP_RUN(test_remove_queued);
+	TAP_RUN(test_truncate_steps);
 	TAP_RUN(test_random_data);
 	TAP_RUN(test_read_refs);
 	TAP_RUN(test_read_pieces);
