@@ -260,6 +260,10 @@ struct pool_status_ds {
 	uint32_t sd_icache_entries; /* the inode cache: capacity, lookups served, lookups missed */
 	uint64_t sd_icache_hits, sd_icache_misses;
 	uint64_t sd_adopted_blocks; /* large stable writes' blocks the txgs took (no second write) */
+	/* Removed files freed in the background (zpl_reap.c) since the dataset was loaded: files
+	 * finished, blocks freed, and whether freeing is going on now. */
+	uint64_t sd_reap_files, sd_reap_blocks;
+	bool sd_freeing;
 };
 #define POOL_STATUS_DS_MAX 32u
 

@@ -811,11 +811,13 @@ int pool_status_print(struct pool *p, FILE *out)
 		fprintf(out,
 		        "\t%s/%s: %s dirty; inode cache %" PRIu32 " entries, %" PRIu64
 		        " hits, %" PRIu64 " misses (hit rate %.1f%%); %" PRIu64
-		        " blocks of stable writes adopted\n",
+		        " blocks of stable writes adopted; %" PRIu64
+		        " removed files freed in the background (%" PRIu64 " blocks)%s\n",
 		        st->ps_name, sd->sd_name, ddirty, sd->sd_icache_entries, sd->sd_icache_hits,
 		        sd->sd_icache_misses,
 		        lookups ? 100.0 * (double)sd->sd_icache_hits / (double)lookups : 0.0,
-		        sd->sd_adopted_blocks);
+		        sd->sd_adopted_blocks, sd->sd_reap_files, sd->sd_reap_blocks,
+		        sd->sd_freeing ? ", freeing more now" : "");
 	}
 	if (st->ps_free_errors)
 		fprintf(out, "errors: %" PRIu64 " refused frees: run a check\n",

@@ -313,6 +313,7 @@ struct pfs_owner {
 	_Atomic uint64_t po_adopted; /* blocks adopted (F13) */
 	_Atomic uint64_t po_pend_scans; /* full scans of the pending-write chains */
 	uint64_t po_reap_seen;     /* zpl_reap_queued when a reap was last started (pool lock) */
+	_Atomic unsigned po_reapers; /* opens whose reaper is busy */
 };
 
 struct pool_fs;
@@ -1083,6 +1084,8 @@ static void pfs_do_stats(void *owner, struct pool_status_ds *out)
 	out->sd_icache_entries = cs.zcs_entries;
 	out->sd_icache_hits = cs.zcs_hits;
 	out->sd_icache_misses = cs.zcs_misses;
+	zpl_reap_stats(o->po_zpl, &out->sd_reap_files, &out->sd_reap_blocks);
+	out->sd_freeing = atomic_load(&o->po_reapers) != 0;
 }
 
 static uint64_t pfs_do_dirty_bytes(void *owner)
@@ -1450,10 +1453,12 @@ static void pfs_reap_kick(struct pool_fs *pf)
 {
 	pthread_mutex_lock(&pf->pf_lock);
 	bool start = !pf->pf_reap_busy && !pf->pf_reap_stopping;
-	if (start)
+	if (start) {
 		pf->pf_reap_busy = true;
-	else
+		atomic_fetch_add(&pf->pf_owner->po_reapers, 1);
+	} else {
 		pf->pf_reap_again = true;
+	}
 	pthread_mutex_unlock(&pf->pf_lock);
 	if (start)
 		pfs_reap_submit(pf);
@@ -1472,6 +1477,7 @@ static void pfs_reap_done(struct fs_req *req)
 	pf->pf_reap_again = false;
 	if (!again) {
 		pf->pf_reap_busy = false;
+		atomic_fetch_sub(&pf->pf_owner->po_reapers, 1);
 		pthread_cond_broadcast(&pf->pf_reap_cv);
 	}
 	pthread_mutex_unlock(&pf->pf_lock);

@@ -212,6 +212,8 @@ SH_MUST_CHECK int zpl_reap(struct zpl *z, bool *more_out, struct blk_ptr *missin
 /* How many files operations (replay included) have queued since zpl_open: a caller that sees it
  * change has reaping to do. */
 uint64_t zpl_reap_queued(const struct zpl *z);
+/* What zpl_reap has done since zpl_open: files it finished (deleted) and extents it freed. */
+void zpl_reap_stats(const struct zpl *z, uint64_t *files_out, uint64_t *extents_out);
 
 /* Writes every dirty data buffer through ze_write_block (ze_write_sealed for a sealed one), stores the new block pointers in the
  * tree, frees the blocks they replace (ze_free_block) and forgets the buffers (READ holders keep

@@ -288,6 +288,8 @@ struct zpl {
 	void *z_scratch; /* READDIR batch */
 	struct zpl_icache z_icache;
 	uint64_t z_reap_queued; /* files queued for zpl_reap since zpl_open */
+	uint64_t z_reap_files;  /* files zpl_reap deleted since zpl_open */
+	uint64_t z_reap_extents; /* extents zpl_reap freed since zpl_open */
 };
 
 /* ---- zpl.c: codecs ---- */

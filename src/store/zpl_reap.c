@@ -118,8 +118,10 @@ static int zpl_reap_step(struct zpl_op *op, bool *more_out)
 	    oi->oi_ino.ino_gen != qs.qs_gen)
 		return -EIO;
 	bool left = false;
+	uint64_t nblocks = oi->oi_ino.ino_nblocks;
 	if ((rc = zpl_data_drop_some(op, oi, ZPL_REAP_STEP_EXTENTS, &left)) != 0)
 		return rc;
+	uint64_t freed = nblocks - oi->oi_ino.ino_nblocks;
 	if (left) {
 		oi->oi_dirty = true;
 	} else {
@@ -131,6 +133,8 @@ static int zpl_reap_step(struct zpl_op *op, bool *more_out)
 	}
 	if ((rc = zpl_op_commit(op)) != 0)
 		return rc;
+	op->op_z->z_reap_extents += freed;
+	op->op_z->z_reap_files += left ? 0 : 1;
 	*more_out = true;
 	return 0;
 }
@@ -153,4 +157,10 @@ int zpl_reap(struct zpl *z, bool *more_out, struct blk_ptr *missing_out)
 uint64_t zpl_reap_queued(const struct zpl *z)
 {
 	return z->z_reap_queued;
+}
+
+void zpl_reap_stats(const struct zpl *z, uint64_t *files_out, uint64_t *extents_out)
+{
+	*files_out = z->z_reap_files;
+	*extents_out = z->z_reap_extents;
 }

@@ -612,6 +612,22 @@ static void remove_big_cold(uint64_t arc_bytes, uint32_t nblocks, uint64_t max_r
 	       restarts);
 	CHECKF(steps >= nblocks / 1024, "%" PRIu64 " steps", steps);
 	CHECKF(restarts <= max_restarts, "%" PRIu64 " restarts", restarts);
+	/* `shale pool status` tells what the freeing did. */
+	struct pool_status *pst = malloc(sizeof(*pst));
+	VERIFY(pst != NULL);
+	pool_status(p, pst);
+	bool seen = false;
+	for (unsigned i = 0; i < pst->ps_nloaded; i++) {
+		const struct pool_status_ds *sd = &pst->ps_loaded[i];
+		if (strcmp(sd->sd_name, "fs") != 0)
+			continue;
+		seen = true;
+		CHECKF(sd->sd_reap_files == 1 && sd->sd_reap_blocks == nblocks && !sd->sd_freeing,
+		       "%" PRIu64 " files, %" PRIu64 " blocks freed", sd->sd_reap_files,
+		       sd->sd_reap_blocks);
+	}
+	CHECK(seen);
+	free(pst);
 	check_space_back(p, fs, &root, free0);
 done:
 	fs_destroy(fs);
