@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store/pool.h"
 #include "store/pool_fs.h"
@@ -401,6 +402,31 @@ static inline uint64_t rng_next(uint64_t *state)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
+}
+
+/* The byte a test's writer id puts at offset b: never zero, so a byte tells which write (or a
+ * hole) produced it. */
+static inline uint8_t pattern_byte(uint32_t id, uint64_t b)
+{
+	uint32_t x = id * 2654435761u ^ (uint32_t)b * 40503u ^ (uint32_t)(b >> 16) * 97u;
+	x ^= x >> 13;
+	x *= 0x5bd1e995u;
+	x ^= x >> 15;
+	return (uint8_t)(x | 1u);
+}
+
+/* Waits (up to 60 s) until the pool fs has no removed file left to free (its reaper is idle);
+ * false on a timeout. */
+static inline bool fs_reap_wait(struct fs *fs)
+{
+	for (int i = 0; i < 6000; i++) {
+		struct pool_fs_stats st;
+		pool_fs_stats(fs, &st);
+		if (!st.ps_reap_busy)
+			return true;
+		usleep(10000);
+	}
+	return false;
 }
 
 /* ---- crash cuts ---- */

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "pool_fs_fixture.h"
 #include "store/pool.h"
@@ -512,26 +511,13 @@ static void test_misses_tiny_cache(void)
 	misses_with_arc(64 * KIB);
 }
 
-/* Waits (up to 60 s) until fs has no removed file left to free; false on a timeout. */
-static bool reap_wait(struct fs *fs)
-{
-	for (int i = 0; i < 6000; i++) {
-		struct pool_fs_stats st;
-		pool_fs_stats(fs, &st);
-		if (!st.ps_reap_busy)
-			return true;
-		usleep(10000);
-	}
-	return false;
-}
-
 /* After the reaper is done and two txgs: FSSTAT's free space is back to free0 (within a few tree
  * nodes). */
 static void check_space_back(struct pool *p, struct fs *fs, const struct fs_obj_id *root,
                              uint64_t free0)
 {
 	uint64_t free1 = 0;
-	CHECK(reap_wait(fs));
+	CHECK(fs_reap_wait(fs));
 	CHECK(pool_txg_wait_synced(p, 0) == 0);
 	CHECK(pool_txg_wait_synced(p, 0) == 0);
 	CHECK(op_fsstat_free(fs, root, &free1) == 0);
@@ -603,7 +589,7 @@ static void remove_big_cold(uint64_t arc_bytes, uint32_t nblocks, uint64_t max_r
 	CHECKF(restarts <= 10, "the REMOVE restarted %" PRIu64 " times", restarts);
 	CHECK(op_getattr(fs, &f, &a) == -ESTALE);
 	CHECK(op_lookup(fs, &root, "big", NULL, NULL) == -ENOENT);
-	CHECK(reap_wait(fs));
+	CHECK(fs_reap_wait(fs));
 	pool_fs_stats(fs, &st1);
 	uint64_t steps = st1.ps_reap_steps - st0.ps_reap_steps;
 	restarts = st1.ps_restarts - st0.ps_restarts;

@@ -54,11 +54,7 @@
 /* The byte write wid puts at offset b: never zero. */
 static uint8_t wbyte(uint32_t wid, uint64_t b)
 {
-	uint32_t x = wid * 2654435761u ^ (uint32_t)b * 40503u ^ (uint32_t)(b >> 16) * 97u;
-	x ^= x >> 13;
-	x *= 0x5bd1e995u;
-	x ^= x >> 15;
-	return (uint8_t)(x | 1u);
+	return pattern_byte(wid, b);
 }
 
 static void wfill(uint8_t *buf, uint32_t wid, uint64_t off, uint32_t len)
