@@ -11,6 +11,8 @@
 #   kcmode=crash    instead of the phases: the crash workload (guest_fsops crashload), during
 #                   which the host kills and restarts the server, then a fresh mount and
 #                   guest_fsops crashcheck
+#   kcspace=own     the space the file system reports is the server's alone (a pool): phase 1
+#                   also checks that a removed large file's space comes back (KC_SPACE=own)
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
 mount -t proc proc /proc
@@ -32,6 +34,7 @@ for w in $(cat /proc/cmdline); do
 	kcexport=*) EXPORT=${w#kcexport=} ;;
 	kcopts=*) OPTS=${w#kcopts=} ;;
 	kcmode=*) MODE=${w#kcmode=} ;;
+	kcspace=*) export KC_SPACE=${w#kcspace=} ;;
 	esac
 done
 

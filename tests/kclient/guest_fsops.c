@@ -46,6 +46,10 @@
 #define KC_NFS_SUPER_MAGIC 0x6969
 
 #define KC_BIG_BYTES (64u << 20)	/* the large-file case: 64 MiB */
+/* A file removed to see its space come back: on the pool (128 KiB records) more than the 1,024
+ * extents that a REMOVE frees itself, so it is queued and freed in the background. */
+#define KC_HUGE_BYTES (160u << 20)
+#define KC_HUGE_WAIT_S 40		/* how long its space may take to come back */
 #define KC_IO_BYTES (1u << 20)		/* buffer size for large I/O: fewer, larger NFS WRITEs */
 #define KC_MANY_COUNT 2000		/* entries in the large directory */
 #define KC_WRITERS 4			/* concurrent writer processes */
@@ -59,7 +63,7 @@
 #define KC_MODE 0751u
 
 /* Seeds for pattern_fill, one per file so a misplaced block is caught. */
-enum { SEED_BASIC = 1, SEED_TRUNC = 2, SEED_BIG = 3, SEED_LINK = 4, SEED_WRITER0 = 10 };
+enum { SEED_BASIC = 1, SEED_TRUNC = 2, SEED_BIG = 3, SEED_LINK = 4, SEED_HUGE = 5, SEED_WRITER0 = 10 };
 
 /* utimes values: seconds and microseconds chosen to survive NFSv3 nfstime3 exactly. */
 static const struct timeval kc_times[2] = {
@@ -726,6 +730,45 @@ static void p1_big_file(void)
 	printf("# kclient-hash big %016" PRIx64 "\n", want);
 }
 
+/* Space the file system reports available, in bytes (0 when statfs fails). */
+static uint64_t avail_bytes(void)
+{
+	struct statfs sf;
+	if (statfs(kc_root, &sf) != 0)
+		return 0;
+	return (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize;
+}
+
+/* A large file written, fsync'd and removed: the removal returns at once and the space the file
+ * took is reported available again soon after (the pool frees such a file in the background). */
+static void p1_huge_removed(void)
+{
+	const uint64_t slack = 16u << 20;
+	uint64_t before = avail_bytes();
+	int rc = write_pattern_file(kp("huge"), SEED_HUGE, KC_HUGE_BYTES, O_EXCL);
+	CHECKF(rc == 0, "write huge: %s", strerror(-rc));
+	uint64_t full = avail_bytes();
+	CHECKF(full + KC_HUGE_BYTES - slack <= before, "%" PRIu64 " MiB available before, %" PRIu64
+	       " after writing %u MiB", before >> 20, full >> 20, KC_HUGE_BYTES >> 20);
+	struct timeval t0, t1;
+	gettimeofday(&t0, NULL);
+	CHECK_OK(unlink(kp("huge")));
+	gettimeofday(&t1, NULL);
+	check_absent(kp("huge"));
+	uint64_t now = 0;
+	int waited = 0;
+	for (; waited < KC_HUGE_WAIT_S * 10; waited++) {
+		now = avail_bytes();
+		if (now + slack >= before)
+			break;
+		usleep(100000);
+	}
+	CHECKF(now + slack >= before, "%" PRIu64 " MiB available %d s after the removal, %" PRIu64
+	       " before the write", now >> 20, KC_HUGE_WAIT_S, before >> 20);
+	double rm_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_usec - t0.tv_usec) / 1e6;
+	printf("#   huge: removed in %.3f s, space back after %.1f s\n", rm_s, waited / 10.0);
+}
+
 static void p1_concurrent_writers(void)
 {
 	pid_t pids[KC_WRITERS];
@@ -855,6 +898,10 @@ static int run_phase(int phase, const char *mnt)
 		tap_run_case("phase1: utimes read back", p1_utimes);
 		tap_run_case("phase1: statfs", p1_statfs);
 		tap_run_case("phase1: 64 MiB write, drop caches, read back, hash", p1_big_file);
+		const char *space = getenv("KC_SPACE");
+		if (space != NULL && strcmp(space, "own") == 0) /* the server's own space: a pool */
+			tap_run_case("phase1: 160 MiB file removed, its space available again",
+				     p1_huge_removed);
 		tap_run_case("phase1: 4 concurrent writers", p1_concurrent_writers);
 		tap_run_case("phase1: top directory listing", p1_final_listing);
 	} else {

@@ -329,6 +329,10 @@ grep -q "Capturing on" "$work/tshark.log" || { sed 's/^/# /' "$work/tshark.log";
 # ---- guest ----------------------------------------------------------------------------------
 kcmode=
 [ "$crash" -eq 1 ] && kcmode=kcmode=crash
+# On a pool the space FSSTAT reports is the pool's alone (on a host directory, this run's own
+# packet capture grows on the same file system), so the guest also checks that a removed large
+# file's space comes back.
+[ "$backend" = pool ] && kcmode="$kcmode kcspace=own"
 # The crash run: once the guest has seen crash_after operations complete, the server is killed
 # with SIGKILL (no chance to write anything more) and started again at once, on the same pool;
 # the guest's hard mount retries what was in flight. Called from the console loop below.
