@@ -77,9 +77,10 @@
  *      restart gets further than the last. A request whose held blocks would pass --arc-max
  *      fails with -EIO instead of holding unbounded memory (none should come near: a large
  *      REMOVE or truncation goes in steps of ZPL_REAP_STEP_EXTENTS extents, and a truncation's
- *      step, -SH_EPARTIAL, lets go of what it held). A scan that missed also loads the nodes ahead of
- *      it (zpl_scan_hints; cached, not held) and the request restarts when all are in, once
- *      per run of nodes rather than per node; only with --arc-max >= POOL_FS_AHEAD_MIN_ARC.
+ *      step, -SH_EPARTIAL, lets go of what it held). A scan that missed also loads the nodes
+ *      ahead of it (zpl_scan_hints; cached, not held) and the request restarts when all are
+ *      in, once per run of nodes rather than per node; only with --arc-max >=
+ *      POOL_FS_AHEAD_MIN_ARC.
  *
  * ---- Pending writes (ZFS's itxs of WR_NEED_COPY writes, made at zil_commit) ----
  * The owner (shared by every open of the dataset) keeps, under the pool lock, a hash of entries
@@ -1660,14 +1661,14 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 	struct pool *p = pf->pf_pool;
 	enum fs_op op = req->fr_op;
 	bool change = fs_op_changes(op);
-	bool stable = change && (op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE) &&
-	              !(c && c->pc_reap);
+	bool reap = c && c->pc_reap; /* a step of the reaper: a change with no record */
+	bool stable = !reap && change &&
+	              (op != FS_OP_WRITE || req->u.write.wr_stable != FS_UNSTABLE);
 	size_t rec_bytes = stable ? zpl_record_bytes(req) : 0;
 	bool oversize = rec_bytes > POOL_LOG_PAYLOAD_MAX;
 	bool indirect = stable && op == FS_OP_WRITE &&
 	                req->u.write.wr_len >= POOL_FS_INDIRECT_MIN_BYTES;
 	struct pfs_owner *o = pf->pf_owner;
-	bool reap = c && c->pc_reap;
 
 	/* Everything that can fail to allocate happens before the lock (rule F4). */
 	if ((change || op == FS_OP_COMMIT) && !c && !(c = pfs_ctx_get(pf, req))) {

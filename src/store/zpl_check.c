@@ -1,7 +1,8 @@
 /* zpl_check.c: the offline check of a dataset: the tree (btree_check), then every record against
- * the rules R1-R7 of zpl.c and R9 of zpl_reap.c, by one ordered scan that loads what it lacks, and a pass over what the
- * scan collected. Memory is proportional to the objects and entries (about 100 bytes per object
- * and 24 per entry), so it suits the offline checker and tests, not a running server. */
+ * the rules R1-R7 and R9 of zpl.c (R9: the queue of zpl_reap.c), by one ordered scan that loads
+ * what it lacks, and a pass over what the scan collected. Memory is proportional to the objects
+ * and entries (about 100 bytes per object and 24 per entry), so it suits the offline checker and
+ * tests, not a running server. */
 #include <stdio.h>
 
 #include "store/zpl_impl.h"

@@ -63,7 +63,14 @@
 #define KC_MODE 0751u
 
 /* Seeds for pattern_fill, one per file so a misplaced block is caught. */
-enum { SEED_BASIC = 1, SEED_TRUNC = 2, SEED_BIG = 3, SEED_LINK = 4, SEED_HUGE = 5, SEED_WRITER0 = 10 };
+enum {
+	SEED_BASIC = 1,
+	SEED_TRUNC = 2,
+	SEED_BIG = 3,
+	SEED_LINK = 4,
+	SEED_HUGE = 5,
+	SEED_WRITER0 = 10
+};
 
 /* utimes values: seconds and microseconds chosen to survive NFSv3 nfstime3 exactly. */
 static const struct timeval kc_times[2] = {
