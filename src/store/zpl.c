@@ -417,7 +417,7 @@ void zpl_op_abort(struct zpl_op *op)
 	op->op_ninos = 0;
 }
 
-static int zpl_map_tree_error(struct zpl_op *op, int rc, const struct blk_ptr *missing)
+int zpl_op_tree_error(struct zpl_op *op, int rc, const struct blk_ptr *missing)
 {
 	if (rc == -SH_ENEEDBLOCK) {
 		if (op->op_missing != NULL)
@@ -441,7 +441,7 @@ int zpl_op_lookup(struct zpl_op *op, const uint8_t *key, uint32_t klen, void *va
 	}
 	if (rc == -ENOENT)
 		return rc;
-	return zpl_map_tree_error(op, rc, &missing);
+	return zpl_op_tree_error(op, rc, &missing);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -778,7 +778,7 @@ static int zpl_preload(struct zpl_op *op, const uint8_t *key, uint32_t klen)
 	int rc = btree_lookup(op->op_z->z_tree, key, klen, NULL, 0, NULL, &missing);
 	if (rc == 0 || rc == -ENOENT || rc == -EOVERFLOW)
 		return 0;
-	return zpl_map_tree_error(op, rc, &missing);
+	return zpl_op_tree_error(op, rc, &missing);
 }
 
 void zpl_fail(struct zpl *z, int rc, const char *what)

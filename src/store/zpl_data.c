@@ -536,13 +536,8 @@ static int zpl_plan_drop(struct zpl_op *op, struct zpl_oino *oi, uint64_t first,
 	struct blk_ptr missing;
 	int rc =
 	    btree_scan(op->op_z->z_tree, start, sizeof(start), false, zpl_ext_visit, &es, &missing);
-	if (rc == -SH_ENEEDBLOCK) {
-		if (op->op_missing != NULL)
-			*op->op_missing = missing;
-		return rc;
-	}
 	if (rc != 0)
-		return rc == -ENOMEM ? rc : -EIO;
+		return zpl_op_tree_error(op, rc, &missing);
 	if (es.es_err != 0)
 		return es.es_err;
 	if (es.es_count > oi->oi_ino.ino_nblocks)

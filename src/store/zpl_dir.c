@@ -101,13 +101,8 @@ int zpl_dir_find(struct zpl_op *op, uint64_t dir, const char *name, size_t len,
 	struct blk_ptr missing;
 	int rc =
 	    btree_scan(op->op_z->z_tree, start, sizeof(start), false, zpl_find_visit, &f, &missing);
-	if (rc == -SH_ENEEDBLOCK) {
-		if (op->op_missing != NULL)
-			*op->op_missing = missing;
-		return rc;
-	}
 	if (rc != 0)
-		return rc == -ENOMEM ? rc : -EIO;
+		return zpl_op_tree_error(op, rc, &missing);
 	if (f.fi_err != 0)
 		return f.fi_err;
 	if (f.fi_found) {
@@ -180,13 +175,8 @@ static int zpl_rd_gather(struct zpl_op *op, struct zpl_rd_batch *b, const uint8_
 	b->rb_err = 0;
 	struct blk_ptr missing;
 	int rc = btree_scan(op->op_z->z_tree, start, start_len, after, zpl_rd_visit, b, &missing);
-	if (rc == -SH_ENEEDBLOCK) {
-		if (op->op_missing != NULL)
-			*op->op_missing = missing;
-		return rc;
-	}
 	if (rc != 0)
-		return rc == -ENOMEM ? rc : -EIO;
+		return zpl_op_tree_error(op, rc, &missing);
 	if (b->rb_err != 0)
 		return b->rb_err;
 	if (b->rb_n < ZPL_READDIR_BATCH)

@@ -325,6 +325,9 @@ SH_MUST_CHECK int zpl_op_read_inode(struct zpl_op *op, uint64_t objid, struct zp
 /* The inode an object id names: 0; -SH_EBADHANDLE (malformed or never issued); -ESTALE (removed,
  * queued for zpl_reap, or another generation); -EIO; -SH_ENEEDBLOCK. */
 SH_MUST_CHECK int zpl_op_obj(struct zpl_op *op, const struct fs_obj_id *id, struct zpl_oino **out);
+/* A tree call's failure as an operation returns it: -SH_ENEEDBLOCK (naming *missing in
+ * op_missing), -ENOMEM, or -EIO for anything else (a malformed tree). */
+SH_MUST_CHECK int zpl_op_tree_error(struct zpl_op *op, int rc, const struct blk_ptr *missing);
 /* Plans deleting oi's inode at commit (its extents are planned separately) and counts it out of
  * the meta record. */
 SH_MUST_CHECK int zpl_op_delete_inode(struct zpl_op *op, struct zpl_oino *oi);

@@ -97,13 +97,8 @@ static int zpl_reap_step(struct zpl_op *op, bool *more_out)
 	struct blk_ptr missing;
 	int rc = btree_scan(op->op_z->z_tree, key, sizeof(key), false, zpl_queue_visit, &qs,
 	                    &missing);
-	if (rc == -SH_ENEEDBLOCK) {
-		if (op->op_missing != NULL)
-			*op->op_missing = missing;
-		return rc;
-	}
 	if (rc != 0)
-		return rc == -ENOMEM ? rc : -EIO;
+		return zpl_op_tree_error(op, rc, &missing);
 	if (qs.qs_err != 0)
 		return qs.qs_err;
 	if (!qs.qs_found)
