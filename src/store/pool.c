@@ -117,7 +117,8 @@
  *      threads, fast and without I/O; a block not in memory makes the operation return
  *      -SH_ENEEDBLOCK and the caller loads it asynchronously (pool_block_load) and retries.
  *   R2 (no waiting under p_lock) The pool never waits for I/O holding p_lock, except pool_check
- *      and pool_ds_destroy, which read synchronously under it (tools; documented). No callback
+ *      and a destroy step (pool_destroy.c, on the sync thread, bounded), which read
+ *      synchronously under it (documented there). No callback
  *      that runs on the blk engine thread takes p_lock: the engine thread therefore never waits
  *      for a thread that holds p_lock, and synchronous reads under p_lock cannot deadlock.
  *   R3 (writes only at sync) Blocks are allocated and written only in phase 1, by btree_sync's
@@ -163,12 +164,12 @@
  *
  * Datasets (pool_ds.c). A loaded dataset (struct pool_ds) has its tree open and maybe an owner.
  * Opens are counted; a dataset nobody has open stays loaded until its changes are durable, then
- * the sync thread detaches its owner and frees it. Destroy first writes a txg (the owner's dirty
- * data into the tree), then walks the tree and, through the owner's visitor, the data blocks its
- * entries name, frees every one of them in the open txg and deletes the record: all in one txg,
- * under p_lock (the walk reads synchronously; other users wait meanwhile). A dataset whose blocks
- * need more memory than the walk's list of pointers (64 bytes each) cannot be destroyed; spreading
- * destroys over several txgs from the sync thread is the next step if that matters.
+ * the sync thread detaches its owner and frees it. Destroy (pool_destroy.c) first writes a txg
+ * (the owner's dirty data into the tree), then moves the record from "ds/<name>" to "dq/<id>" in
+ * one txg (the name is gone and free again), and the sync thread frees the tree and the data
+ * blocks its entries name in steps of po_destroy_step entries, one step per txg, each txg
+ * consistent on its own; the last step deletes "dq/<id>". Import loads every queued dataset and
+ * the steps go on. Memory stays bounded whatever the dataset's size.
  *
  * Check (pool_check.c). Under p_lock, after the writes of a sync in progress have completed:
  * btree_check of the MOS and of every dataset tree through a walk cache of its own (every node is
@@ -233,6 +234,8 @@
  *       32     1  compression (enum blk_compress)
  *       33    31  reserved, zero
  *       64    64  its tree's root block pointer (blk_ptr_encode; a hole when empty)
+ *   "dq/<id, 16 lower-case hex digits>" -> the record of a dataset being destroyed (the same
+ *       128 bytes; its root names what is left to free: pool_destroy.c)
  *   "prop/<name>" -> the property's text (1..255 bytes, no NUL)
  *
  * Log records (pool_log_append): ilog type = the owner's type, ilog txg = the open txg; payload =
@@ -303,6 +306,8 @@ static void pool_opts_defaults(const struct pool_open_opts *opts, struct pool_op
 		out->po_txg_interval_ms = POOL_TXG_INTERVAL_MS_DEFAULT;
 	if (out->po_record_bytes == 0)
 		out->po_record_bytes = POOL_RECORD_BYTES_DEFAULT;
+	if (out->po_destroy_step == 0)
+		out->po_destroy_step = POOL_DESTROY_STEP_DEFAULT;
 }
 
 enum blk_compress pool_compress_resolve(const struct pool *p, enum pool_compress c)
@@ -1232,6 +1237,11 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	rc = btree_open(&mcfg, &ub->ub_roots[0], &p->p_mos);
 	if (rc == 0)
 		rc = pool_mos_load(p);
+	if (rc == 0) {
+		pool_lock(p);
+		rc = pool_destroy_load_queued(p);
+		pool_unlock(p);
+	}
 	if (rc != 0) {
 		log_error("pool %s: cannot load the metadata tree of txg %" PRIu64 ": %s",
 		          p->p_name, ub->ub_txg, sh_strerror(rc));
@@ -1251,6 +1261,8 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	ilog_stats(p->p_log, &ls);
 	p->p_log_next_lsn = ls.is_next_lsn;
 	p->p_log_lsn_at_sync = p->p_log_next_lsn;
+	/* Datasets being destroyed: their owners, then the sync thread goes on freeing them. */
+	pool_destroy_attach_all(p);
 	rc = pool_sync_thread_start(p);
 	if (rc != 0)
 		goto fail;

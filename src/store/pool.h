@@ -54,6 +54,7 @@
 #define POOL_RECORD_BYTES_DEFAULT (128u * 1024u) /* a dataset's data block size */
 #define POOL_LOG_REGION_MAX (1ull << 30)         /* the log region on vdev 0: at most 1 GiB... */
 #define POOL_LOG_REGION_SHIFT 5u                 /* ...and 1/32 of its data area by default */
+#define POOL_DESTROY_STEP_DEFAULT 4096u          /* tree entries freed per destroy step */
 
 struct pool;
 struct pool_ds;
@@ -90,6 +91,9 @@ struct pool_open_opts {
 	uint64_t po_log_region_bytes;
 	enum pool_compress po_compress; /* datasets' default; DEFAULT = lz4 */
 	uint32_t po_record_bytes;       /* datasets' default; 0: POOL_RECORD_BYTES_DEFAULT */
+	/* Entries of a dataset being destroyed freed per step, one step per txg (pool_destroy.c);
+	 * 0: POOL_DESTROY_STEP_DEFAULT. */
+	uint32_t po_destroy_step;
 	pool_attach_fn po_attach;       /* may be NULL */
 	void *po_attach_arg;
 };
@@ -197,13 +201,18 @@ struct pool_ds_props {
  * -ENOSPC, -ENOMEM. */
 SH_MUST_CHECK int pool_ds_create(struct pool *p, const char *name,
                                  const struct pool_ds_props *props);
-/* Destroys a dataset: frees every block of its tree and every data block its entries name (asked
- * of its owner: an attached one, or one po_attach attaches), removes it from the pool and waits
- * until that is durable. All in one txg; the walk of the tree holds the pool lock and reads
- * synchronously, so other users of the pool wait meanwhile. The dataset must not be open.
- * Returns 0, -ENOENT, -EBUSY (open), -ENOTSUP (a non-empty tree and no owner to name its data
- * blocks), -EIO (blocks that cannot be read or a suspended pool), -ENOMEM. */
+/* Destroys a dataset: its name goes at once (one txg), then the sync thread frees its tree and
+ * the data blocks its entries name (asked of its owner: an attached one, or one po_attach
+ * attaches) in steps of po_destroy_step entries, one per txg, with memory bounded whatever the
+ * dataset's size; a crash meanwhile loses nothing, and the next import goes on where the last
+ * txg left off (pool_destroy.c). Waits until the whole dataset is freed and that is durable
+ * when wait is true; else returns once the name is gone. The dataset must not be open. Returns
+ * 0, -ENOENT, -EBUSY (open), -ENOTSUP (a non-empty tree and no owner to name its data blocks),
+ * -EIO (a suspended pool), -ENOMEM. */
 SH_MUST_CHECK int pool_ds_destroy(struct pool *p, const char *name);
+SH_MUST_CHECK int pool_ds_destroy_start(struct pool *p, const char *name, bool wait);
+/* Datasets being destroyed in the background now (0 when none). */
+unsigned pool_destroy_queued(struct pool *p);
 
 struct pool_ds_info {
 	char di_name[POOL_DS_NAME_MAX + 1];
@@ -264,6 +273,10 @@ struct pool_status_ds {
 	 * finished, blocks freed, and whether freeing is going on now. */
 	uint64_t sd_reap_files, sd_reap_blocks;
 	bool sd_freeing;
+	/* Destroyed, its blocks being freed in the background (pool_destroy.c): the tree's entries
+	 * left as of the last txg; stuck when its steps cannot go on. */
+	bool sd_destroying, sd_destroy_stuck;
+	uint64_t sd_destroy_entries;
 };
 #define POOL_STATUS_DS_MAX 32u
 

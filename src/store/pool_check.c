@@ -1,11 +1,12 @@
-/* pool_check.c: walking every block of the pool's trees (pool_check, pool_ds_destroy), the space
- * figures and the status report.
+/* pool_check.c: walking every block of the pool's trees (pool_check; a destroy step's reads,
+ * pool_destroy.c), the space figures and the status report.
  *
  * A walk (struct pool_walk, set as p_walk under p_lock for its whole duration) gives the trees a
  * block cache of its own: while it is set, the MOS's and the datasets' bs_get serve blocks only
  * from the walk's cache, so that every node a walk reaches is read from disk once, through
- * pool_walk_load, which records it as live and (for a check) reads every copy on every child and
- * verifies it against the pointer's checksum, rewriting bad copies from a good one. The cache is
+ * pool_walk_load, which (for a check) records it as live and reads every copy on every child and
+ * verifies it against the pointer's checksum, rewriting bad copies from a good one; a destroy
+ * step's walk (pool_walk_new_cache) only caches. The cache is
  * bounded (least recently used first out, held entries stay), so a walk of a tree larger than
  * memory still progresses: a retried scan finds its current path cached.
  *
@@ -34,6 +35,7 @@ struct pool_walk {
 	struct pool_bpmap w_seen;  /* nodes recorded (and verified) already */
 	struct blk_ptr *w_live;    /* every live block found: nodes once, data as reported */
 	size_t w_nlive, w_cap;
+	bool w_record; /* check: every block reached goes into w_seen and w_live */
 	bool w_verify; /* check: read and verify every copy */
 	pool_report_fn w_report;
 	void *w_arg;
@@ -62,6 +64,7 @@ static int pool_walk_init(struct pool_walk *w, bool verify, pool_report_fn repor
 	memset(w, 0, sizeof(*w));
 	pool_bpmap_init(&w->w_cache);
 	pool_bpmap_init(&w->w_seen);
+	w->w_record = true;
 	w->w_verify = verify;
 	w->w_report = report;
 	w->w_arg = arg;
@@ -175,14 +178,34 @@ void pool_walk_release(struct pool *p, void *hold)
 	e->be_holds--;
 }
 
-/* btree_load_fn and the scans' loader: bp into the walk's cache, recorded once as live. */
-static int pool_walk_load(void *arg, const struct blk_ptr *bp)
+struct pool_walk *pool_walk_new_cache(void)
+{
+	struct pool_walk *w = mem_zalloc(sizeof(*w));
+	if (w && pool_walk_init(w, false, NULL, NULL) != 0) {
+		pool_walk_free(w);
+		return NULL;
+	}
+	if (w)
+		w->w_record = false;
+	return w;
+}
+
+void pool_walk_free(struct pool_walk *w)
+{
+	if (!w)
+		return;
+	pool_walk_fini(w);
+	mem_free(w);
+}
+
+/* btree_load_fn and the scans' loader: bp into the walk's cache, recorded once as live (check). */
+int pool_walk_load(void *arg, const struct blk_ptr *bp)
 {
 	struct pool *p = arg;
 	struct pool_walk *w = p->p_walk;
 	if (!pool_bp_valid(p, bp))
 		return -EIO;
-	if (!pool_bpmap_find(&w->w_seen, bp)) {
+	if (w->w_record && !pool_bpmap_find(&w->w_seen, bp)) {
 		if (!pool_bpmap_add(&w->w_seen, bp, NULL) || pool_walk_live_add(w, bp) != 0)
 			return -ENOMEM;
 		if (w->w_verify) {
@@ -280,8 +303,7 @@ static int pool_walk_entries(struct pool *p, struct pool_ds *ds)
 	}
 }
 
-/* Under p_lock: waits for the block writes of a sync in progress. */
-static void pool_walk_wait_writes(struct pool *p)
+void pool_walk_wait_writes(struct pool *p)
 {
 	pthread_mutex_lock(&p->p_state_lock);
 	while (p->p_writes_pending > 0)
@@ -357,14 +379,22 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 	rc = btree_scan(p->p_mos, "ds/", 3, false, pool_names_visit, &pn, NULL);
 	if (rc == 0)
 		rc = pn.pn_err;
+	size_t nqueued = 0;
+	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next)
+		nqueued += ds->ds_queued;
+	held = rc == 0 ? mem_zalloc((pn.pn_n + nqueued + 1) * sizeof(*held)) : NULL;
+	if (rc == 0 && !held)
+		rc = -ENOMEM;
+	/* Datasets being destroyed (pool_destroy.c): loaded, with their owners, until done. */
+	for (struct pool_ds *ds = p->p_datasets; rc == 0 && ds; ds = ds->ds_next) {
+		if (ds->ds_queued) {
+			ds->ds_refs++;
+			held[nheld++] = ds;
+		}
+	}
 	pool_unlock(p);
 	if (rc != 0)
 		goto out;
-	held = mem_zalloc((pn.pn_n + 1) * sizeof(*held));
-	if (!held) {
-		rc = -ENOMEM;
-		goto out;
-	}
 	for (size_t i = 0; i < pn.pn_n; i++) {
 		struct pool_ds *ds;
 		int r = pool_ds_open(p, pn.pn_names[i], &ds);
@@ -469,77 +499,6 @@ out:
 	pool_walk_fini(w);
 	mem_free(w);
 	return result;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * pool_ds_destroy */
-
-int pool_ds_destroy(struct pool *p, const char *name)
-{
-	if (!pool_name_valid(name, POOL_DS_NAME_MAX))
-		return -EINVAL;
-	struct pool_ds *ds;
-	int rc = pool_ds_open(p, name, &ds);
-	if (rc != 0)
-		return rc;
-	pool_lock(p);
-	if (ds->ds_refs > 1 || ds->ds_destroying) {
-		pool_ds_rele_locked(ds);
-		pool_unlock(p);
-		return -EBUSY;
-	}
-	ds->ds_destroying = true;
-	pool_unlock(p);
-	bool owner = pool_ds_attach_owner(p, ds) == 0 && ds->ds_ops->do_visit_blocks;
-	/* Its owner's dirty data into the tree, so the walk sees every block. */
-	rc = pool_txg_wait_synced(p, 0);
-	struct pool_walk *w = mem_zalloc(sizeof(*w));
-	if (!w && rc == 0)
-		rc = -ENOMEM;
-	if (rc == 0)
-		rc = pool_walk_init(w, false, NULL, NULL);
-	pool_lock(p);
-	if (rc == 0) {
-		pool_walk_wait_writes(p);
-		if (!owner && (btree_is_dirty(ds->ds_tree) || !blk_ptr_is_hole(&ds->ds_root)))
-			rc = -ENOTSUP;
-	}
-	if (rc == 0) {
-		p->p_walk = w;
-		char why[256];
-		rc = btree_check(ds->ds_tree, pool_walk_load, p, why, sizeof(why));
-		if (rc != 0 && rc != -ENOMEM)
-			log_error("pool %s: destroying dataset %s: its tree: %s", p->p_name, name,
-			          why);
-		if (rc == 0 && owner)
-			rc = pool_walk_entries(p, ds);
-		p->p_walk = NULL;
-	}
-	if (rc == 0) {
-		char key[POOL_MOS_KEY_MAX];
-		int klen = snprintf(key, sizeof(key), "ds/%s", name);
-		rc = btree_delete(p->p_mos, key, (uint32_t)klen, NULL);
-		if (rc == 0) {
-			size_t refused = 0; /* logged and counted in p_free_errors */
-			for (size_t i = 0; i < w->w_nlive; i++)
-				refused += pool_ds_free(ds, &w->w_live[i]) != 0;
-			log_info("pool %s: dataset %s destroyed (%zu blocks freed, %zu refused)",
-			         p->p_name, name, w->w_nlive - refused, refused);
-		}
-	}
-	pool_ds_rele_locked(ds);
-	if (rc != 0)
-		ds->ds_destroying = false;
-	else
-		pool_ds_unload_locked(p, ds); /* its owner is detached, its tree closed unsynced */
-	pool_unlock(p);
-	if (w) {
-		pool_walk_fini(w);
-		mem_free(w);
-	}
-	if (rc == 0)
-		rc = pool_txg_wait_synced(p, 0);
-	return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -662,6 +621,12 @@ void pool_status(struct pool *p, struct pool_status *st)
 	     ds = ds->ds_next) {
 		struct pool_status_ds *sd = &st->ps_loaded[st->ps_nloaded++];
 		snprintf(sd->sd_name, sizeof(sd->sd_name), "%s", ds->ds_name);
+		if (ds->ds_queued) {
+			sd->sd_destroying = true;
+			sd->sd_destroy_stuck = ds->ds_destroy_failed;
+			sd->sd_destroy_entries = ds->ds_root.bp_fill;
+			continue;
+		}
 		if (ds->ds_ops && ds->ds_ops->do_stats) {
 			ds->ds_ops->do_stats(ds->ds_owner, sd);
 			sd->sd_has_stats = true;
@@ -801,6 +766,13 @@ int pool_status_print(struct pool *p, FILE *out)
 	fprintf(out, "datasets: %" PRIu64 " (%u in memory)\n", st->ps_datasets, st->ps_nloaded);
 	for (unsigned i = 0; i < st->ps_nloaded; i++) {
 		const struct pool_status_ds *sd = &st->ps_loaded[i];
+		if (sd->sd_destroying) {
+			fprintf(out, "\t%s/%s: destroyed, %" PRIu64 " tree entries left to free%s\n",
+			        st->ps_name, sd->sd_name, sd->sd_destroy_entries,
+			        sd->sd_destroy_stuck ? " (stuck: no owner to name its blocks)"
+			                             : " (freeing in the background)");
+			continue;
+		}
 		if (!sd->sd_has_stats) {
 			fprintf(out, "\t%s/%s\n", st->ps_name, sd->sd_name);
 			continue;

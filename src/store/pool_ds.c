@@ -24,7 +24,7 @@ static void pool_ds_key(const char *name, char *key, uint32_t *klen)
 	*klen = (uint32_t)n;
 }
 
-static int pool_ds_record_encode(const struct pool_ds *ds, uint8_t *out, uint32_t cap)
+int pool_ds_record_encode(const struct pool_ds *ds, uint8_t *out, uint32_t cap)
 {
 	if (cap < POOL_DS_RECORD_BYTES)
 		return -EINVAL;
@@ -66,7 +66,7 @@ static int pool_ds_record_decode(struct pool_ds *ds, const uint8_t *in, uint32_t
 static struct pool_ds *pool_ds_find_loaded(struct pool *p, const char *name)
 {
 	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
-		if (strcmp(ds->ds_name, name) == 0)
+		if (!ds->ds_queued && strcmp(ds->ds_name, name) == 0)
 			return ds;
 	}
 	return NULL;
@@ -86,9 +86,8 @@ void pool_ds_unload_locked(struct pool *p, struct pool_ds *ds)
 	mem_free(ds);
 }
 
-/* Loads the dataset whose record (key "ds/<name>") is rec. */
-static int pool_ds_load(struct pool *p, const char *name, const uint8_t *rec, uint32_t len,
-                        struct pool_ds **out)
+int pool_ds_load(struct pool *p, const char *name, const uint8_t *rec, uint32_t len,
+                 struct pool_ds **out)
 {
 	struct pool_ds *ds = mem_zalloc(sizeof(*ds));
 	if (!ds)
@@ -300,12 +299,15 @@ void *pool_ds_owner(struct pool_ds *ds)
 int pool_ds_sync_records(struct pool *p)
 {
 	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
-		if (!ds->ds_record_dirty || ds->ds_destroying)
+		if (!ds->ds_record_dirty || (ds->ds_destroying && !ds->ds_queued))
 			continue;
 		char key[POOL_MOS_KEY_MAX];
 		uint32_t klen;
 		uint8_t rec[POOL_DS_RECORD_BYTES];
-		pool_ds_key(ds->ds_name, key, &klen);
+		if (ds->ds_queued)
+			pool_destroy_key(ds->ds_id, key, &klen);
+		else
+			pool_ds_key(ds->ds_name, key, &klen);
 		(void)pool_ds_record_encode(ds, rec, sizeof(rec));
 		int rc = btree_put(p->p_mos, key, klen, rec, sizeof(rec), BTREE_PUT_REPLACE, NULL);
 		if (rc != 0) {
@@ -335,7 +337,7 @@ void pool_ds_evict_idle(struct pool *p)
 void pool_ds_free_all(struct pool *p)
 {
 	while (p->p_datasets) {
-		if (p->p_datasets->ds_refs > 0)
+		if (p->p_datasets->ds_refs > (p->p_datasets->ds_queued ? 1u : 0u))
 			log_warn("pool %s: dataset %s is still open at close", p->p_name,
 			         p->p_datasets->ds_name);
 		pool_ds_unload_locked(p, p->p_datasets);

@@ -31,7 +31,7 @@
  * Locking and txgs */
 
 /* The pool lock guards every tree, the allocator, the datasets and the open txg. Never held
- * across I/O by the pool, except by pool_check and pool_ds_destroy (documented there). */
+ * across I/O by the pool, except by pool_check and destroy steps (documented there). */
 void pool_lock(struct pool *p);
 void pool_unlock(struct pool *p);
 /* The txg that changes made now belong to (under the lock). */
@@ -347,7 +347,7 @@ struct pool_write {
 	int wr_status;
 };
 
-/* The state of a pool_check or pool_ds_destroy walk (pool_check.c). */
+/* The state of a pool_check walk or a destroy step's reads (pool_check.c). */
 struct pool_walk;
 
 struct pool_ds {
@@ -363,7 +363,9 @@ struct pool_ds {
 	struct blk_ptr ds_root; /* as the metadata tree records it */
 	unsigned ds_refs;       /* opens, plus the pool's own while it works on it */
 	bool ds_record_dirty;   /* the metadata record must be rewritten at the next sync */
-	bool ds_destroying;
+	bool ds_destroying;     /* no opens: being destroyed (queued or about to be) */
+	bool ds_queued;         /* its record is "dq/<id>": freed in steps (pool_destroy.c) */
+	bool ds_destroy_failed; /* queued, but its steps cannot go on (no owner): left as it is */
 	const struct pool_ds_owner *ds_ops;
 	void *ds_owner;
 };
@@ -413,6 +415,7 @@ struct pool {
 	bool p_space_waiting;     /* p_space_waiter is queued with the log */
 	uint8_t *p_log_frame;     /* ILOG_PAYLOAD_MAX bytes for framing a record */
 	struct pool_walk *p_walk; /* a check or destroy walk is running (its own block cache) */
+	uint64_t p_destroy_step_txg; /* sync thread: the txg of the last destroy step */
 	uint64_t p_free_errors;
 	uint64_t p_log_bad_blocks; /* pool_log_bad_blocks (import) */
 	/* The memory model (pool.c): the bytes the txg being written holds outside the ARC (its
@@ -442,6 +445,8 @@ struct pool {
 	uint64_t p_synced_txg;
 	uint64_t p_syncs;
 	atomic_bool p_suspended;
+	/* Datasets queued for destruction (p_lock to change, read by the sync thread anywhere). */
+	atomic_uint p_destroy_queued;
 	unsigned p_writes_pending;
 	struct pool_write *p_writes_failed;
 	struct pool_logrec *p_logq_head, *p_logq_tail; /* records waiting for log space */
@@ -557,6 +562,13 @@ void pool_ds_evict_idle(struct pool *p);
 void pool_ds_unload_locked(struct pool *p, struct pool_ds *ds);
 /* Detaches every owner and frees every loaded dataset (close). */
 void pool_ds_free_all(struct pool *p);
+/* The 128-byte metadata record of ds (table in pool.c) into out (cap >= 128); returns 128. */
+int pool_ds_record_encode(const struct pool_ds *ds, uint8_t *out, uint32_t cap);
+/* Under the lock: loads the dataset whose record is rec (len bytes; hostile) under the name
+ * given, onto p_datasets, with no reference taken. Returns 0, -EIO (a damaged record or root),
+ * -ENOMEM. */
+int pool_ds_load(struct pool *p, const char *name, const uint8_t *rec, uint32_t len,
+                 struct pool_ds **out);
 /* Makes sure ds has an owner, asking po_attach (without the lock) when it has none. Returns 0,
  * -ENOTSUP (no owner to be had) or the callback's error. */
 int pool_ds_attach_owner(struct pool *p, struct pool_ds *ds);
@@ -579,5 +591,26 @@ void pool_log_space_cb(struct ilog_waiter *w, int status);
 int pool_walk_get(struct pool *p, const struct blk_ptr *bp, const void **image_out,
                   void **hold_out);
 void pool_walk_release(struct pool *p, void *hold);
+/* A walk that only caches what it loads (bounded, least recently used out): set it as p_walk
+ * under p_lock to run tree operations that read synchronously. NULL: no memory. */
+struct pool_walk *pool_walk_new_cache(void);
+void pool_walk_free(struct pool_walk *w); /* NULL is a no-op */
+/* The loader of tree operations under a walk (arg: the pool): reads bp into p_walk's cache. */
+int pool_walk_load(void *arg, const struct blk_ptr *bp);
+/* Under p_lock: waits for the block writes of a sync in progress. */
+void pool_walk_wait_writes(struct pool *p);
+
+/* pool_destroy.c */
+/* The metadata key "dq/<id as 16 hex digits>" of a dataset queued for destruction (key holds
+ * POOL_MOS_KEY_MAX bytes). */
+void pool_destroy_key(uint64_t id, char *key, uint32_t *klen);
+/* At import, under p_lock, after the metadata tree is loaded: loads every dataset queued for
+ * destruction. Their owners are attached by pool_destroy_attach_all, without the lock. */
+int pool_destroy_load_queued(struct pool *p);
+void pool_destroy_attach_all(struct pool *p);
+/* The sync thread, no lock held: one step of the first queued dataset (frees up to
+ * po_destroy_step entries' blocks, or finishes it). Returns true when it changed something (a
+ * txg should follow). */
+bool pool_destroy_step(struct pool *p);
 
 #endif

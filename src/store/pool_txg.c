@@ -541,6 +541,7 @@ static void *pool_sync_main(void *arg)
 	pool_on_sync_thread = true;
 	sh_thread_setup("shale-sync", SH_THREAD_BACKGROUND);
 	uint64_t interval_ns = (uint64_t)p->p_opts.po_txg_interval_ms * 1000000ull;
+	uint64_t destroy_retry_ns = 0; /* a destroy step that changed nothing: try again then */
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_last_sync_ns = clock_monotonic_ns();
 	while (!p->p_stopping) {
@@ -552,12 +553,27 @@ static void *pool_sync_main(void *arg)
 			continue;
 		}
 		bool suspended = atomic_load(&p->p_suspended);
-		bool wanted = p->p_sync_requested > p->p_synced_txg;
 		uint64_t now = clock_monotonic_ns();
+		/* A dataset being destroyed: one step per txg, once the last step's txg is
+		 * durable (pool_destroy.c); each step asks for the txg that writes it. */
+		bool destroying = !suspended && atomic_load(&p->p_destroy_queued) > 0;
+		if (destroying && (p->p_destroy_step_txg <= p->p_synced_txg ||
+		                   (destroy_retry_ns != 0 && now >= destroy_retry_ns))) {
+			pthread_mutex_unlock(&p->p_state_lock);
+			bool changed = pool_destroy_step(p);
+			pthread_mutex_lock(&p->p_state_lock);
+			destroy_retry_ns = changed ? 0 : now + interval_ns;
+			if (changed)
+				pool_sync_request_locked(p, p->p_destroy_step_txg);
+			continue;
+		}
+		bool wanted = p->p_sync_requested > p->p_synced_txg;
 		bool due = now - p->p_last_sync_ns >= interval_ns;
 		if (suspended || (!wanted && !due)) {
 			uint64_t wake =
 			    suspended ? now + 1000000000ull : p->p_last_sync_ns + interval_ns;
+			if (destroying && destroy_retry_ns != 0 && destroy_retry_ns < wake)
+				wake = destroy_retry_ns;
 			struct timespec ts = {(time_t)(wake / 1000000000ull),
 			                      (long)(wake % 1000000000ull)};
 			pthread_cond_timedwait(&p->p_state_cv, &p->p_state_lock, &ts);

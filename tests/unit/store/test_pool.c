@@ -435,25 +435,40 @@ static uint64_t pool_used(struct pool *p)
 	return total - free_b;
 }
 
+/* A pool `name` on d with dataset "keep" holding mk's 100 keys after a workload from seed, all
+ * durable; NULL when it cannot be made (reported). */
+static struct pool *keep_pool(const char *name, struct blk_dev *d, struct pool_open_opts *o,
+                              struct model *mk, uint64_t seed)
+{
+	struct pool_create_args a = {.pc_name = name, .pc_opts = o};
+	struct pool *p;
+	model_init(mk, 100);
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return NULL;
+	CHECK(pool_ds_create(p, "keep", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "keep", &kv) == 0);
+	CHECK(workload(kv, mk, 200, 0, false, seed) == 0);
+	kv_close(kv);
+	for (int i = 0; i < 2; i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	return p;
+}
+
 /* Datasets: list in name order; destroy frees every block of the tree and its data. */
 static void test_ds_destroy(void)
 {
 	struct blk_dev *d = mem_dev(64 * MIB);
 	struct pool_open_opts o = opts_kv();
-	struct pool_create_args a = {.pc_name = "ds", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
-	if (!p)
-		return;
-	CHECK(pool_ds_create(p, "keep", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "keep", &kv) == 0);
 	struct model mk;
-	model_init(&mk, 100);
-	CHECK(workload(kv, &mk, 200, 0, false, 31) == 0);
-	kv_close(kv);
-	CHECK(pool_txg_wait_synced(p, 0) == 0);
-	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	struct pool *p = keep_pool("ds", d, &o, &mk, 31);
+	if (!p) {
+		model_fini(&mk);
+		blk_dev_close(d);
+		return;
+	}
+	struct kv *kv = NULL;
 	uint64_t before = pool_used(p);
 	struct pool_ds_props props = {.dp_record_bytes = 65536, .dp_compress = POOL_COMPRESS_ZSTD};
 	CHECK(pool_ds_create(p, "gone", &props) == 0);
@@ -496,6 +511,123 @@ static void test_ds_destroy(void)
 		CHECK(kv_open(p, "keep", &kv) == 0);
 		CHECK(verify_model(kv, &mk, NULL) == 0);
 		kv_close(kv);
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	model_fini(&m);
+	model_fini(&mk);
+	blk_dev_close(d);
+}
+
+static int entries_of(void *arg, const struct pool_ds_info *info)
+{
+	if (strcmp(info->di_name, "big") == 0)
+		*(uint64_t *)arg = info->di_entries;
+	return 0;
+}
+
+/* The queued dataset's status line: entries left, or UINT64_MAX when none is being destroyed. */
+static uint64_t destroy_left(struct pool *p)
+{
+	struct pool_status st;
+	pool_status(p, &st);
+	for (unsigned i = 0; i < st.ps_nloaded; i++)
+		if (st.ps_loaded[i].sd_destroying)
+			return st.ps_loaded[i].sd_destroy_entries;
+	return UINT64_MAX;
+}
+
+/* Waits (a txg at a time) until no dataset is being destroyed; false after too many txgs. */
+static bool destroy_settle(struct pool *p)
+{
+	for (int i = 0; i < 20000 && pool_destroy_queued(p) > 0; i++)
+		if (pool_txg_wait_synced(p, 0) != 0)
+			return false;
+	return pool_destroy_queued(p) == 0 && pool_txg_wait_synced(p, 0) == 0;
+}
+
+/* Destroy in steps: the name goes at once and may be reused; the blocks are freed a few
+ * entries per txg; a crash in the middle loses nothing and leaks nothing (check, mid-way and
+ * after), and the next import finishes the job. */
+static void test_ds_destroy_steps(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_kv();
+	o.po_destroy_step = 7;
+	struct model mk;
+	struct pool *p = keep_pool("dq", d, &o, &mk, 41);
+	if (!p) {
+		model_fini(&mk);
+		blk_dev_close(d);
+		return;
+	}
+	struct kv *kv = NULL;
+	uint64_t before = pool_used(p);
+	/* A dataset of some hundreds of entries, an eighth of them with a data block. */
+	CHECK(pool_ds_create(p, "big", NULL) == 0);
+	CHECK(kv_open(p, "big", &kv) == 0);
+	struct model m;
+	model_init(&m, 2000);
+	CHECK(workload(kv, &m, 3000, 500, false, 42) == 0);
+	kv_close(kv);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	uint64_t entries = 0;
+	CHECK(pool_ds_list(p, entries_of, &entries) == 0);
+	CHECKF(entries > 500, "%" PRIu64 " entries", entries);
+	uint64_t txg0 = pool_synced_txg(p);
+
+	CHECK(pool_ds_destroy_start(p, "big", false) == 0);
+	struct pool_ds *ds;
+	CHECK(pool_ds_open(p, "big", &ds) == -ENOENT); /* the name went at once */
+	CHECK(pool_ds_destroy(p, "big") == -ENOENT);
+	CHECK(pool_destroy_queued(p) == 1);
+	/* a few steps, then a crash */
+	for (int i = 0; i < 3; i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	uint64_t left = destroy_left(p);
+	CHECKF(left != UINT64_MAX && left < entries && left > 0,
+	       "%" PRIu64 " of %" PRIu64 " entries left", left, entries);
+	pool_close(p);
+
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p) {
+		model_fini(&m);
+		model_fini(&mk);
+		blk_dev_close(d);
+		return;
+	}
+	CHECK(check_pool(p) == 0); /* mid-way: the queued dataset's blocks are counted */
+	char names[256] = "";
+	CHECK(pool_ds_list(p, list_collect, names) == 0);
+	CHECK(strcmp(names, "keep,") == 0);
+	/* the name is free again, with a new id, while the old dataset is being freed */
+	CHECK(pool_ds_create(p, "big", NULL) == 0);
+	CHECK(kv_open(p, "big", &kv) == 0);
+	CHECK(verify_key(kv, 1, 0, NULL) == 0);
+	CHECK(put_kv(kv, 1, 7, false, NULL) == 0);
+	kv_close(kv);
+	CHECK(destroy_settle(p));
+	CHECKF(pool_synced_txg(p) - txg0 >= entries / 7,
+	       "%" PRIu64 " txgs for %" PRIu64 " entries in steps of 7", pool_synced_txg(p) - txg0,
+	       entries);
+	CHECK(destroy_left(p) == UINT64_MAX);
+	printf("#   %" PRIu64 " entries, %" PRIu64 " left at the crash, freed in %" PRIu64 " txgs\n",
+	       entries, left, pool_synced_txg(p) - txg0);
+	/* the new one, destroyed and waited for */
+	CHECK(pool_ds_destroy(p, "big") == 0);
+	CHECK(pool_destroy_queued(p) == 0);
+	for (int i = 0; i < 3; i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	uint64_t after = pool_used(p);
+	CHECKF(after == before, "used %" PRIu64 " before, %" PRIu64 " after", before, after);
+	CHECK(check_pool(p) == 0);
+	CHECK(kv_open(p, "keep", &kv) == 0);
+	CHECK(verify_model(kv, &mk, NULL) == 0);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (p) {
+		CHECK(pool_destroy_queued(p) == 0);
 		CHECK(check_pool(p) == 0);
 		CHECK(pool_export(p) == 0);
 	}
@@ -1415,6 +1547,7 @@ int main(void)
 	TAP_RUN(test_log_full);
 	TAP_RUN(test_files);
 	TAP_RUN(test_ds_destroy);
+	TAP_RUN(test_ds_destroy_steps);
 	TAP_RUN(test_mirror_repair);
 	TAP_RUN(test_mirror_write_around);
 	TAP_RUN(test_bad_block);

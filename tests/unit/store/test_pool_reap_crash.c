@@ -13,6 +13,11 @@
  *     yet cut), and the size is the old or the new one;
  *   - "keep" has its new bytes if their COMMIT was acknowledged, else its old or new ones;
  *   - opening the file system resumes the reaper, which finishes, and the pool checks clean.
+ * The second test destroys a dataset in steps (pool_destroy.c): file system "gone" holds a file
+ * of 3,000 extents, "keep" a small file; "gone" is destroyed with 256 entries per step while
+ * txgs go by. At each cut the image imports and checks clean, "gone" is absent if its destroy
+ * was acknowledged and intact if present, "keep" is intact, and the import's sync thread
+ * finishes the destroy, after which the pool checks clean again.
  * 16 cut points by default (SHALE_CRASH_CUTS=N for more), 5 modes each. */
 #include <errno.h>
 #include <inttypes.h>
@@ -160,8 +165,9 @@ static bool check_bytes(struct fs *fs, const struct fs_obj_id *f, const char *na
 	return true;
 }
 
-static bool verify_cut(struct reap_run *rr, uint64_t g, enum blk_fault_mode mode, uint64_t seed)
+static bool verify_cut(void *run, uint64_t g, enum blk_fault_mode mode, uint64_t seed)
 {
+	struct reap_run *rr = run;
 	struct blk_dev *img[1] = {NULL};
 	struct pool_open_opts o = ropts();
 	struct pool *p = NULL;
@@ -231,33 +237,188 @@ out:
 	return ok;
 }
 
+/* Every cut point of a run (16 by default) in every fault mode through verify(run, ...); the
+ * cuts at or past ack (the reply under test) must be some of them. */
+static void run_cuts(struct blk_dev **leaf, uint64_t start, uint64_t ack, uint64_t seed,
+                     bool (*verify)(void *run, uint64_t g, enum blk_fault_mode mode,
+                                    uint64_t seed),
+                     void *run, const char *what)
+{
+	struct crash_plan plan;
+	crash_plan_init(&plan, leaf, 1, start, 16, seed);
+	unsigned images = 0, failed = 0, after = 0;
+	for (unsigned c = 0; c < plan.cp_ncuts && failed <= 4; c++) {
+		uint64_t g = crash_plan_cut(&plan, c);
+		after += g >= ack;
+		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER && failed <= 4;
+		     mode++) {
+			images++;
+			failed += !verify(run, g, (enum blk_fault_mode)mode, c * 7 + (uint64_t)mode);
+		}
+	}
+	printf("#   %u cut points (%zu flush events), %u images, %u after %s\n", plan.cp_ncuts,
+	       plan.cp_nflush, images, after, what);
+	CHECKF(failed == 0, "%u of %u images failed", failed, images);
+	CHECK(after > 0);
+	crash_plan_fini(&plan);
+}
+
 static void test_reap_crash(void)
 {
 	struct reap_run rr;
 	memset(&rr, 0, sizeof(rr));
 	bool ok = reap_workload(&rr);
 	CHECK(ok);
-	if (!ok)
-		goto out;
-	struct crash_plan plan;
-	crash_plan_init(&plan, &rr.rr_leaf, 1, rr.rr_start, 16, 0x7e4);
-	unsigned images = 0, failed = 0, after_remove = 0;
-	for (unsigned c = 0; c < plan.cp_ncuts && failed <= 4; c++) {
-		uint64_t g = crash_plan_cut(&plan, c);
-		after_remove += g >= rr.rr_ack_remove;
-		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER && failed <= 4;
-		     mode++) {
-			images++;
-			failed += !verify_cut(&rr, g, (enum blk_fault_mode)mode, c * 7 + (uint64_t)mode);
-		}
-	}
-	printf("#   %u cut points (%zu flush events), %u images, %u after the REMOVE's reply\n",
-	       plan.cp_ncuts, plan.cp_nflush, images, after_remove);
-	CHECKF(failed == 0, "%u of %u images failed", failed, images);
-	CHECK(after_remove > 0);
-	crash_plan_fini(&plan);
-out:
+	if (ok)
+		run_cuts(&rr.rr_leaf, rr.rr_start, rr.rr_ack_remove, 0x7e4, verify_cut, &rr,
+		         "the REMOVE's reply");
 	blk_dev_close(rr.rr_leaf);
+	CHECK(bad_completions == 0);
+}
+
+/* ---- destroying a dataset in steps ---- */
+
+static struct pool_open_opts dopts(void)
+{
+	struct pool_open_opts o = ropts();
+	o.po_destroy_step = 256;
+	return o;
+}
+
+struct destroy_run {
+	struct blk_dev *dr_leaf;
+	uint64_t dr_start;
+	uint64_t dr_ack_destroy; /* after pool_ds_destroy_start returned: the name is gone */
+};
+
+/* File system name with one file "f" of len bytes of file fid, durable. */
+static int make_fs(struct pool *p, const char *name, unsigned fsid, unsigned fid, uint64_t len)
+{
+	struct pool_ds_props props = {.dp_record_bytes = BLK};
+	struct fs *fs = NULL;
+	struct fs_obj_id root, f;
+	int rc = pool_ds_create(p, name, &props);
+	if (rc == 0)
+		rc = pool_fs_open(p, name, fsid, &fs);
+	if (rc == 0)
+		rc = fs_root(fs, &root);
+	if (rc == 0)
+		rc = op_create(fs, FS_OP_CREATE, &root, "f", NULL, 0, &f);
+	if (rc == 0)
+		rc = write_file(fs, &f, fid, len);
+	if (fs)
+		fs_destroy(fs);
+	return rc;
+}
+
+static bool destroy_workload(struct destroy_run *dr)
+{
+	VERIFY(blk_dev_create_fault(64 * MIB, &dr->dr_leaf) == 0);
+	struct pool_open_opts o = dopts();
+	struct pool_create_args a = {.pc_name = "dq", .pc_opts = &o};
+	struct pool *p = NULL;
+	int rc = pool_create_on_devs(&a, &dr->dr_leaf, 1, NULL, 0, &p);
+	if (rc == 0)
+		rc = make_fs(p, "gone", FSID, 1, (uint64_t)NBLK * BLK);
+	if (rc == 0)
+		rc = make_fs(p, "keep", FSID + 1, 3, KEEP_LEN);
+	if (rc == 0)
+		rc = pool_txg_wait_synced(p, 0);
+	if (rc != 0) {
+		printf("#   setting up: %s\n", sh_strerror(rc));
+		goto out;
+	}
+	dr->dr_start = blk_fault_global_seq();
+	uint64_t txg0 = pool_synced_txg(p);
+	CHECK((rc = pool_ds_destroy_start(p, "gone", false)) == 0);
+	dr->dr_ack_destroy = blk_fault_global_seq();
+	for (int i = 0; i < 10000 && pool_destroy_queued(p) > 0; i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_destroy_queued(p) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	printf("#   workload: the destroy took %" PRIu64 " txgs\n", pool_synced_txg(p) - txg0);
+	CHECK(pool_synced_txg(p) - txg0 >= NBLK / 256);
+out:
+	if (p)
+		pool_close(p); /* the crash */
+	return rc == 0;
+}
+
+/* "f" of file system name is file fid's len bytes. */
+static bool fs_intact(struct pool *p, const char *name, unsigned fsid, unsigned fid, uint64_t len)
+{
+	struct fs *fs = NULL;
+	struct fs_obj_id root, f;
+	struct fs_attr at;
+	int rc;
+	bool ok = (rc = pool_fs_open(p, name, fsid, &fs)) == 0 && (rc = fs_root(fs, &root)) == 0 &&
+	          (rc = op_lookup(fs, &root, "f", &f, &at)) == 0 && at.fa_size == len &&
+	          check_bytes(fs, &f, name, fid, len, UINT64_MAX, false);
+	if (!ok)
+		printf("#   %s: not intact (%s)\n", name, sh_strerror(rc));
+	if (fs)
+		fs_destroy(fs);
+	return ok;
+}
+
+static int names_visit(void *arg, const struct pool_ds_info *info)
+{
+	if (strcmp(info->di_name, "gone") == 0)
+		*(bool *)arg = true;
+	return 0;
+}
+
+static bool verify_destroy_cut(void *run, uint64_t g, enum blk_fault_mode mode, uint64_t seed)
+{
+	struct destroy_run *dr = run;
+	struct blk_dev *img[1] = {NULL};
+	struct pool_open_opts o = dopts();
+	struct pool *p = NULL;
+	bool ok = crash_cut_import(&dr->dr_leaf, 1, g, mode, seed, &o, img, &p);
+	if (p == NULL)
+		goto out;
+	bool present = false;
+	ok = pool_ds_list(p, names_visit, &present) == 0 && ok;
+	if (present && g >= dr->dr_ack_destroy) {
+		printf("#   \"gone\" is back after its destroy was acknowledged\n");
+		ok = false;
+	} else if (present) {
+		ok = fs_intact(p, "gone", FSID, 1, (uint64_t)NBLK * BLK) && ok;
+	}
+	ok = fs_intact(p, "keep", FSID + 1, 3, KEEP_LEN) && ok;
+	/* The sync thread goes on with a destroy the cut interrupted, and finishes. */
+	for (int i = 0; i < 10000 && pool_destroy_queued(p) > 0; i++)
+		if (pool_txg_wait_synced(p, 0) != 0)
+			break;
+	if (pool_destroy_queued(p) != 0 || pool_txg_wait_synced(p, 0) != 0) {
+		printf("#   the destroy did not finish\n");
+		ok = false;
+	}
+	struct check_lines cl = {.cl_n = 0};
+	int64_t problems = pool_check(p, report_keep, &cl);
+	if (problems != 0) {
+		printf("#   after the destroy: pool_check: %" PRId64 " (%s)\n", problems,
+		       cl.cl_n ? cl.cl_lines[0] : "");
+		ok = false;
+	}
+	pool_close(p);
+out:
+	blk_dev_close(img[0]);
+	if (!ok)
+		printf("#   (cut %" PRIu64 " mode %d seed %" PRIu64 ")\n", g, mode, seed);
+	return ok;
+}
+
+static void test_destroy_crash(void)
+{
+	struct destroy_run dr;
+	memset(&dr, 0, sizeof(dr));
+	bool ok = destroy_workload(&dr);
+	CHECK(ok);
+	if (ok)
+		run_cuts(&dr.dr_leaf, dr.dr_start, dr.dr_ack_destroy, 0xd35, verify_destroy_cut, &dr,
+		         "the destroy's reply");
+	blk_dev_close(dr.dr_leaf);
 	CHECK(bad_completions == 0);
 }
 
@@ -265,5 +426,6 @@ int main(void)
 {
 	log_set_level(LOG_ERROR);
 	TAP_RUN(test_reap_crash);
+	TAP_RUN(test_destroy_crash);
 	return tap_finish();
 }
