@@ -33,9 +33,9 @@
 struct pool_walk {
 	struct pool_bpmap w_cache; /* images of the nodes loaded */
 	struct pool_bpmap w_seen;  /* nodes recorded (and verified) already */
-	struct blk_ptr *w_live;    /* every live block found: nodes once, data as reported */
-	size_t w_nlive, w_cap;
-	bool w_record; /* check: every block reached goes into w_seen and w_live */
+	struct space *w_space;     /* check: the allocator whose check each live block is marked in */
+	size_t w_nlive;            /* live blocks marked: nodes once, data as reported */
+	bool w_record; /* check: every node reached goes into w_seen and is marked live */
 	bool w_verify; /* check: read and verify every copy */
 	pool_report_fn w_report;
 	void *w_arg;
@@ -81,23 +81,17 @@ static void pool_walk_fini(struct pool_walk *w)
 {
 	pool_bpmap_fini(&w->w_cache);
 	pool_bpmap_fini(&w->w_seen);
-	mem_free(w->w_live);
 	mem_free(w->w_good);
 	mem_free(w->w_copy);
 }
 
+/* A live block, marked in the allocator's check as it is found (space_check reports double
+ * references, references to free space and, at its end, leaks), so that no list of every block
+ * of the pool is kept. */
 static int pool_walk_live_add(struct pool_walk *w, const struct blk_ptr *bp)
 {
-	if (w->w_nlive == w->w_cap) {
-		size_t cap = w->w_cap ? w->w_cap * 2 : 256;
-		struct blk_ptr *n = mem_realloc(w->w_live, cap * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		w->w_live = n;
-		w->w_cap = cap;
-	}
-	w->w_live[w->w_nlive++] = *bp;
-	return 0;
+	w->w_nlive++;
+	return space_check_mark(w->w_space, bp->bp_vdev, bp->bp_offset, bp->bp_asize);
 }
 
 /* Reads every copy of bp and checks it; rewrites bad copies from a good one. Returns 0 when a
@@ -346,20 +340,72 @@ static bool pool_names_visit(void *arg, const void *key, uint32_t klen, const vo
 	return true;
 }
 
-static int pool_space_mark_visit(void *arg, struct space *sp)
+/* ---------------------------------------------------------------------------------------------
+ * pool_check */
+
+struct pool_check_walk {
+	struct pool *cw_pool;
+	struct pool_ds **cw_held;
+	size_t cw_nheld;
+	bool cw_leaks_countable; /* every tree could be walked whole, with its data blocks */
+};
+
+/* space_check's visitor, under p_lock with p_walk set: every tree and every data block its
+ * owner names, each block marked live as it is found; the allocator's own blocks verified (it
+ * marks those itself). Returns 0, or -ENOMEM (the check stops). */
+static int pool_check_walk_all(void *arg, struct space *sp)
 {
-	struct pool_walk *w = arg;
-	for (size_t i = 0; i < w->w_nlive; i++) {
-		int rc = space_check_mark(sp, w->w_live[i].bp_vdev, w->w_live[i].bp_offset,
-		                          w->w_live[i].bp_asize);
-		if (rc != 0)
+	struct pool_check_walk *cw = arg;
+	struct pool *p = cw->cw_pool;
+	struct pool_walk *w = p->p_walk;
+	w->w_space = sp;
+	char why[256];
+	int rc = btree_check(p->p_mos, pool_walk_load, p, why, sizeof(why));
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc != 0) {
+		w->w_problems++;
+		pool_walk_say(w, "metadata tree: %s", why);
+		cw->cw_leaks_countable = false;
+	}
+	for (size_t i = 0; i < cw->cw_nheld; i++) {
+		struct pool_ds *ds = cw->cw_held[i];
+		rc = btree_check(ds->ds_tree, pool_walk_load, p, why, sizeof(why));
+		if (rc == -ENOMEM)
 			return rc;
+		if (rc != 0) {
+			w->w_problems++;
+			pool_walk_say(w, "dataset %s: tree: %s", ds->ds_name, why);
+			cw->cw_leaks_countable = false;
+			continue;
+		}
+		if (ds->ds_ops && ds->ds_ops->do_visit_blocks) {
+			rc = pool_walk_entries(p, ds);
+			if (rc == -ENOMEM)
+				return rc;
+			if (rc != 0) {
+				w->w_problems++;
+				pool_walk_say(w, "dataset %s: walking its entries: %s", ds->ds_name,
+				              sh_strerror(rc));
+				cw->cw_leaks_countable = false;
+			}
+		} else if (btree_is_dirty(ds->ds_tree) || !blk_ptr_is_hole(&ds->ds_root)) {
+			pool_walk_say(
+			    w,
+			    "dataset %s: no owner: checked as a tree only (its data blocks are not "
+			    "counted, nor are leaks)",
+			    ds->ds_name);
+			cw->cw_leaks_countable = false;
+		}
+	}
+	for (size_t b = 0; b < p->p_space_blocks.bm_nbuckets; b++) {
+		for (struct pool_bpent *e = p->p_space_blocks.bm_buckets[b]; e; e = e->be_next) {
+			if (pool_bp_valid(p, &e->be_bp))
+				(void)pool_walk_verify(p, w, &e->be_bp); /* a bad one is reported */
+		}
 	}
 	return 0;
 }
-
-/* ---------------------------------------------------------------------------------------------
- * pool_check */
 
 int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 {
@@ -413,57 +459,14 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 	pool_lock(p);
 	pool_walk_wait_writes(p);
 	p->p_walk = w;
-	char why[256];
-	bool leaks_countable = true;
-	rc = btree_check(p->p_mos, pool_walk_load, p, why, sizeof(why));
-	if (rc == -ENOMEM)
-		goto out_locked;
-	if (rc != 0) {
-		w->w_problems++;
-		pool_walk_say(w, "metadata tree: %s", why);
-		leaks_countable = false;
-	}
-	for (size_t i = 0; i < nheld; i++) {
-		struct pool_ds *ds = held[i];
-		rc = btree_check(ds->ds_tree, pool_walk_load, p, why, sizeof(why));
-		if (rc == -ENOMEM)
-			goto out_locked;
-		if (rc != 0) {
-			w->w_problems++;
-			pool_walk_say(w, "dataset %s: tree: %s", ds->ds_name, why);
-			leaks_countable = false;
-			continue;
-		}
-		if (ds->ds_ops && ds->ds_ops->do_visit_blocks) {
-			rc = pool_walk_entries(p, ds);
-			if (rc == -ENOMEM)
-				goto out_locked;
-			if (rc != 0) {
-				w->w_problems++;
-				pool_walk_say(w, "dataset %s: walking its entries: %s", ds->ds_name,
-				              sh_strerror(rc));
-				leaks_countable = false;
-			}
-		} else if (btree_is_dirty(ds->ds_tree) || !blk_ptr_is_hole(&ds->ds_root)) {
-			pool_walk_say(
-			    w,
-			    "dataset %s: no owner: checked as a tree only (its data blocks are not "
-			    "counted, nor are leaks)",
-			    ds->ds_name);
-			leaks_countable = false;
-		}
-	}
-	/* The allocator's own blocks: verified here; space_check marks them itself. */
-	for (size_t b = 0; b < p->p_space_blocks.bm_nbuckets; b++) {
-		for (struct pool_bpent *e = p->p_space_blocks.bm_buckets[b]; e; e = e->be_next) {
-			if (pool_bp_valid(p, &e->be_bp))
-				(void)pool_walk_verify(p, w, &e->be_bp); /* a bad one is reported */
-		}
-	}
+	struct pool_check_walk cw = {.cw_pool = p, .cw_held = held, .cw_nheld = nheld,
+	                              .cw_leaks_countable = true};
 	struct space_check_report sr;
-	rc = space_check(p->p_space, pool_space_mark_visit, w, &sr);
+	rc = space_check(p->p_space, pool_check_walk_all, &cw, &sr);
+	w->w_space = NULL;
 	if (rc != 0)
 		goto out_locked;
+	bool leaks_countable = cw.cw_leaks_countable;
 	int64_t space_problems =
 	    (int64_t)(sr.cr_double_refs + sr.cr_unalloc_refs + sr.cr_bad_refs +
 	              sr.cr_internal_errors + (leaks_countable ? sr.cr_leaked_extents : 0));
