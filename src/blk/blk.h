@@ -202,12 +202,20 @@ struct blk_vdev_stats {
 	uint64_t vs_io_errors;       /* reads or writes that failed */
 	uint64_t vs_repairs;         /* bad copies rewritten from a good one */
 	bool vs_faulted;             /* written around since a write or flush of it failed */
+	bool vs_stale;               /* may hold stale copies (blk_vdev_set_stale) */
 };
 /* True once a write or flush of child `child` failed while another child's succeeded: the child
  * is then neither written, flushed, read nor repaired (unless no other child is left to read), so
  * its copies may be stale until the pool is imported again and checked. Only a mirror child is
  * ever faulted; a vdev keeps the state for its life. */
 bool blk_vdev_child_faulted(const struct blk_vdev *vdev, unsigned child);
+/* Marks child `child` of a mirror as one that may hold stale copies (it missed writes while the
+ * pool ran without it, as the pool's record says at import), or clears the mark (a check has
+ * rewritten its copies). A stale child is written and repaired like any other, but a read tries
+ * it only after the children that are current (and before faulted ones). No-op on a single
+ * leaf. */
+void blk_vdev_set_stale(struct blk_vdev *vdev, unsigned child, bool stale);
+bool blk_vdev_child_stale(const struct blk_vdev *vdev, unsigned child);
 /* Counters of child `child` of vdev. */
 void blk_vdev_stats(const struct blk_vdev *vdev, unsigned child, struct blk_vdev_stats *stats_out);
 

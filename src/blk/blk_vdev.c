@@ -32,13 +32,16 @@
  *   data is on the others, as it would be had the device been missing from the start. A faulted
  *   child is no longer written or flushed, and reads try it only after every other child, so
  *   nothing waits on a dying device and its stale copies are not read while a current one exists.
- *   It stays faulted for the vdev's life (until the pool is imported again). Nothing about the
- *   fault is written to disk, and none needs to be: every block is found through a pointer that
- *   carries its checksum, so a stale copy read later is a checksum error, read around and
- *   repaired; the intent log's reader tries each child's copy until one continues the chain
- *   (ilog_replay.c); and import takes the newest uberblock of any leaf. A check after the next
- *   import rewrites every stale copy (resilvering by scrub). When every child fails, the status
- *   is the first error and nothing is faulted: the caller (the pool) suspends.
+ *   It stays faulted for the vdev's life (until the pool is imported again). The vdev writes
+ *   nothing about the fault to disk; the pool records it (its uberblocks list the leaves that
+ *   missed writes) and, at the next import, marks such a child stale (vd_stale): written like any
+ *   other, read after the current children and before faulted ones, until a check has rewritten
+ *   its copies and the pool clears the mark. Even without the mark nothing wrong would be read:
+ *   every block is found through a pointer that carries its checksum, so a stale copy is a
+ *   checksum error, read around and repaired; the intent log's reader tries each child's copy
+ *   until one continues the chain (ilog_replay.c); and import takes the newest uberblock of any
+ *   leaf. When every child fails, the status is the first error and nothing is faulted: the
+ *   caller (the pool) suspends.
  *
  *   Invariants
  *     1. A vdev never touches bytes outside [data start, data start + data bytes) of its children;
@@ -49,11 +52,11 @@
  *     3. Nothing decoded from disk is trusted: sizes and enums are checked before use and
  *        decompression is bounded by lsize.
  *
- *   Concurrency: a vdev is immutable after creation except for vd_next_read, vd_faulted and the
- *   counters, which are atomics (updated on the engine thread, read by anyone; a submission reads
- *   vd_faulted once and keeps to what it read). Per-operation state lives in
- *   the caller's struct blk_vdev_io or in a context allocated for one block read or write, touched
- *   only by the engine thread once submitted. */
+ *   Concurrency: a vdev is immutable after creation except for vd_next_read, vd_faulted, vd_stale
+ *   and the counters, which are atomics (updated on the engine thread, vd_stale by the pool; read
+ *   by anyone; a submission reads vd_faulted once and keeps to what it read). Per-operation state
+ *   lives in the caller's struct blk_vdev_io or in a context allocated for one block read or
+ *   write, touched only by the engine thread once submitted. */
 #include <errno.h>
 
 #include "blk/blk_impl.h"
@@ -72,6 +75,7 @@ struct blk_vdev {
 	uint64_t vd_data_bytes;
 	atomic_uint vd_next_read;
 	atomic_bool vd_faulted[BLK_MIRROR_MAX];
+	atomic_bool vd_stale[BLK_MIRROR_MAX]; /* may hold stale copies: read after the others */
 	struct blk_vdev_counters vd_counters[BLK_MIRROR_MAX];
 };
 
@@ -103,8 +107,10 @@ int blk_vdev_create(struct blk_engine *engine, struct blk_dev *const *children, 
 	vdev->vd_data_start = BLK_DATA_START_BYTES;
 	vdev->vd_data_bytes = min_bytes - 2ull * BLK_LABEL_AREA_BYTES;
 	atomic_init(&vdev->vd_next_read, 0);
-	for (unsigned i = 0; i < BLK_MIRROR_MAX; i++)
+	for (unsigned i = 0; i < BLK_MIRROR_MAX; i++) {
 		atomic_init(&vdev->vd_faulted[i], false);
+		atomic_init(&vdev->vd_stale[i], false);
+	}
 	*vdev_out = vdev;
 	return 0;
 }
@@ -154,11 +160,23 @@ void blk_vdev_stats(const struct blk_vdev *vdev, unsigned child, struct blk_vdev
 	stats_out->vs_io_errors = atomic_load(&c->vc_io_errors);
 	stats_out->vs_repairs = atomic_load(&c->vc_repairs);
 	stats_out->vs_faulted = atomic_load(&vdev->vd_faulted[child]);
+	stats_out->vs_stale = atomic_load(&vdev->vd_stale[child]);
 }
 
 bool blk_vdev_child_faulted(const struct blk_vdev *vdev, unsigned child)
 {
 	return child < vdev->vd_nchildren && atomic_load(&vdev->vd_faulted[child]);
+}
+
+void blk_vdev_set_stale(struct blk_vdev *vdev, unsigned child, bool stale)
+{
+	if (child < vdev->vd_nchildren && vdev->vd_nchildren > 1)
+		atomic_store(&vdev->vd_stale[child], stale);
+}
+
+bool blk_vdev_child_stale(const struct blk_vdev *vdev, unsigned child)
+{
+	return child < vdev->vd_nchildren && atomic_load(&vdev->vd_stale[child]);
 }
 
 /* The children not faulted, as a bit mask. */
@@ -170,6 +188,13 @@ static uint32_t blk_vdev_live_mask(const struct blk_vdev *vdev)
 			mask |= 1u << i;
 	}
 	return mask;
+}
+
+/* The order in which reads try child c: 0 for a current child, 1 for a stale one, 2 for a
+ * faulted one. */
+static unsigned blk_vdev_read_rank(const struct blk_vdev *vdev, unsigned c)
+{
+	return atomic_load(&vdev->vd_faulted[c]) ? 2u : atomic_load(&vdev->vd_stale[c]) ? 1u : 0u;
 }
 
 /* Counts one finished child io. */
@@ -427,7 +452,8 @@ struct blk_block_read_ctx {
 	void (*rd_done)(void *arg, int status);
 	void *rd_arg;
 	uint8_t *rd_bounce;          /* asize bytes, sector-aligned */
-	unsigned rd_order[BLK_MIRROR_MAX]; /* the children in the order tried: faulted ones last */
+	unsigned rd_order[BLK_MIRROR_MAX]; /* the children in the order tried: current ones, then
+	                                    * stale ones, faulted ones last */
 	unsigned rd_tries;                 /* children tried so far */
 	int rd_status;               /* for a read that ends before any device io */
 	int rd_read_error;           /* the first read error */
@@ -594,12 +620,14 @@ void blk_block_read(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
 		ctx->rd_status = -ENOMEM;
 	else {
 		unsigned n = vdev->vd_nchildren, first = atomic_fetch_add(&vdev->vd_next_read, 1) % n;
-		uint32_t live = blk_vdev_live_mask(vdev);
+		unsigned rank[BLK_MIRROR_MAX];
+		for (unsigned c = 0; c < n; c++)
+			rank[c] = blk_vdev_read_rank(vdev, c);
 		unsigned k = 0;
-		for (int pass = 0; pass < 2; pass++) {
+		for (unsigned pass = 0; pass < 3; pass++) {
 			for (unsigned i = 0; i < n; i++) {
 				unsigned c = (first + i) % n;
-				if (((live >> c) & 1u) == (pass == 0 ? 1u : 0u))
+				if (rank[c] == pass)
 					ctx->rd_order[k++] = c;
 			}
 		}

@@ -182,11 +182,15 @@
  * Failures and limits. A txg whose writes, flush or uberblock fail (after one retry) suspends the
  * pool (R8). A mirror child that starts failing writes or flushes at run time does not: the vdev
  * layer faults it and writes around it while another child takes the writes (blk_vdev.c), the
- * pool reports itself DEGRADED, and the uberblock goes to the other leaves; after the next import
- * (with the child mended, or without it) a check rewrites its stale copies. Import uses the newest
- * valid uberblock only: if its trees cannot be read, import fails (no rewind to an older txg
- * yet). With a faulted child's partner gone, an import from the faulted child alone would come up
- * at the txg it was faulted in: nothing on the leaves records the fault yet.
+ * pool reports itself DEGRADED, and the uberblock goes to the other leaves. Each uberblock lists
+ * the mirror children that missed writes (missing, faulted, or stale: payload table below), and
+ * the sync writes a txg when that list changes (pool_clean). Import marks the listed children
+ * that are present stale (blk_vdev_set_stale: written, read after the current children); a check
+ * that finds no problem has rewritten every stale copy and clears the marks, which the next txg
+ * records. Import uses the newest valid uberblock only: if its trees cannot be read, import fails
+ * (no rewind to an older txg yet). With a faulted child's partner gone, an import from the
+ * faulted child alone comes up at the txg it was faulted in: the record is on the partner (as in
+ * ZFS, whose labels of the other children carry it).
  *
  * ------------------------------------------------------------------------------------------------
  * ON-DISK FORMATS (integers little-endian)
@@ -212,7 +216,7 @@
  *
  * Uberblock (struct blk_uberblock): ub_txg, ub_pool_guid, ub_timestamp_ns = the txg's time,
  * ub_nroots = 2: roots[0] the MOS root (a hole when empty), roots[1] the allocator's root.
- * Payload (the first 104 of BLK_UB_PAYLOAD_BYTES; the rest zero):
+ * Payload (the first 112 + 8 * n of BLK_UB_PAYLOAD_BYTES; the rest zero):
  *   offset  size  field
  *        0     8  magic "SHPOOLUB"
  *        8     4  format version (POOL_FORMAT_VERSION)
@@ -223,6 +227,10 @@
  *       40     8  log region bytes
  *       48    48  replay position (ilog_position_encode)
  *       96     8  reserved, zero
+ *      104     4  n, leaves that missed writes (0..POOL_UB_STALE_MAX): mirror children that were
+ *                 missing, faulted or still stale when the txg was written
+ *      108     4  reserved, zero
+ *      112   8 n  their leaf guids, in configuration order (tops, then the log vdev)
  *
  * MOS entries (a btree of type POOL_MOS_TREE_TYPE, 16 KiB nodes):
  *   "ds/<name>" -> dataset record, 128 bytes:
@@ -253,7 +261,7 @@
 #include "store/pool_impl.h"
 
 #define POOL_UB_MAGIC "SHPOOLUB"
-#define POOL_UB_PAYLOAD_USED 104u
+#define POOL_UB_STALE_OFF 112u
 #define POOL_LOG_ON_LOG_VDEV UINT32_MAX
 #define POOL_ENGINE_DEPTH 256u
 
@@ -664,8 +672,8 @@ out:
 /* ---------------------------------------------------------------------------------------------
  * The uberblock payload */
 
-void pool_ub_payload_encode(const struct pool *p, const struct ilog_position *pos, uint64_t time_ns,
-                            uint8_t out[BLK_UB_PAYLOAD_BYTES])
+uint64_t pool_ub_payload_encode(const struct pool *p, const struct ilog_position *pos,
+                                uint64_t time_ns, uint8_t out[BLK_UB_PAYLOAD_BYTES])
 {
 	memset(out, 0, BLK_UB_PAYLOAD_BYTES);
 	memcpy(out, POOL_UB_MAGIC, 8);
@@ -676,6 +684,143 @@ void pool_ub_payload_encode(const struct pool *p, const struct ilog_position *po
 	pool_put_le64(out + 32, p->p_log_start);
 	pool_put_le64(out + 40, p->p_log_bytes);
 	ilog_position_encode(pos, out + 48);
+	uint64_t guids[POOL_UB_STALE_MAX], digest;
+	unsigned n = pool_stale_leaves(p, guids, &digest);
+	pool_put_le32(out + 104, n);
+	for (unsigned i = 0; i < n; i++)
+		pool_put_le64(out + POOL_UB_STALE_OFF + 8 * i, guids[i]);
+	return digest;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Leaves that missed writes */
+
+/* A leaf's name for messages. */
+static const char *pool_dev_name(const struct blk_dev *d)
+{
+	const char *path = blk_dev_path(d);
+	return path[0] ? path : "(a memory leaf)";
+}
+
+
+uint64_t pool_stale_digest(const uint64_t *guids, unsigned n)
+{
+	return sh_hash64(guids, (size_t)n * sizeof(*guids), n);
+}
+
+/* The vdev child index of leaf j of t, or -1 when the leaf is missing. */
+static int pool_leaf_child(const struct pool_top *t, unsigned j)
+{
+	if (!t->pt_vdev || !t->pt_leaves[j].pl_dev)
+		return -1;
+	for (unsigned c = 0; c < blk_vdev_children(t->pt_vdev); c++)
+		if (blk_vdev_child(t->pt_vdev, c) == t->pt_leaves[j].pl_dev)
+			return (int)c;
+	return -1;
+}
+
+/* Calls fn for each mirror top-level vdev and the log vdev. */
+static void pool_each_mirror(const struct pool *p, void (*fn)(const struct pool_top *t, void *arg),
+                             void *arg)
+{
+	for (unsigned i = 0; i < p->p_ntops; i++)
+		if (p->p_tops[i].pt_mirror)
+			fn(&p->p_tops[i], arg);
+	if (p->p_has_log && p->p_logtop.pt_mirror)
+		fn(&p->p_logtop, arg);
+}
+
+struct pool_stale_list {
+	uint64_t *sl_guids;
+	unsigned sl_n;
+	bool sl_overflow;
+};
+
+static void pool_stale_collect(const struct pool_top *t, void *arg)
+{
+	struct pool_stale_list *sl = arg;
+	for (unsigned j = 0; j < t->pt_nchildren; j++) {
+		int c = pool_leaf_child(t, j);
+		if (c >= 0 && !blk_vdev_child_faulted(t->pt_vdev, (unsigned)c) &&
+		    !blk_vdev_child_stale(t->pt_vdev, (unsigned)c))
+			continue;
+		if (sl->sl_n == POOL_UB_STALE_MAX) {
+			sl->sl_overflow = true;
+			return;
+		}
+		sl->sl_guids[sl->sl_n++] = t->pt_leaves[j].pl_guid;
+	}
+}
+
+unsigned pool_stale_leaves(const struct pool *p, uint64_t guids[POOL_UB_STALE_MAX],
+                           uint64_t *digest_out)
+{
+	struct pool_stale_list sl = {.sl_guids = guids};
+	pool_each_mirror(p, pool_stale_collect, &sl);
+	if (sl.sl_overflow)
+		log_ratelimited(LOG_WARN, "pool %s: more than %u leaves missed writes: the record "
+		                          "names the first %u",
+		                p->p_name, POOL_UB_STALE_MAX, POOL_UB_STALE_MAX);
+	if (digest_out)
+		*digest_out = pool_stale_digest(guids, sl.sl_n);
+	return sl.sl_n;
+}
+
+struct pool_stale_mark {
+	const struct pool *sm_pool;
+	const uint64_t *sm_guids;
+	unsigned sm_n;
+};
+
+static void pool_stale_mark_top(const struct pool_top *t, void *arg)
+{
+	struct pool_stale_mark *sm = arg;
+	unsigned current = 0;
+	for (unsigned j = 0; j < t->pt_nchildren; j++) {
+		int c = pool_leaf_child(t, j);
+		if (c < 0)
+			continue;
+		bool listed = false;
+		for (unsigned i = 0; i < sm->sm_n && !listed; i++)
+			listed = sm->sm_guids[i] == t->pt_leaves[j].pl_guid;
+		if (!listed) {
+			current++;
+			continue;
+		}
+		blk_vdev_set_stale(t->pt_vdev, (unsigned)c, true);
+		log_warn("pool %s: leaf %s missed writes while it was missing or faulted: it is read "
+		         "last until `shale pool check` rewrites its copies",
+		         sm->sm_pool->p_name, pool_dev_name(t->pt_leaves[j].pl_dev));
+	}
+	if (current == 0)
+		log_error("pool %s: every present leaf of a mirror missed writes: blocks written "
+		          "meanwhile may have no good copy here",
+		          sm->sm_pool->p_name);
+}
+
+/* Import: marks the present leaves the uberblock's payload lists as stale (hostile bytes: the
+ * count is bounded, unknown guids are ignored), and remembers the list as written. */
+static void pool_stale_apply(struct pool *p, const uint8_t in[BLK_UB_PAYLOAD_BYTES])
+{
+	uint64_t guids[POOL_UB_STALE_MAX];
+	unsigned n = SH_MIN(pool_get_le32(in + 104), POOL_UB_STALE_MAX);
+	for (unsigned i = 0; i < n; i++)
+		guids[i] = pool_get_le64(in + POOL_UB_STALE_OFF + 8 * i);
+	struct pool_stale_mark sm = {.sm_pool = p, .sm_guids = guids, .sm_n = n};
+	pool_each_mirror(p, pool_stale_mark_top, &sm);
+	p->p_stale_digest = pool_stale_digest(guids, n);
+}
+
+static void pool_stale_clear_top(const struct pool_top *t, void *arg)
+{
+	(void)arg;
+	for (unsigned c = 0; c < blk_vdev_children(t->pt_vdev); c++)
+		blk_vdev_set_stale(t->pt_vdev, c, false);
+}
+
+void pool_stale_clear_locked(struct pool *p)
+{
+	pool_each_mirror(p, pool_stale_clear_top, NULL);
 }
 
 /* Decodes and checks the payload against the region the configuration implies. */
@@ -726,6 +871,7 @@ static struct pool *pool_alloc(const struct pool_open_opts *opts)
 	VERIFY(pthread_cond_init(&p->p_state_cv, &ca) == 0);
 	pthread_condattr_destroy(&ca);
 	atomic_init(&p->p_suspended, false);
+	p->p_stale_digest = pool_stale_digest(NULL, 0);
 	p->p_log_vdev_index = POOL_LOG_ON_LOG_VDEV;
 	pool_bpmap_init(&p->p_mos_pin);
 	pool_bpmap_init(&p->p_space_blocks);
@@ -1057,13 +1203,6 @@ int pool_create(const struct pool_create_args *args, struct pool **out)
 /* ---------------------------------------------------------------------------------------------
  * Import */
 
-/* A leaf's name for messages. */
-static const char *pool_dev_name(const struct blk_dev *d)
-{
-	const char *path = blk_dev_path(d);
-	return path[0] ? path : "(a memory leaf)";
-}
-
 struct pool_found_leaf {
 	struct blk_dev *fl_dev;
 	struct blk_label *fl_label;
@@ -1223,6 +1362,7 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	rc = pool_ub_payload_decode(p, ub->ub_payload, &pos, &p->p_next_ds_id);
 	if (rc != 0)
 		goto fail;
+	pool_stale_apply(p, ub->ub_payload);
 	/* 4. Metadata: the allocator, the MOS. */
 	rc = pool_open_common(p);
 	if (rc != 0)

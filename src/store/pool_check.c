@@ -489,6 +489,9 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 	              "checked %" PRIu64 " blocks (%zu live), repaired %" PRIu64 " copies, %" PRId64
 	              " problems",
 	              w->w_blocks, w->w_nlive, w->w_repaired, w->w_problems);
+	/* Every copy on every child that is not faulted is good now: stale ones are current. */
+	if (w->w_problems == 0)
+		pool_stale_clear_locked(p);
 	rc = 0;
 out_locked:
 	p->p_walk = NULL;
@@ -570,11 +573,13 @@ static void pool_status_vdev(const struct pool_top *t, bool log, struct pool_sta
 	}
 }
 
-/* True when a child of the vdev is faulted (written around: blk_vdev.c). */
+/* True when a child of the vdev is faulted (written around: blk_vdev.c) or stale (it missed
+ * writes before this import and no check has rewritten its copies yet). */
 static bool pool_status_vdev_faulted(const struct pool_status_vdev *sv)
 {
 	for (unsigned j = 0; j < sv->sv_nchildren; j++) {
-		if (sv->sv_children[j].sl_present && sv->sv_children[j].sl_stats.vs_faulted)
+		const struct pool_status_leaf *sl = &sv->sv_children[j];
+		if (sl->sl_present && (sl->sl_stats.vs_faulted || sl->sl_stats.vs_stale))
 			return true;
 	}
 	return false;
@@ -705,6 +710,7 @@ static void pool_print_vdev(FILE *out, const struct pool_status_vdev *sv, unsign
 		        (int)indent, "", 30 - (int)indent, name,
 		        pool_st == POOL_STATE_SUSPENDED ? "SUSPENDED"
 		        : sl->sl_stats.vs_faulted        ? "FAULTED"
+		        : sl->sl_stats.vs_stale          ? "STALE"
 		                                         : "ONLINE",
 		        sl->sl_stats.vs_io_errors, sl->sl_stats.vs_checksum_errors,
 		        sl->sl_stats.vs_repairs, sl->sl_stats.vs_reads + sl->sl_stats.vs_writes);
@@ -728,9 +734,11 @@ int pool_status_print(struct pool *p, FILE *out)
 	fprintf(out, "    id: %" PRIu64 "\n", st->ps_guid);
 	fprintf(out, " state: %s\n", pool_state_name(st->ps_state));
 	if (st->ps_state == POOL_STATE_DEGRADED)
-		fprintf(out, "status: One or more devices are missing or faulted. The pool continues "
-		             "without redundancy there; a faulted device's copies may be stale: "
-		             "export the pool, mend the device, import and check the pool.\n");
+		fprintf(out, "status: One or more devices are missing, faulted or stale. The pool "
+		             "continues without redundancy there. A faulted device's copies may be "
+		             "stale: export the pool, mend the device and import it (it is then STALE, "
+		             "read last); `shale pool check` rewrites a stale device's copies and "
+		             "makes it ONLINE.\n");
 	else if (st->ps_state == POOL_STATE_SUSPENDED)
 		fprintf(out, "status: A transaction group could not be written. Changes are "
 		             "refused; export and "

@@ -416,6 +416,7 @@ struct pool {
 	uint8_t *p_log_frame;     /* ILOG_PAYLOAD_MAX bytes for framing a record */
 	struct pool_walk *p_walk; /* a check or destroy walk is running (its own block cache) */
 	uint64_t p_destroy_step_txg; /* sync thread: the txg of the last destroy step */
+	uint64_t p_stale_digest;     /* pool_stale_leaves's digest as the last uberblock holds it */
 	uint64_t p_free_errors;
 	uint64_t p_log_bad_blocks; /* pool_log_bad_blocks (import) */
 	/* The memory model (pool.c): the bytes the txg being written holds outside the ARC (its
@@ -487,9 +488,21 @@ static inline uint64_t pool_get_le64(const uint8_t *p)
 /* pool.c */
 /* Refuses further changes (R8 of pool.c), logging why; wakes every waiter with -EIO. */
 void pool_suspend(struct pool *p, const char *why);
-/* The uberblock payload of the open state (table in pool.c). */
-void pool_ub_payload_encode(const struct pool *p, const struct ilog_position *pos, uint64_t time_ns,
-                            uint8_t out[BLK_UB_PAYLOAD_BYTES]);
+/* Most leaves an uberblock can name as having missed writes (table in pool.c). */
+#define POOL_UB_STALE_MAX ((BLK_UB_PAYLOAD_BYTES - 112u) / 8u)
+/* The mirror children (and log mirror children) that missed writes now: missing, faulted or
+ * still marked stale; their guids into guids, in configuration order, and a digest of the list
+ * (may be NULL). Returns how many. Under p_lock (or before the sync thread runs). */
+unsigned pool_stale_leaves(const struct pool *p, uint64_t guids[POOL_UB_STALE_MAX],
+                           uint64_t *digest_out);
+uint64_t pool_stale_digest(const uint64_t *guids, unsigned n);
+/* After a check that found no problem: every present child is current again (blk_vdev_set_stale
+ * false); the next txg records it. Under p_lock. */
+void pool_stale_clear_locked(struct pool *p);
+/* The uberblock payload of the open state (table in pool.c); returns the digest of the list of
+ * leaves that missed writes it holds (pool_stale_leaves). */
+uint64_t pool_ub_payload_encode(const struct pool *p, const struct ilog_position *pos,
+                                uint64_t time_ns, uint8_t out[BLK_UB_PAYLOAD_BYTES]);
 /* [A-Za-z0-9_.-]{1,max}. */
 bool pool_name_valid(const char *name, size_t max);
 /* The compression c means for p (DEFAULT: the pool's). */

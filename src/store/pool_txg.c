@@ -41,6 +41,11 @@ static bool pool_clean(struct pool *p)
 	if (btree_is_dirty(p->p_mos) || space_is_dirty(p->p_space) ||
 	    p->p_log_next_lsn != p->p_log_lsn_at_sync)
 		return false;
+	/* A leaf faulted or mended since the last uberblock: the next one must say so. */
+	uint64_t guids[POOL_UB_STALE_MAX], digest;
+	(void)pool_stale_leaves(p, guids, &digest);
+	if (digest != p->p_stale_digest)
+		return false;
 	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
 		if (ds->ds_record_dirty || btree_is_dirty(ds->ds_tree) || pool_owner_dirty(ds) > 0)
 			return false;
@@ -360,7 +365,7 @@ static int pool_sync_build(struct pool *p, uint64_t txg, struct blk_uberblock *u
 	ub->ub_nroots = 2;
 	ub->ub_roots[0] = mos_root;
 	ub->ub_roots[1] = space_root;
-	pool_ub_payload_encode(p, pos, ub->ub_timestamp_ns, ub->ub_payload);
+	p->p_stale_digest = pool_ub_payload_encode(p, pos, ub->ub_timestamp_ns, ub->ub_payload);
 out:
 	p->p_sync_ds = NULL;
 	return rc;

@@ -1,7 +1,8 @@
 /* test_pool.c: unit tests of the pool (src/store/pool*): create, export and import on memory leaves
  * and on files, datasets, thousands of logged key-value puts over many txgs with a key-value owner
- * (pool_kv.h), log replay after a close without export, dataset destroy returning its space,
- * mirror self-healing and check repairs, an unmirrored bad block, a full pool, throttling, a small
+ * (pool_kv.h), log replay after a close without export, dataset destroy returning its space (at
+ * once, and in steps across a crash), mirror self-healing and check repairs, the record of the
+ * mirror children that missed writes, an unmirrored bad block, a full pool, throttling, a small
  * cache, the memory bound of the ARC's limit, degraded and refused imports, suspension,
  * properties and the status report. */
 #include <errno.h>
@@ -636,6 +637,22 @@ static void test_ds_destroy_steps(void)
 	blk_dev_close(d);
 }
 
+/* Child c of top-level vdev t (t == UINT32_MAX: the log vdev): 'S' stale, 'F' faulted, 'M'
+ * missing, 'O' online; and the pool's state. */
+static char child_state(struct pool *p, unsigned t, unsigned c, enum pool_state *state)
+{
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	VERIFY(st != NULL);
+	pool_status(p, st);
+	const struct pool_status_leaf *sl =
+	    &(t == UINT32_MAX ? &st->ps_log : &st->ps_tops[t])->sv_children[c];
+	char r = !sl->sl_present ? 'M' : sl->sl_stats.vs_faulted ? 'F' : sl->sl_stats.vs_stale ? 'S' : 'O';
+	if (state)
+		*state = st->ps_state;
+	mem_free(st);
+	return r;
+}
+
 static unsigned g_repaired_lines;
 
 static void report_count_repairs(void *arg, const char *line)
@@ -659,7 +676,8 @@ static void check_repairs_all(struct pool *p)
 }
 
 /* A mirror with one side of every block damaged: reads are right and repair; a check repairs
- * every copy; then the damaged side alone holds the whole pool. */
+ * every copy; then the damaged side alone holds the whole pool, and the side left out meanwhile
+ * comes back STALE until a check. */
 static void test_mirror_repair(void)
 {
 	struct blk_dev *d[2] = {mem_dev(48 * MIB), mem_dev(48 * MIB)};
@@ -713,6 +731,19 @@ static void test_mirror_repair(void)
 	kv_close(kv);
 	CHECK(check_pool(p) == 0);
 	CHECK(pool_export(p) == 0);
+	/* leaf 1 missed those writes: back, it is stale until a check rewrites its copies */
+	CHECK(pool_import_devs(d, 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	enum pool_state ps;
+	CHECK(child_state(p, 0, 0, NULL) == 'O' && child_state(p, 0, 1, &ps) == 'S' &&
+	      ps == POOL_STATE_DEGRADED);
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	kv_close(kv);
+	check_repairs_all(p);
+	CHECK(child_state(p, 0, 1, &ps) == 'O' && ps == POOL_STATE_ONLINE);
+	CHECK(pool_export(p) == 0);
 out:
 	model_fini(&m);
 	blk_dev_close(d[0]);
@@ -721,9 +752,10 @@ out:
 
 /* A mirror child that fails every write at run time (and a log mirror child that is pulled) is
  * faulted and written around: the pool keeps taking logged and synced changes, reports itself
- * DEGRADED, and after a crash imports with the stale children back, replays the log from the good
- * log child, and a check rewrites every stale copy, so that the once faulted leaves alone then
- * hold the whole pool. */
+ * DEGRADED, and after a crash imports with the stale children back (marked STALE from the
+ * pool's record, and read after their partners), replays the log from the good log child, and a
+ * check rewrites every stale copy and makes them ONLINE for good, so that the once faulted leaves
+ * alone then hold the whole pool. */
 static void test_mirror_write_around(void)
 {
 	struct blk_dev *d[2] = {mem_dev(48 * MIB), mem_dev(48 * MIB)};
@@ -772,10 +804,32 @@ static void test_mirror_write_around(void)
 	CHECK(pool_import_devs((struct blk_dev *[]){d[0], d[1], l[0], l[1]}, 4, &o, &p) == 0);
 	if (!p)
 		goto out;
+	/* the faults were recorded: the children that missed writes come back stale */
+	enum pool_state ps;
+	CHECK(child_state(p, 0, 0, NULL) == 'O' && child_state(p, 0, 1, &ps) == 'S' &&
+	      ps == POOL_STATE_DEGRADED);
+	CHECK(child_state(p, UINT32_MAX, 0, NULL) == 'O' && child_state(p, UINT32_MAX, 1, NULL) == 'S');
+	f = fmemopen(out, sizeof(out), "w");
+	CHECK(pool_status_print(p, f) == 0);
+	fclose(f);
+	CHECK(strstr(out, "STALE") != NULL);
 	CHECK(kv_open(p, "kv", &kv) == 0);
 	CHECK(verify_model(kv, &m, NULL) == 0);
 	kv_close(kv);
+	/* reads went to the current child first: the stale one was not read into errors */
+	struct pool_status *st2 = mem_alloc(sizeof(*st2));
+	pool_status(p, st2);
+	CHECK(st2->ps_tops[0].sv_children[1].sl_stats.vs_checksum_errors == 0);
+	mem_free(st2);
 	check_repairs_all(p);
+	CHECK(child_state(p, 0, 1, &ps) == 'O' && ps == POOL_STATE_ONLINE);
+	CHECK(child_state(p, UINT32_MAX, 1, NULL) == 'O');
+	CHECK(pool_export(p) == 0);
+	/* the check's verdict is durable */
+	CHECK(pool_import_devs((struct blk_dev *[]){d[0], d[1], l[0], l[1]}, 4, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(child_state(p, 0, 1, &ps) == 'O' && ps == POOL_STATE_ONLINE);
 	CHECK(pool_export(p) == 0);
 	/* resilvered: the once faulted leaves alone hold everything */
 	CHECK(pool_import_devs((struct blk_dev *[]){d[1], l[1]}, 2, &o, &p) == 0);
