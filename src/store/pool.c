@@ -788,8 +788,8 @@ static void pool_stale_mark_top(const struct pool_top *t, void *arg)
 			continue;
 		}
 		blk_vdev_set_stale(t->pt_vdev, (unsigned)c, true);
-		log_warn("pool %s: leaf %s missed writes while it was missing or faulted: it is read "
-		         "last until `shale pool check` rewrites its copies",
+		log_warn("pool %s: leaf %s missed writes while it was missing or faulted: "
+		         "it is read last until `shale pool check` rewrites its copies",
 		         sm->sm_pool->p_name, pool_dev_name(t->pt_leaves[j].pl_dev));
 	}
 	if (current == 0)

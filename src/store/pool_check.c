@@ -33,7 +33,7 @@
 struct pool_walk {
 	struct pool_bpmap w_cache; /* images of the nodes loaded */
 	struct pool_bpmap w_seen;  /* nodes recorded (and verified) already */
-	struct space *w_space;     /* check: the allocator whose check each live block is marked in */
+	struct space *w_space;     /* check: the allocator whose check marks each live block */
 	size_t w_nlive;            /* live blocks marked: nodes once, data as reported */
 	bool w_record; /* check: every node reached goes into w_seen and is marked live */
 	bool w_verify; /* check: read and verify every copy */
@@ -736,9 +736,9 @@ int pool_status_print(struct pool *p, FILE *out)
 	if (st->ps_state == POOL_STATE_DEGRADED)
 		fprintf(out, "status: One or more devices are missing, faulted or stale. The pool "
 		             "continues without redundancy there. A faulted device's copies may be "
-		             "stale: export the pool, mend the device and import it (it is then STALE, "
-		             "read last); `shale pool check` rewrites a stale device's copies and "
-		             "makes it ONLINE.\n");
+		             "stale: export the pool, mend the device and import it (it is then "
+		             "STALE, read last); `shale pool check` rewrites a stale device's "
+		             "copies and makes it ONLINE.\n");
 	else if (st->ps_state == POOL_STATE_SUSPENDED)
 		fprintf(out, "status: A transaction group could not be written. Changes are "
 		             "refused; export and "
@@ -778,7 +778,8 @@ int pool_status_print(struct pool *p, FILE *out)
 	for (unsigned i = 0; i < st->ps_nloaded; i++) {
 		const struct pool_status_ds *sd = &st->ps_loaded[i];
 		if (sd->sd_destroying) {
-			fprintf(out, "\t%s/%s: destroyed, %" PRIu64 " tree entries left to free%s\n",
+			fprintf(out,
+			        "\t%s/%s: destroyed, %" PRIu64 " tree entries left to free%s\n",
 			        st->ps_name, sd->sd_name, sd->sd_destroy_entries,
 			        sd->sd_destroy_stuck ? " (stuck: no owner to name its blocks)"
 			                             : " (freeing in the background)");

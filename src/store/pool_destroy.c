@@ -167,7 +167,7 @@ static bool pool_destroy_load_visit(void *arg, const void *key, uint32_t klen, c
 	size_t pl = strlen(POOL_DQ_PREFIX);
 	if (klen < pl || memcmp(key, POOL_DQ_PREFIX, pl) != 0)
 		return false;
-	char name[POOL_DS_NAME_MAX + 1];
+	char name[POOL_DS_NAME_MAX + 1], want[POOL_MOS_KEY_MAX];
 	snprintf(name, sizeof(name), "destroyed-%.*s", (int)SH_MIN(klen - pl, 16u),
 	         (const char *)key + pl);
 	struct pool_ds *ds;
@@ -175,6 +175,17 @@ static bool pool_destroy_load_visit(void *arg, const void *key, uint32_t klen, c
 	if (rc != 0) {
 		dl->dl_err = rc;
 		return false;
+	}
+	uint32_t wlen;
+	pool_destroy_key(ds->ds_id, want, &wlen);
+	if (wlen != klen || memcmp(want, key, klen) != 0) {
+		/* A record under another dataset's key: left alone (a check reports its blocks). */
+		log_error("pool %s: the record under %.*s names dataset id %" PRIu64
+		          ": not destroyed",
+		          dl->dl_pool->p_name, (int)SH_MIN(klen, 32u), (const char *)key,
+		          ds->ds_id);
+		pool_ds_unload_locked(dl->dl_pool, ds);
+		return true;
 	}
 	ds->ds_destroying = true;
 	ds->ds_queued = true;
@@ -211,8 +222,8 @@ void pool_destroy_attach_all(struct pool *p)
 		ds->ds_destroy_failed = true;
 		atomic_fetch_sub(&p->p_destroy_queued, 1);
 		pool_unlock(p);
-		log_error("pool %s: dataset %s being destroyed has no owner to name its blocks (%s): "
-		          "left as it is",
+		log_error("pool %s: dataset %s being destroyed has no owner to name its blocks "
+		          "(%s): left as it is",
 		          p->p_name, ds->ds_name, sh_strerror(rc));
 	}
 }
@@ -319,8 +330,8 @@ static int pool_destroy_entries(struct pool *p, struct pool_ds *ds, uint32_t max
 		rc = ds->ds_ops->do_visit_blocks(ds->ds_owner, f->df_key, f->df_klen, f->df_val,
 		                                 f->df_vlen, pool_destroy_collect, db);
 		if (rc == -EIO) {
-			log_warn("pool %s: dataset %s being destroyed: an entry does not parse; its "
-			         "blocks stay allocated",
+			log_warn("pool %s: dataset %s being destroyed: an entry does not parse; "
+			         "its blocks stay allocated",
 			         p->p_name, ds->ds_name);
 			db->db_n = had;
 			rc = 0;

@@ -612,7 +612,8 @@ static void test_ds_destroy_steps(void)
 	       "%" PRIu64 " txgs for %" PRIu64 " entries in steps of 7", pool_synced_txg(p) - txg0,
 	       entries);
 	CHECK(destroy_left(p) == UINT64_MAX);
-	printf("#   %" PRIu64 " entries, %" PRIu64 " left at the crash, freed in %" PRIu64 " txgs\n",
+	printf("#   %" PRIu64 " entries, %" PRIu64 " left at the crash, freed in %" PRIu64
+	       " txgs\n",
 	       entries, left, pool_synced_txg(p) - txg0);
 	/* the new one, destroyed and waited for */
 	CHECK(pool_ds_destroy(p, "big") == 0);
@@ -646,7 +647,10 @@ static char child_state(struct pool *p, unsigned t, unsigned c, enum pool_state 
 	pool_status(p, st);
 	const struct pool_status_leaf *sl =
 	    &(t == UINT32_MAX ? &st->ps_log : &st->ps_tops[t])->sv_children[c];
-	char r = !sl->sl_present ? 'M' : sl->sl_stats.vs_faulted ? 'F' : sl->sl_stats.vs_stale ? 'S' : 'O';
+	char r = !sl->sl_present           ? 'M'
+	         : sl->sl_stats.vs_faulted ? 'F'
+	         : sl->sl_stats.vs_stale   ? 'S'
+	                                   : 'O';
 	if (state)
 		*state = st->ps_state;
 	mem_free(st);
@@ -808,7 +812,8 @@ static void test_mirror_write_around(void)
 	enum pool_state ps;
 	CHECK(child_state(p, 0, 0, NULL) == 'O' && child_state(p, 0, 1, &ps) == 'S' &&
 	      ps == POOL_STATE_DEGRADED);
-	CHECK(child_state(p, UINT32_MAX, 0, NULL) == 'O' && child_state(p, UINT32_MAX, 1, NULL) == 'S');
+	CHECK(child_state(p, UINT32_MAX, 0, NULL) == 'O' &&
+	      child_state(p, UINT32_MAX, 1, NULL) == 'S');
 	f = fmemopen(out, sizeof(out), "w");
 	CHECK(pool_status_print(p, f) == 0);
 	fclose(f);

@@ -253,7 +253,8 @@ static void run_cuts(struct blk_dev **leaf, uint64_t start, uint64_t ack, uint64
 		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER && failed <= 4;
 		     mode++) {
 			images++;
-			failed += !verify(run, g, (enum blk_fault_mode)mode, c * 7 + (uint64_t)mode);
+			failed += !verify(run, g, (enum blk_fault_mode)mode,
+			                  c * 7 + (uint64_t)mode);
 		}
 	}
 	printf("#   %u cut points (%zu flush events), %u images, %u after %s\n", plan.cp_ncuts,
@@ -416,8 +417,8 @@ static void test_destroy_crash(void)
 	bool ok = destroy_workload(&dr);
 	CHECK(ok);
 	if (ok)
-		run_cuts(&dr.dr_leaf, dr.dr_start, dr.dr_ack_destroy, 0xd35, verify_destroy_cut, &dr,
-		         "the destroy's reply");
+		run_cuts(&dr.dr_leaf, dr.dr_start, dr.dr_ack_destroy, 0xd35, verify_destroy_cut,
+		         &dr, "the destroy's reply");
 	blk_dev_close(dr.dr_leaf);
 	CHECK(bad_completions == 0);
 }
