@@ -165,30 +165,27 @@ static bool check_bytes(struct fs *fs, const struct fs_obj_id *f, const char *na
 	return true;
 }
 
-static bool verify_cut(void *run, uint64_t g, enum blk_fault_mode mode, uint64_t seed)
+/* The imported image of cut g against the reap run's acknowledgements. */
+static bool verify_reap(void *run, struct pool *p, uint64_t g)
 {
 	struct reap_run *rr = run;
-	struct blk_dev *img[1] = {NULL};
-	struct pool_open_opts o = ropts();
-	struct pool *p = NULL;
-	bool ok = crash_cut_import(&rr->rr_leaf, 1, g, mode, seed, &o, img, &p);
-	if (p == NULL)
-		goto out;
+	bool ok = true;
 	struct fs *fs = NULL;
 	struct fs_obj_id root, f;
 	struct fs_attr at;
 	int rc;
 	if ((rc = pool_fs_open(p, "fs", FSID, &fs)) != 0 || (rc = fs_root(fs, &root)) != 0) {
 		printf("#   file system: %s\n", sh_strerror(rc));
-		ok = false;
-		goto out_close;
+		if (fs)
+			fs_destroy(fs);
+		return false;
 	}
 	rc = op_lookup(fs, &root, "a", &f, &at);
 	if (rc == 0 && g >= rr->rr_ack_remove) {
 		printf("#   \"a\" is back after its REMOVE was acknowledged\n");
 		ok = false;
 	} else if (rc == 0) {
-		ok = ok && at.fa_size == (uint64_t)NBLK * BLK &&
+		ok = at.fa_size == (uint64_t)NBLK * BLK &&
 		     check_bytes(fs, &f, "a", 1, (uint64_t)NBLK * BLK, UINT64_MAX, false);
 	} else if (rc != -ENOENT) {
 		printf("#   \"a\": %s\n", sh_strerror(rc));
@@ -221,28 +218,42 @@ static bool verify_cut(void *run, uint64_t g, enum blk_fault_mode mode, uint64_t
 		ok = false;
 	}
 	fs_destroy(fs);
-	struct check_lines cl = {.cl_n = 0};
-	int64_t problems = pool_check(p, report_keep, &cl);
-	if (problems != 0) {
-		printf("#   after reaping: pool_check: %" PRId64 " (%s)\n", problems,
-		       cl.cl_n ? cl.cl_lines[0] : "");
-		ok = false;
+	return ok;
+}
+
+typedef bool (*verify_fn)(void *run, struct pool *p, uint64_t g);
+
+/* One image: the leaf cut at g in mode, imported with o and checked (crash_cut_import), then
+ * verify(run, p, g) (which also lets the interrupted background work finish), then checked
+ * again. */
+static bool cut_verify(struct blk_dev **leaf, uint64_t g, enum blk_fault_mode mode,
+                       uint64_t seed, const struct pool_open_opts *o, verify_fn verify, void *run)
+{
+	struct blk_dev *img[1] = {NULL};
+	struct pool *p = NULL;
+	bool ok = crash_cut_import(leaf, 1, g, mode, seed, o, img, &p);
+	if (p) {
+		ok = verify(run, p, g) && ok;
+		struct check_lines cl = {.cl_n = 0};
+		int64_t problems = pool_check(p, report_keep, &cl);
+		if (problems != 0) {
+			printf("#   after the background work: pool_check: %" PRId64 " (%s)\n",
+			       problems, cl.cl_n ? cl.cl_lines[0] : "");
+			ok = false;
+		}
+		pool_close(p);
 	}
-out_close:
-	pool_close(p);
-out:
 	blk_dev_close(img[0]);
 	if (!ok)
 		printf("#   (cut %" PRIu64 " mode %d seed %" PRIu64 ")\n", g, mode, seed);
 	return ok;
 }
 
-/* Every cut point of a run (16 by default) in every fault mode through verify(run, ...); the
- * cuts at or past ack (the reply under test) must be some of them. */
+/* Every cut point of a run (16 by default) in every fault mode, imported with o, through
+ * verify; the cuts at or past ack (the reply under test) must be some of them. */
 static void run_cuts(struct blk_dev **leaf, uint64_t start, uint64_t ack, uint64_t seed,
-                     bool (*verify)(void *run, uint64_t g, enum blk_fault_mode mode,
-                                    uint64_t seed),
-                     void *run, const char *what)
+                     const struct pool_open_opts *o, verify_fn verify, void *run,
+                     const char *what)
 {
 	struct crash_plan plan;
 	crash_plan_init(&plan, leaf, 1, start, 16, seed);
@@ -253,8 +264,8 @@ static void run_cuts(struct blk_dev **leaf, uint64_t start, uint64_t ack, uint64
 		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER && failed <= 4;
 		     mode++) {
 			images++;
-			failed += !verify(run, g, (enum blk_fault_mode)mode,
-			                  c * 7 + (uint64_t)mode);
+			failed += !cut_verify(leaf, g, (enum blk_fault_mode)mode,
+			                      c * 7 + (uint64_t)mode, o, verify, run);
 		}
 	}
 	printf("#   %u cut points (%zu flush events), %u images, %u after %s\n", plan.cp_ncuts,
@@ -270,8 +281,9 @@ static void test_reap_crash(void)
 	memset(&rr, 0, sizeof(rr));
 	bool ok = reap_workload(&rr);
 	CHECK(ok);
+	struct pool_open_opts o = ropts();
 	if (ok)
-		run_cuts(&rr.rr_leaf, rr.rr_start, rr.rr_ack_remove, 0x7e4, verify_cut, &rr,
+		run_cuts(&rr.rr_leaf, rr.rr_start, rr.rr_ack_remove, 0x7e4, &o, verify_reap, &rr,
 		         "the REMOVE's reply");
 	blk_dev_close(rr.rr_leaf);
 	CHECK(bad_completions == 0);
@@ -369,17 +381,12 @@ static int names_visit(void *arg, const struct pool_ds_info *info)
 	return 0;
 }
 
-static bool verify_destroy_cut(void *run, uint64_t g, enum blk_fault_mode mode, uint64_t seed)
+/* The imported image of cut g against the destroy run's acknowledgement. */
+static bool verify_destroy(void *run, struct pool *p, uint64_t g)
 {
 	struct destroy_run *dr = run;
-	struct blk_dev *img[1] = {NULL};
-	struct pool_open_opts o = dopts();
-	struct pool *p = NULL;
-	bool ok = crash_cut_import(&dr->dr_leaf, 1, g, mode, seed, &o, img, &p);
-	if (p == NULL)
-		goto out;
 	bool present = false;
-	ok = pool_ds_list(p, names_visit, &present) == 0 && ok;
+	bool ok = pool_ds_list(p, names_visit, &present) == 0;
 	if (present && g >= dr->dr_ack_destroy) {
 		printf("#   \"gone\" is back after its destroy was acknowledged\n");
 		ok = false;
@@ -395,18 +402,6 @@ static bool verify_destroy_cut(void *run, uint64_t g, enum blk_fault_mode mode, 
 		printf("#   the destroy did not finish\n");
 		ok = false;
 	}
-	struct check_lines cl = {.cl_n = 0};
-	int64_t problems = pool_check(p, report_keep, &cl);
-	if (problems != 0) {
-		printf("#   after the destroy: pool_check: %" PRId64 " (%s)\n", problems,
-		       cl.cl_n ? cl.cl_lines[0] : "");
-		ok = false;
-	}
-	pool_close(p);
-out:
-	blk_dev_close(img[0]);
-	if (!ok)
-		printf("#   (cut %" PRIu64 " mode %d seed %" PRIu64 ")\n", g, mode, seed);
 	return ok;
 }
 
@@ -416,8 +411,9 @@ static void test_destroy_crash(void)
 	memset(&dr, 0, sizeof(dr));
 	bool ok = destroy_workload(&dr);
 	CHECK(ok);
+	struct pool_open_opts o = dopts();
 	if (ok)
-		run_cuts(&dr.dr_leaf, dr.dr_start, dr.dr_ack_destroy, 0xd35, verify_destroy_cut,
+		run_cuts(&dr.dr_leaf, dr.dr_start, dr.dr_ack_destroy, 0xd35, &o, verify_destroy,
 		         &dr, "the destroy's reply");
 	blk_dev_close(dr.dr_leaf);
 	CHECK(bad_completions == 0);
