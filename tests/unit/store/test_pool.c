@@ -588,6 +588,11 @@ static void test_ds_destroy_steps(void)
 	uint64_t left = destroy_left(p);
 	CHECKF(left != UINT64_MAX && left < entries && left > 0,
 	       "%" PRIu64 " of %" PRIu64 " entries left", left, entries);
+	char out[4096];
+	FILE *f = fmemopen(out, sizeof(out), "w");
+	CHECK(pool_status_print(p, f) == 0);
+	fclose(f);
+	CHECK(strstr(out, "tree entries left to free (freeing in the background)") != NULL);
 	pool_close(p);
 
 	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
