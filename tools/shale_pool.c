@@ -3,6 +3,7 @@
  *
  *   shale pool create NAME [mirror] VDEV... [log [mirror] VDEV...] [--size BYTES] [--force]
  *   shale pool import|export|status|check NAME [-d DIR]
+ *   shale pool attach|detach|replace ... (tools/shale_pool_vdev.c)
  *   shale fs create|destroy NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]
  *   shale fs list NAME [-d DIR]
  *
@@ -28,11 +29,9 @@
 #include "store/pool.h"
 #include "store/pool_fs.h"
 
-#define POOL_CMD_MAX_LEAVES 256u
-
 /* Options every command imports with: datasets get the file-system owner, which replays their log
  * records and names their data blocks (for check and destroy). */
-static void shale_cmd_pool_opts(struct pool_open_opts *opts)
+void shale_cmd_pool_opts(struct pool_open_opts *opts)
 {
 	memset(opts, 0, sizeof(*opts));
 	opts->po_attach = pool_fs_attach;
@@ -53,6 +52,11 @@ static void pool_cmd_usage(FILE *out)
 		"  shale pool status NAME [-d DIR]   vdevs, errors, cache and log figures, space;\n"
 		"      live from the server when `shale serve` holds the pool\n"
 		"  shale pool check NAME [-d DIR]    verify every block and the allocator; exit 1 on problems\n"
+		"  shale pool attach NAME EXISTING NEW [-d DIR] [--size BYTES] [--force]\n"
+		"      NEW becomes another side of EXISTING's mirror; every block is copied onto it\n"
+		"  shale pool detach NAME LEAF [-d DIR]   take LEAF out of its mirror\n"
+		"  shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force]\n"
+		"      attach NEW beside OLD (which may be missing), resilver, detach OLD\n"
 		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
 }
 
@@ -356,6 +360,8 @@ int shale_pool_main(int argc, char **argv)
 	if (strcmp(verb, "import") == 0 || strcmp(verb, "export") == 0 || strcmp(verb, "status") == 0 ||
 	    strcmp(verb, "check") == 0)
 		return pool_cmd_named(verb, argc - 1, argv + 1);
+	if (strcmp(verb, "attach") == 0 || strcmp(verb, "detach") == 0 || strcmp(verb, "replace") == 0)
+		return shale_pool_vdev_main(verb, argc - 1, argv + 1);
 	if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
 		pool_cmd_usage(stdout);
 		return 0;

@@ -7,11 +7,20 @@
 
 #include <stdint.h>
 
+#include "store/pool.h"
+
+/* The most leaves a command takes. */
+#define POOL_CMD_MAX_LEAVES 256u
+
 /* "64M" -> 67108864 (suffixes K, M, G, T; no zero). Returns 0 or -EINVAL. */
 int shale_parse_bytes(const char *text, uint64_t *out);
 
 /* argv[0] is "pool" / "fs"; return the process's exit status. */
 int shale_pool_main(int argc, char **argv);
 int shale_fs_main(int argc, char **argv);
+/* `shale pool attach|detach|replace` (tools/shale_pool_vdev.c); argv[0] is the verb. */
+int shale_pool_vdev_main(const char *verb, int argc, char **argv);
+/* The options every pool command imports with (datasets get the file-system owner). */
+void shale_cmd_pool_opts(struct pool_open_opts *opts);
 
 #endif

@@ -311,6 +311,9 @@ struct blk_label {
 /* Writes all four labels of dev (label areas only; the uberblock rings are not touched) and
  * flushes. Returns 0 or -errno. */
 SH_MUST_CHECK int blk_label_write(struct blk_engine *engine, struct blk_dev *dev, const struct blk_label *label);
+/* Zeroes all four labels of dev, uberblock rings included, and flushes: dev is no longer any
+ * pool's leaf (a detached one). Returns 0 or -errno. */
+SH_MUST_CHECK int blk_label_wipe(struct blk_engine *engine, struct blk_dev *dev);
 /* Reads the labels of dev and returns the valid one with the highest lb_config_txg; -ENOENT when
  * none is valid (not a pool device), -EINVAL on nonsense that passes the checksum. */
 SH_MUST_CHECK int blk_label_read(struct blk_engine *engine, struct blk_dev *dev, struct blk_label *label_out);

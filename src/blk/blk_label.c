@@ -140,6 +140,32 @@ static int blk_label_decode(uint8_t *in, struct blk_label *out)
 	return 0;
 }
 
+/* Writes buf over the first len bytes of each of dev's four labels in two flushed phases: the
+ * even labels, then the odd ones (see the theory above). */
+static int blk_label_put(struct blk_engine *engine, struct blk_dev *dev, const uint8_t *buf,
+                         uint32_t len)
+{
+	int rc = 0;
+	for (unsigned phase = 0; phase < 2 && rc == 0; phase++) {
+		struct blk_io ios[2];
+		struct blk_batch batch;
+		blk_batch_init(&batch);
+		for (unsigned k = 0; k < 2; k++) {
+			unsigned i = phase + 2 * k;
+			ios[k] = (struct blk_io){.bi_op = BLK_IO_WRITE,
+			                         .bi_dev = dev,
+			                         .bi_offset = blk_label_offset(dev->bd_size, i),
+			                         .bi_buf = (void *)buf,
+			                         .bi_len = len};
+			blk_batch_submit(&batch, engine, &ios[k]);
+		}
+		rc = blk_batch_wait(&batch);
+		if (rc == 0)
+			rc = blk_flush_sync(engine, dev);
+	}
+	return rc;
+}
+
 int blk_label_write(struct blk_engine *engine, struct blk_dev *dev, const struct blk_label *label)
 {
 	if (!blk_label_dev_ok(dev))
@@ -151,26 +177,20 @@ int blk_label_write(struct blk_engine *engine, struct blk_dev *dev, const struct
 	if (!buf)
 		return -ENOMEM;
 	blk_label_encode(label, buf);
-	int rc = 0;
-	/* Two phases, each flushed: the even labels, then the odd ones (see the theory above). */
-	for (unsigned phase = 0; phase < 2 && rc == 0; phase++) {
-		struct blk_io ios[2];
-		struct blk_batch batch;
-		blk_batch_init(&batch);
-		for (unsigned k = 0; k < 2; k++) {
-			unsigned i = phase + 2 * k;
-			ios[k] = (struct blk_io){.bi_op = BLK_IO_WRITE,
-			                         .bi_dev = dev,
-			                         .bi_offset = blk_label_offset(dev->bd_size, i),
-			                         .bi_buf = buf,
-			                         .bi_len = BLK_LABEL_HEADER_BYTES};
-			blk_batch_submit(&batch, engine, &ios[k]);
-		}
-		rc = blk_batch_wait(&batch);
-		if (rc == 0)
-			rc = blk_flush_sync(engine, dev);
-	}
+	int rc = blk_label_put(engine, dev, buf, BLK_LABEL_HEADER_BYTES);
 	mem_free(buf);
+	return rc;
+}
+
+int blk_label_wipe(struct blk_engine *engine, struct blk_dev *dev)
+{
+	if (!blk_label_dev_ok(dev))
+		return -EINVAL;
+	uint8_t *zeros = blk_buf_alloc(BLK_LABEL_BYTES); /* zeroed */
+	if (!zeros)
+		return -ENOMEM;
+	int rc = blk_label_put(engine, dev, zeros, BLK_LABEL_BYTES);
+	mem_free(zeros);
 	return rc;
 }
 

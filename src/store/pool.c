@@ -23,10 +23,15 @@
  * Vdevs. A pool has 1..POOL_MAX_TOPS top-level vdevs (a leaf or a mirror), striped by the
  * allocator's choice of vdev per block, and optionally a log vdev (a leaf or a mirror) that holds
  * only the intent log. Every leaf carries the pool's configuration text in its four labels
- * (table below). Import reads the labels of the leaves it is given, requires one pool guid, maps
- * leaves to the configuration by leaf guid, builds each vdev over its present children (a mirror
- * with children missing imports DEGRADED; a top-level or log vdev with none present refuses
- * import), and picks the valid uberblock with the highest txg across all leaves.
+ * (table below), stamped with the configuration txg it was written for (1 at creation; a change
+ * of the vdevs, pool_vdev.c, writes a higher one). Import reads the labels of the leaves it is
+ * given, requires one pool guid, takes the newest configuration among them, maps leaves to it by
+ * leaf guid (a leaf that only an older configuration names, a detached one, is left out with a
+ * warning; one that is not named by a configuration as new as the pool's is refused), builds
+ * each vdev over its present children (a mirror with children missing imports DEGRADED; a
+ * top-level or log vdev with none present refuses import), picks the valid uberblock with the
+ * highest txg across the leaves it kept, and once the pool is up rewrites the labels of present
+ * leaves that hold an older configuration.
  *
  * Uberblock. roots[0] is the root of the MOS (meta object set), the pool's metadata tree: per
  * dataset "ds/<name>" -> its record (table below), per property "prop/<name>" -> its text.
@@ -192,11 +197,18 @@
  * faulted child alone comes up at the txg it was faulted in: the record is on the partner (as in
  * ZFS, whose labels of the other children carry it).
  *
+ * Replacing a device (pool_vdev.c). A leaf is attached to a vdev (a disk becomes a mirror) or
+ * detached from a mirror by rewriting the labels of an exported pool; an attached leaf is stale
+ * (import marks it so while the uberblock predates it, and the uberblocks list it from then on)
+ * until a check has copied every block onto it, which is the resilver. Replace is attach,
+ * check, detach.
+ *
  * ------------------------------------------------------------------------------------------------
  * ON-DISK FORMATS (integers little-endian)
  *
- * Configuration text, in every leaf's labels (blk_label_write; lb_config_txg 1). Lines "key=value"
- * ending in '\n', in this order; unknown keys are refused:
+ * Configuration text, in every leaf's labels (blk_label_write; lb_config_txg 1 at creation, higher
+ * after each change of the vdevs). Lines "key=value" ending in '\n', in this order; unknown keys
+ * are refused:
  *     version=1
  *     name=<pool name>
  *     pool_guid=<u64>
@@ -209,8 +221,12 @@
  *     top.<i>.children=<k: 1 for disk, 2..8 for mirror>
  *     top.<i>.child.<j>.guid=<u64>
  *     top.<i>.child.<j>.path=<path at creation; "" for memory leaves>
+ *     top.<i>.child.<j>.added_txg=<u64>  only for a leaf attached later (pool_vdev.c): the
+ *                                     configuration txg it came with; import marks it stale
+ *                                     while the uberblock it imports is older
  *     log.type=none|disk|mirror       then, unless none, log.guid, log.data_bytes,
- *                                     log.children, log.child.<j>.guid, log.child.<j>.path
+ *                                     log.children, log.child.<j>.guid, log.child.<j>.path,
+ *                                     log.child.<j>.added_txg
  * Each leaf's label also says its own guid (lb_leaf_guid), its top-level vdev's guid and index
  * (UINT32_MAX for the log vdev's leaves) and the pool name and guid.
  *
@@ -406,11 +422,13 @@ static void pool_cfg_add_top(struct pool_cfgbuf *cb, const char *prefix, const s
 		pool_cfg_add(cb, "%s.child.%u.guid=%" PRIu64 "\n", prefix, j,
 		             t->pt_leaves[j].pl_guid);
 		pool_cfg_add(cb, "%s.child.%u.path=%s\n", prefix, j, t->pt_leaves[j].pl_path);
+		if (t->pt_leaves[j].pl_added_txg != 0)
+			pool_cfg_add(cb, "%s.child.%u.added_txg=%" PRIu64 "\n", prefix, j,
+			             t->pt_leaves[j].pl_added_txg);
 	}
 }
 
-/* Writes p's configuration into buf (BLK_CONFIG_MAX_BYTES + 1 bytes). -E2BIG when too long. */
-static int pool_config_build(const struct pool *p, char *buf, uint32_t *len_out)
+int pool_config_build(const struct pool *p, char *buf, uint32_t *len_out)
 {
 	struct pool_cfgbuf cb = {buf, 0, false};
 	pool_cfg_add(&cb, "version=%u\n", POOL_FORMAT_VERSION);
@@ -437,6 +455,9 @@ static int pool_config_build(const struct pool *p, char *buf, uint32_t *len_out)
 			             p->p_logtop.pt_leaves[j].pl_guid);
 			pool_cfg_add(&cb, "log.child.%u.path=%s\n", j,
 			             p->p_logtop.pt_leaves[j].pl_path);
+			if (p->p_logtop.pt_leaves[j].pl_added_txg != 0)
+				pool_cfg_add(&cb, "log.child.%u.added_txg=%" PRIu64 "\n", j,
+				             p->p_logtop.pt_leaves[j].pl_added_txg);
 		}
 	}
 	if (cb.cb_overflow)
@@ -524,6 +545,9 @@ static int pool_config_top_key(struct pool_top *t, bool *seen_children, const ch
 			l->pl_path = mem_strdup(val);
 			return l->pl_path ? 0 : -ENOMEM;
 		}
+		if (strcmp(rest, "added_txg") == 0)
+			return pool_parse_u64(val, &l->pl_added_txg) && l->pl_added_txg != 0 ? 0
+			                                                                      : -EINVAL;
 	}
 	return -EINVAL;
 }
@@ -541,9 +565,7 @@ static bool pool_config_top_complete(const struct pool_top *t)
 	return true;
 }
 
-/* Parses the configuration text of a label into p (name, guid, tops, log top, log bytes). The
- * text is hostile: every line is checked. */
-static int pool_config_parse(struct pool *p, const char *text, uint32_t len)
+int pool_config_parse(struct pool *p, const char *text, uint32_t len)
 {
 	char *copy = mem_strndup(text, len);
 	if (!copy)
@@ -695,8 +717,7 @@ uint64_t pool_ub_payload_encode(const struct pool *p, const struct ilog_position
 /* ---------------------------------------------------------------------------------------------
  * Leaves that missed writes */
 
-/* A leaf's name for messages. */
-static const char *pool_dev_name(const struct blk_dev *d)
+const char *pool_dev_name(const struct blk_dev *d)
 {
 	const char *path = blk_dev_path(d);
 	return path[0] ? path : "(a memory leaf)";
@@ -770,6 +791,7 @@ struct pool_stale_mark {
 	const struct pool *sm_pool;
 	const uint64_t *sm_guids;
 	unsigned sm_n;
+	uint64_t sm_ub_txg;
 };
 
 static void pool_stale_mark_top(const struct pool_top *t, void *arg)
@@ -783,14 +805,22 @@ static void pool_stale_mark_top(const struct pool_top *t, void *arg)
 		bool listed = false;
 		for (unsigned i = 0; i < sm->sm_n && !listed; i++)
 			listed = sm->sm_guids[i] == t->pt_leaves[j].pl_guid;
-		if (!listed) {
+		bool newer = t->pt_leaves[j].pl_added_txg > sm->sm_ub_txg;
+		if (!listed && !newer) {
 			current++;
 			continue;
 		}
 		blk_vdev_set_stale(t->pt_vdev, (unsigned)c, true);
-		log_warn("pool %s: leaf %s missed writes while it was missing or faulted: "
-		         "it is read last until `shale pool check` rewrites its copies",
-		         sm->sm_pool->p_name, pool_dev_name(t->pt_leaves[j].pl_dev));
+		if (newer)
+			log_warn("pool %s: leaf %s was attached after txg %" PRIu64 " and holds none "
+			         "of its blocks yet: it is read last until `shale pool check` has "
+			         "copied them (resilvered)",
+			         sm->sm_pool->p_name, pool_dev_name(t->pt_leaves[j].pl_dev),
+			         sm->sm_ub_txg);
+		else
+			log_warn("pool %s: leaf %s missed writes while it was missing or faulted: "
+			         "it is read last until `shale pool check` rewrites its copies",
+			         sm->sm_pool->p_name, pool_dev_name(t->pt_leaves[j].pl_dev));
 	}
 	if (current == 0)
 		log_error("pool %s: every present leaf of a mirror missed writes: blocks written "
@@ -798,15 +828,24 @@ static void pool_stale_mark_top(const struct pool_top *t, void *arg)
 		          sm->sm_pool->p_name);
 }
 
-/* Import: marks the present leaves the uberblock's payload lists as stale (hostile bytes: the
- * count is bounded, unknown guids are ignored), and remembers the list as written. */
-static void pool_stale_apply(struct pool *p, const uint8_t in[BLK_UB_PAYLOAD_BYTES])
+unsigned pool_ub_stale_decode(const uint8_t in[BLK_UB_PAYLOAD_BYTES],
+                              uint64_t guids[POOL_UB_STALE_MAX])
 {
-	uint64_t guids[POOL_UB_STALE_MAX];
 	unsigned n = SH_MIN(pool_get_le32(in + 104), POOL_UB_STALE_MAX);
 	for (unsigned i = 0; i < n; i++)
 		guids[i] = pool_get_le64(in + POOL_UB_STALE_OFF + 8 * i);
-	struct pool_stale_mark sm = {.sm_pool = p, .sm_guids = guids, .sm_n = n};
+	return n;
+}
+
+/* Import: marks as stale the present leaves the uberblock's payload lists (hostile bytes: the
+ * count is bounded, unknown guids are ignored) and those attached after its txg, ub_txg (they
+ * hold nothing of that state: pool_vdev.c), and remembers the list as written. */
+static void pool_stale_apply(struct pool *p, const uint8_t in[BLK_UB_PAYLOAD_BYTES],
+                             uint64_t ub_txg)
+{
+	uint64_t guids[POOL_UB_STALE_MAX];
+	unsigned n = pool_ub_stale_decode(in, guids);
+	struct pool_stale_mark sm = {.sm_pool = p, .sm_guids = guids, .sm_n = n, .sm_ub_txg = ub_txg};
 	pool_each_mirror(p, pool_stale_mark_top, &sm);
 	p->p_stale_digest = pool_stale_digest(guids, n);
 }
@@ -854,7 +893,7 @@ static int pool_ub_payload_decode(struct pool *p, const uint8_t in[BLK_UB_PAYLOA
 /* ---------------------------------------------------------------------------------------------
  * Assembling */
 
-static struct pool *pool_alloc(const struct pool_open_opts *opts)
+struct pool *pool_alloc(const struct pool_open_opts *opts)
 {
 	struct pool *p = mem_zalloc(sizeof(*p));
 	if (!p)
@@ -906,8 +945,7 @@ static void pool_leaves_own(struct pool *p, bool owned)
 		    owned && p->p_logtop.pt_leaves[j].pl_dev != NULL;
 }
 
-/* Frees everything of p (the sync thread is stopped, the log closed or never opened). */
-static void pool_free_all(struct pool *p)
+void pool_free_all(struct pool *p)
 {
 	/* Every read and write completes first (their callbacks may still reach owners). */
 	if (p->p_engine)
@@ -980,8 +1018,8 @@ static int pool_open_common(struct pool *p)
 	return 0;
 }
 
-static int pool_label_leaf(struct pool *p, const char *config, uint32_t config_len,
-                           struct pool_leaf *l, const struct pool_top *t, uint32_t top_index)
+int pool_label_leaf(struct pool *p, const char *config, uint32_t config_len, uint64_t config_txg,
+                    const struct pool_leaf *l, const struct pool_top *t, uint32_t top_index)
 {
 	struct blk_label *lb = mem_zalloc(sizeof(*lb));
 	if (!lb)
@@ -990,7 +1028,7 @@ static int pool_label_leaf(struct pool *p, const char *config, uint32_t config_l
 	lb->lb_leaf_guid = l->pl_guid;
 	lb->lb_top_guid = t->pt_guid;
 	lb->lb_top_index = top_index;
-	lb->lb_config_txg = 1;
+	lb->lb_config_txg = config_txg;
 	lb->lb_leaf_bytes = blk_dev_size(l->pl_dev);
 	snprintf(lb->lb_pool_name, sizeof(lb->lb_pool_name), "%s", p->p_name);
 	lb->lb_config_len = config_len;
@@ -1056,6 +1094,7 @@ static int pool_create_impl(const struct pool_create_args *args, struct blk_dev 
 		goto fail;
 	snprintf(p->p_name, sizeof(p->p_name), "%s", args->pc_name);
 	p->p_created_ns = clock_realtime_ns();
+	p->p_config_txg = 1;
 	rc = pool_guid_new(&p->p_guid);
 	if (rc != 0)
 		goto fail;
@@ -1106,12 +1145,12 @@ static int pool_create_impl(const struct pool_create_args *args, struct blk_dev 
 		goto fail;
 	for (unsigned i = 0; i < ntops && rc == 0; i++) {
 		for (unsigned j = 0; j < p->p_tops[i].pt_nchildren && rc == 0; j++)
-			rc = pool_label_leaf(p, config, config_len, &p->p_tops[i].pt_leaves[j],
+			rc = pool_label_leaf(p, config, config_len, 1, &p->p_tops[i].pt_leaves[j],
 			                     &p->p_tops[i], i);
 	}
 	for (unsigned j = 0; p->p_has_log && j < p->p_logtop.pt_nchildren && rc == 0; j++)
-		rc = pool_label_leaf(p, config, config_len, &p->p_logtop.pt_leaves[j], &p->p_logtop,
-		                     UINT32_MAX);
+		rc = pool_label_leaf(p, config, config_len, 1, &p->p_logtop.pt_leaves[j],
+		                     &p->p_logtop, UINT32_MAX);
 	if (rc != 0)
 		goto fail;
 	rc = pool_open_common(p);
@@ -1206,21 +1245,48 @@ int pool_create(const struct pool_create_args *args, struct pool **out)
 struct pool_found_leaf {
 	struct blk_dev *fl_dev;
 	struct blk_label *fl_label;
-	bool fl_used;
+	bool fl_used;                 /* a leaf of the configuration: */
+	const struct pool_leaf *fl_leaf; /* which one */
+	const struct pool_top *fl_top;
+	uint32_t fl_top_index;
 };
 
 /* Finds the leaf with guid among found and puts it into l. */
 static void pool_import_match(struct pool_found_leaf *found, unsigned n, struct pool_leaf *l,
-                              uint64_t top_guid, uint32_t top_index)
+                              const struct pool_top *t, uint32_t top_index)
 {
 	for (unsigned k = 0; k < n; k++) {
 		struct blk_label *lb = found[k].fl_label;
 		if (!found[k].fl_used && lb->lb_leaf_guid == l->pl_guid &&
-		    lb->lb_top_guid == top_guid && lb->lb_top_index == top_index) {
+		    lb->lb_top_guid == t->pt_guid && lb->lb_top_index == top_index) {
 			found[k].fl_used = true;
+			found[k].fl_leaf = l;
+			found[k].fl_top = t;
+			found[k].fl_top_index = top_index;
 			l->pl_dev = found[k].fl_dev;
 			return;
 		}
+	}
+}
+
+/* Import, once the pool is up: leaves whose labels hold an older configuration (a change of the
+ * vdevs, pool_vdev.c, cut short) get the current one. A failure is only logged: the leaves
+ * that have it still name the pool's configuration. */
+static void pool_import_relabel(struct pool *p, const struct pool_found_leaf *found, unsigned n,
+                                const struct blk_label *best)
+{
+	for (unsigned k = 0; k < n; k++) {
+		if (!found[k].fl_used || found[k].fl_label->lb_config_txg >= best->lb_config_txg)
+			continue;
+		int rc = pool_label_leaf(p, best->lb_config, best->lb_config_len,
+		                         best->lb_config_txg, found[k].fl_leaf, found[k].fl_top,
+		                         found[k].fl_top_index);
+		if (rc != 0)
+			log_warn("pool %s: cannot bring the labels of %s up to date: %s", p->p_name,
+			         pool_dev_name(found[k].fl_dev), sh_strerror(rc));
+		else
+			log_info("pool %s: labels of %s brought up to the configuration of txg %" PRIu64,
+			         p->p_name, pool_dev_name(found[k].fl_dev), best->lb_config_txg);
 	}
 }
 
@@ -1311,18 +1377,29 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	/* 2. Leaves into the configuration, vdevs over the present ones. */
 	for (unsigned i = 0; i < p->p_ntops; i++)
 		for (unsigned j = 0; j < p->p_tops[i].pt_nchildren; j++)
-			pool_import_match(found, ndevs, &p->p_tops[i].pt_leaves[j],
-			                  p->p_tops[i].pt_guid, i);
+			pool_import_match(found, ndevs, &p->p_tops[i].pt_leaves[j], &p->p_tops[i],
+			                  i);
 	for (unsigned j = 0; p->p_has_log && j < p->p_logtop.pt_nchildren; j++)
-		pool_import_match(found, ndevs, &p->p_logtop.pt_leaves[j], p->p_logtop.pt_guid,
+		pool_import_match(found, ndevs, &p->p_logtop.pt_leaves[j], &p->p_logtop,
 		                  UINT32_MAX);
+	const struct blk_label *best_label = found[best_cfg].fl_label;
+	p->p_config_txg = best_label->lb_config_txg;
 	for (unsigned k = 0; k < ndevs; k++) {
-		if (!found[k].fl_used) {
-			log_error("pool %s: leaf %s is not part of its configuration", p->p_name,
-			          pool_dev_name(devs[k]));
-			rc = -EINVAL;
-			goto fail;
+		if (found[k].fl_used)
+			continue;
+		if (found[k].fl_label->lb_config_txg < best_label->lb_config_txg) {
+			/* detached or replaced while missing, or its labels not wiped yet: the newer
+			 * configuration the other leaves hold does not name it */
+			log_warn("pool %s: leaf %s is no longer part of the pool (its labels are of "
+			         "configuration txg %" PRIu64 ", the pool's of %" PRIu64 "): left out",
+			         p->p_name, pool_dev_name(devs[k]), found[k].fl_label->lb_config_txg,
+			         best_label->lb_config_txg);
+			continue;
 		}
+		log_error("pool %s: leaf %s is not part of its configuration", p->p_name,
+		          pool_dev_name(devs[k]));
+		rc = -EINVAL;
+		goto fail;
 	}
 	for (unsigned i = 0; i < p->p_ntops; i++) {
 		char what[40];
@@ -1344,6 +1421,8 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	/* 3. The newest valid uberblock of any leaf. */
 	bool have_ub = false;
 	for (unsigned k = 0; k < ndevs; k++) {
+		if (!found[k].fl_used)
+			continue; /* a former leaf's state is not the pool's */
 		int r = blk_uberblock_find_best(p->p_engine, devs[k], p->p_guid, cand);
 		if (r == 0 && (!have_ub || cand->ub_txg > ub->ub_txg)) {
 			*ub = *cand;
@@ -1362,7 +1441,7 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	rc = pool_ub_payload_decode(p, ub->ub_payload, &pos, &p->p_next_ds_id);
 	if (rc != 0)
 		goto fail;
-	pool_stale_apply(p, ub->ub_payload);
+	pool_stale_apply(p, ub->ub_payload, ub->ub_txg);
 	/* 4. Metadata: the allocator, the MOS. */
 	rc = pool_open_common(p);
 	if (rc != 0)
@@ -1414,8 +1493,12 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 		          sh_strerror(rc));
 		goto fail;
 	}
-	for (unsigned k = 0; k < ndevs; k++)
+	pool_import_relabel(p, found, ndevs, best_label);
+	for (unsigned k = 0; k < ndevs; k++) {
+		if (owned && !found[k].fl_used)
+			blk_dev_close(devs[k]); /* left out: the pool does not keep it */
 		mem_free(found[k].fl_label);
+	}
 	mem_free(found);
 	mem_free(ub);
 	mem_free(cand);

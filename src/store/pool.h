@@ -178,6 +178,43 @@ SH_MUST_CHECK int pool_export(struct pool *p);
 void pool_close(struct pool *p);
 
 /* ---------------------------------------------------------------------------------------------
+ * Changing a pool's vdevs (pool_vdev.c): zpool attach and detach, on an exported pool.
+ *
+ * devs are the pool's leaves as found (a missing leaf is simply absent; the caller keeps them).
+ * Each function first imports the pool from them with opts and exports it again, so that its
+ * intent log is replayed and its last state records which leaves missed writes, then writes
+ * the new configuration into the labels of every present leaf, with a configuration txg above
+ * every txg written so far. Import takes the newest configuration its leaves hold, leaves out
+ * a leaf that only an older one names (with a warning), and brings older labels up to date, so
+ * a change cut short by a crash is either absent or whole. A leaf is named by its guid (decimal),
+ * by its path as the configuration holds it, or by the path of the device open for it. On
+ * failure err (err_len bytes) says why in a sentence for the administrator. */
+
+/* Makes new_dev one more child of the vdev (a top-level vdev, or the log vdev) that holds leaf
+ * `existing`: a plain disk becomes a two-way mirror, an N-way mirror an N+1-way one. new_dev
+ * holds none of the pool's blocks yet: the configuration records the txg it was attached
+ * before, every import marks it STALE until a check has found no problem, and pool_check copies
+ * every block onto it (a resilver). Its path as opened is recorded. force: new_dev may hold
+ * another pool's labels. Returns 0; -ENOENT (no such leaf), -EINVAL (ambiguous name, new_dev too
+ * small for the vdev's data area), -EALREADY (new_dev, one of devs, is a child of that vdev
+ * already: an attach done before), -EEXIST (new_dev is another leaf of this pool), -EBUSY
+ * (new_dev holds another pool's labels), -EOVERFLOW (the mirror has BLK_MIRROR_MAX children), or
+ * the error of the import, export or a label write. */
+SH_MUST_CHECK int pool_vdev_attach(struct blk_dev *const *devs, unsigned ndevs,
+                                   const struct pool_open_opts *opts, const char *existing,
+                                   struct blk_dev *new_dev, bool force, char *err,
+                                   size_t err_len);
+/* Takes leaf `leaf` (present or missing) out of its mirror; a mirror left with one child becomes
+ * a plain disk. A present detached leaf's labels are wiped (blk_label_wipe), so it is no longer
+ * found as the pool's; its file or device is left as it is. Returns 0; -ENOENT, -EINVAL (not a
+ * mirror's child: the only copy of a vdev cannot be detached); -EBUSY when no child that is
+ * present and current (holding every block: not stale, not attached since the last txg) would
+ * remain; or the error of the import, export or a label write. */
+SH_MUST_CHECK int pool_vdev_detach(struct blk_dev *const *devs, unsigned ndevs,
+                                   const struct pool_open_opts *opts, const char *leaf,
+                                   char *err, size_t err_len);
+
+/* ---------------------------------------------------------------------------------------------
  * Transaction groups */
 
 /* Asks the sync thread to write the open txg now (returns at once). */
@@ -331,7 +368,9 @@ typedef void (*pool_report_fn)(void *arg, const char *line);
 
 /* Checks the whole pool: the metadata tree and every dataset's tree (btree_check), every copy of
  * every block they and the owners' entries name, read from disk and verified against its checksum
- * (a bad copy with a good one elsewhere is rewritten and reported as repaired, not as a problem),
+ * (a bad copy with a good one elsewhere is rewritten and reported as repaired, not as a problem;
+ * those on stale children, which missed writes or were attached since, are counted in one
+ * "resilvered:" line),
  * and the allocator against the set of live blocks (leaks, double references, references to free
  * space). Datasets without an owner are checked as trees only, and leaks are then not counted
  * (their data blocks cannot be named). Holds the pool lock throughout and reads synchronously:

@@ -41,6 +41,7 @@ struct pool_walk {
 	void *w_arg;
 	int64_t w_problems;
 	uint64_t w_repaired;
+	uint64_t w_resilvered, w_resilvered_bytes; /* copies rewritten on stale children */
 	uint64_t w_blocks;
 	uint8_t *w_good; /* BLK_MAX_BLOCK_BYTES, sector-aligned */
 	uint8_t *w_copy;
@@ -136,7 +137,11 @@ static int pool_walk_verify(struct pool *p, struct pool_walk *w, const struct bl
 		int rc = blk_write_sync(p->p_engine, dev, bp->bp_offset, w->w_good, bp->bp_asize);
 		if (rc == 0)
 			rc = blk_flush_sync(p->p_engine, dev);
-		if (rc == 0) {
+		if (rc == 0 && blk_vdev_child_stale(vdev, c)) {
+			/* a child that missed writes or was attached since: counted, not listed */
+			w->w_resilvered++;
+			w->w_resilvered_bytes += bp->bp_asize;
+		} else if (rc == 0) {
 			w->w_repaired++;
 			pool_walk_say(w,
 			              "repaired: block vdev %u offset %" PRIu64 " on leaf %u (%s)",
@@ -485,6 +490,11 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 		              p->p_free_errors);
 		w->w_problems++;
 	}
+	if (w->w_resilvered > 0)
+		pool_walk_say(w,
+		              "resilvered: %" PRIu64 " copies (%" PRIu64
+		              " bytes) rewritten on stale leaves",
+		              w->w_resilvered, w->w_resilvered_bytes);
 	pool_walk_say(w,
 	              "checked %" PRIu64 " blocks (%zu live), repaired %" PRIu64 " copies, %" PRId64
 	              " problems",
@@ -702,8 +712,8 @@ static void pool_print_vdev(FILE *out, const struct pool_status_vdev *sv, unsign
 		else
 			snprintf(name, sizeof(name), "mem-%016" PRIx64, sl->sl_guid);
 		if (!sl->sl_present) {
-			fprintf(out, "\t%*s%-*s %-9s %5s %5s %5s %8s\n", (int)indent, "",
-			        30 - (int)indent, name, "MISSING", "-", "-", "-", "-");
+			fprintf(out, "\t%*s%-*s %-9s %5s %5s %5s %8s  guid %" PRIu64 "\n", (int)indent,
+			        "", 30 - (int)indent, name, "MISSING", "-", "-", "-", "-", sl->sl_guid);
 			continue;
 		}
 		fprintf(out, "\t%*s%-*s %-9s %5" PRIu64 " %5" PRIu64 " %5" PRIu64 " %8" PRIu64 "\n",
@@ -738,7 +748,8 @@ int pool_status_print(struct pool *p, FILE *out)
 		             "continues without redundancy there. A faulted device's copies may be "
 		             "stale: export the pool, mend the device and import it (it is then "
 		             "STALE, read last); `shale pool check` rewrites a stale device's "
-		             "copies and makes it ONLINE.\n");
+		             "copies and makes it ONLINE. `shale pool replace` puts a new device in "
+		             "the place of a missing or failing one.\n");
 	else if (st->ps_state == POOL_STATE_SUSPENDED)
 		fprintf(out, "status: A transaction group could not be written. Changes are "
 		             "refused; export and "

@@ -315,6 +315,8 @@ struct pool_leaf {
 	char *pl_path;          /* as configured */
 	struct blk_dev *pl_dev; /* NULL when missing */
 	bool pl_owned;          /* opened by the pool: closed by it */
+	uint64_t pl_added_txg;  /* attached later (pool_vdev.c): the first txg that may know it;
+	                         * 0 when it came with the pool */
 };
 
 struct pool_top {
@@ -390,6 +392,7 @@ struct pool {
 	uint64_t p_log_config_bytes; /* the configured region on vdev 0 (0 with a log vdev) */
 	struct space_geometry p_geom;
 	bool p_degraded;
+	uint64_t p_config_txg; /* the labels' lb_config_txg of this configuration */
 	struct arc *p_arc;
 	struct ilog *p_log;
 	pthread_t p_sync_thread;
@@ -496,6 +499,10 @@ void pool_suspend(struct pool *p, const char *why);
 unsigned pool_stale_leaves(const struct pool *p, uint64_t guids[POOL_UB_STALE_MAX],
                            uint64_t *digest_out);
 uint64_t pool_stale_digest(const uint64_t *guids, unsigned n);
+/* The leaves an uberblock's payload lists as having missed writes (hostile bytes: the count is
+ * bounded). Returns how many. */
+unsigned pool_ub_stale_decode(const uint8_t in[BLK_UB_PAYLOAD_BYTES],
+                              uint64_t guids[POOL_UB_STALE_MAX]);
 /* After a check that found no problem: every present child is current again (blk_vdev_set_stale
  * false); the next txg records it. Under p_lock. */
 void pool_stale_clear_locked(struct pool *p);
@@ -505,6 +512,21 @@ uint64_t pool_ub_payload_encode(const struct pool *p, const struct ilog_position
                                 uint64_t time_ns, uint8_t out[BLK_UB_PAYLOAD_BYTES]);
 /* [A-Za-z0-9_.-]{1,max}. */
 bool pool_name_valid(const char *name, size_t max);
+/* A pool with nothing open yet (options defaulted from opts, which may be NULL), and its undoing:
+ * pool_free_all frees whatever of a pool exists (the sync thread stopped, the log closed). */
+struct pool *pool_alloc(const struct pool_open_opts *opts);
+void pool_free_all(struct pool *p);
+/* The configuration text of the labels (table in pool.c): parsed into p's name, guid, tops and
+ * log top (hostile text: every line is checked), and built from them into buf
+ * (BLK_CONFIG_MAX_BYTES + 1 bytes; -E2BIG when too long). */
+int pool_config_parse(struct pool *p, const char *text, uint32_t len);
+int pool_config_build(const struct pool *p, char *buf, uint32_t *len_out);
+/* Writes leaf l's labels: the configuration text, config_txg, its own guid, its top-level
+ * vdev's guid and index (UINT32_MAX for the log vdev). */
+int pool_label_leaf(struct pool *p, const char *config, uint32_t config_len, uint64_t config_txg,
+                    const struct pool_leaf *l, const struct pool_top *t, uint32_t top_index);
+/* A leaf's name for messages: its path, or "(a memory leaf)". */
+const char *pool_dev_name(const struct blk_dev *d);
 /* The compression c means for p (DEFAULT: the pool's). */
 enum blk_compress pool_compress_resolve(const struct pool *p, enum pool_compress c);
 

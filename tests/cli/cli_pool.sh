@@ -1,7 +1,8 @@
 #!/bin/bash
 # cli_pool.sh: the `shale pool` and `shale fs` commands, run as an administrator would: create a
 # mirrored pool with a log device on files, create and list file systems, status, check, a
-# refused import while another process holds the leaves, destroy, and the argument errors.
+# refused import while another process holds the leaves, destroy, a log device made a mirror
+# and back (attach, detach), the refused changes of vdevs, and the argument errors.
 # Prints TAP lines and a closing count. Needs $SHALE_BIN and flock(1) (util-linux).
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
@@ -61,6 +62,22 @@ check "-d finds leaves elsewhere" bash -c 'mv var/pool alt && "$SHALE_BIN" pool 
 check "fs create needs POOL/FS" fails_with "POOL/FS" shale fs create tank
 check "pool create: mirrors of different widths are refused" \
 	fails_with "same number" shale pool create m2 mirror x1 x2 mirror y1 --size 64M
+check "pool attach: the log device becomes a mirror" \
+	bash -c 'o=$("$SHALE_BIN" pool attach tank var/pool/log.img var/pool/log2.img --size 64M 2>&1) &&
+		grep -q "pool tank: 0 problems" <<<"$o" && grep -A3 "^	logs" <<<"$o" | grep -q "mirror" &&
+		grep -q "var/pool/log2.img  *ONLINE" <<<"$o"'
+check "pool detach: and back to a single log device" \
+	bash -c 'o=$("$SHALE_BIN" pool detach tank var/pool/log.img 2>&1) && grep -q "state: ONLINE" <<<"$o" &&
+		grep -q "detached var/pool/log.img" <<<"$o" && ! grep -q "^	.*var/pool/log.img " <<<"$o" &&
+		grep -q "^	  var/pool/log2.img  *ONLINE" <<<"$o"'
+check "pool detach: the only leaf of a vdev is refused" \
+	fails_with "only leaf of its vdev" shale pool detach tank var/pool/log2.img
+check "pool attach: a leaf of another pool is refused without --force" \
+	bash -c '"$SHALE_BIN" pool create other var/pool/o.img --size 64M >/dev/null 2>&1 &&
+		! "$SHALE_BIN" pool attach tank var/pool/a.img var/pool/o.img 2>"$0/err" && grep -q "labels of pool other" "$0/err"' "$root"
+check "pool attach: a leaf name that is not the pool's lists the leaves" \
+	fails_with "its leaves: var/pool/a.img (guid" shale pool attach tank var/pool/nope.img var/pool/n.img --size 64M
+check "pool attach: a new leaf created for a refused attach is removed again" test ! -e var/pool/n.img
 check "pool check still clean after everything" out_has "0 problems" shale pool check tank
 
 tap_finish cli_pool

@@ -2,7 +2,9 @@
 # serve_pool.sh: `shale serve` exporting a pool's file system (an exports line POOL/FS), used
 # through libnfs's nfs-cp and nfs-ls: files copied in come back byte-exact; after `kill -9` of
 # the server, every copy that nfs-cp reported complete is there after a restart, byte-exact, and
-# `shale pool check` finds no problem. Also that the server's threads are named and that the
+# `shale pool check` finds no problem. Then a device's replacement: a leaf attached (and
+# resilvered), the first leaf lost and replaced, the pool served from the new leaf alone with
+# every file byte-exact. Also that the server's threads are named and that the
 # ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs
 # $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
@@ -83,5 +85,29 @@ wait "$pid" 2>/dev/null
 pid=
 check "a clean stop removes the status socket" test ! -e var/pool/.tank.status
 check "shale pool check: 0 problems after the crash and the restart" \
+	bash -c '"$SHALE_BIN" pool check tank -d var/pool 2>&1 | grep -q "pool tank: 0 problems"'
+# A device's replacement, end to end: attach a second leaf (a mirror now, resilvered), lose
+# the first one and replace it, then serve from the newest leaf alone.
+check "pool attach: tank1.img beside tank0.img, resilvered with no problem" \
+	bash -c 'o=$("$SHALE_BIN" pool attach tank var/pool/tank0.img var/pool/tank1.img --size 256M -d var/pool 2>&1) &&
+		grep -q "resilvered: [1-9][0-9]* copies" <<<"$o" && grep -q "pool tank: 0 problems" <<<"$o" &&
+		grep -q "mirror-0" <<<"$o" && grep -q "state: ONLINE" <<<"$o"'
+mv var/pool/tank0.img lost.img
+check "without tank0.img: DEGRADED, the missing leaf shown with its guid" \
+	bash -c '"$SHALE_BIN" pool status tank -d var/pool 2>/dev/null | grep -Eq "tank0.img +MISSING .* guid [0-9]+"'
+check "pool replace of the missing leaf with tank2.img" \
+	bash -c 'o=$("$SHALE_BIN" pool replace tank var/pool/tank0.img var/pool/tank2.img --size 256M -d var/pool 2>&1) &&
+		grep -q "replaced var/pool/tank0.img with var/pool/tank2.img" <<<"$o" && grep -q "state: ONLINE" <<<"$o" &&
+		! grep -q "tank0.img" <<<"$(grep -A4 "^config:" <<<"$o")"'
+mv var/pool/tank1.img spare.img
+mv lost.img var/pool/tank0.img
+check "tank2.img alone (tank0.img back, but no longer the pool's) serves every file byte-exact" bash -c '
+	'"$(declare -f start)"'
+	SHALE_BIN='"$SHALE_BIN"' start || exit 1
+	for i in $(seq 1 20); do rm -f got.bin; nfs-cp "nfs://127.0.0.1/tank/home/f$i.bin$url_q" got.bin >/dev/null &&
+		cmp small.bin got.bin || { kill "$pid"; exit 1; }; done
+	rm -f got.bin; nfs-cp "nfs://127.0.0.1/tank/home/big.bin$url_q" got.bin >/dev/null && cmp big.bin got.bin
+	rc=$?; kill "$pid"; wait "$pid"; exit $rc'
+check "and the pool checks clean from it" \
 	bash -c '"$SHALE_BIN" pool check tank -d var/pool 2>&1 | grep -q "pool tank: 0 problems"'
 tap_finish serve_pool

@@ -2,9 +2,9 @@
  * and on files, datasets, thousands of logged key-value puts over many txgs with a key-value owner
  * (pool_kv.h), log replay after a close without export, dataset destroy returning its space (at
  * once, and in steps across a crash), mirror self-healing and check repairs, the record of the
- * mirror children that missed writes, an unmirrored bad block, a full pool, throttling, a small
- * cache, the memory bound of the ARC's limit, degraded and refused imports, suspension,
- * properties and the status report. */
+ * mirror children that missed writes, attaching and detaching leaves (resilver, replace), an
+ * unmirrored bad block, a full pool, throttling, a small cache, the memory bound of the ARC's
+ * limit, degraded and refused imports, suspension, properties and the status report. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -667,7 +667,7 @@ static unsigned g_repaired_lines;
 static void report_count_repairs(void *arg, const char *line)
 {
 	(void)arg;
-	if (strncmp(line, "repaired:", 9) == 0)
+	if (strncmp(line, "repaired:", 9) == 0 || strncmp(line, "resilvered:", 11) == 0)
 		g_repaired_lines++;
 	else
 		printf("#   check: %s\n", line);
@@ -856,6 +856,182 @@ out:
 		blk_dev_close(d[i]);
 		blk_dev_close(l[i]);
 	}
+}
+
+/* The guid of child c of top-level vdev t, as a decimal leaf name. */
+static void leaf_name(struct pool *p, unsigned t, unsigned c, char *out, size_t cap)
+{
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	VERIFY(st != NULL);
+	pool_status(p, st);
+	snprintf(out, cap, "%" PRIu64, st->ps_tops[t].sv_children[c].sl_guid);
+	mem_free(st);
+}
+
+/* Top-level vdev 0's shape: its child count, and whether it is a mirror. */
+static bool top0_is(struct pool *p, unsigned nchildren, bool mirror)
+{
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	VERIFY(st != NULL);
+	pool_status(p, st);
+	bool r = st->ps_tops[0].sv_nchildren == nchildren && st->ps_tops[0].sv_mirror == mirror;
+	mem_free(st);
+	return r;
+}
+
+/* Imports devs, checks that the dataset holds m, runs a check (its result returned), exports. */
+static int64_t verify_pool(struct blk_dev *const *devs, unsigned n, struct pool_open_opts *o,
+                           const struct model *m)
+{
+	struct pool *p = NULL;
+	int rc = pool_import_devs(devs, n, o, &p);
+	CHECK(rc == 0);
+	if (rc != 0)
+		return rc;
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	if (kv) {
+		CHECK(verify_model(kv, m, NULL) == 0);
+		kv_close(kv);
+	}
+	int64_t problems = check_pool(p);
+	CHECK(pool_export(p) == 0);
+	return problems;
+}
+
+#define LABEL_HEADER_BYTES (16u * 1024u) /* the part of a label its configuration is in */
+
+/* The four label headers of a memory leaf of size bytes, saved into or put back from buf. */
+static void label_headers(struct blk_dev *d, uint64_t size, uint8_t *buf, bool save)
+{
+	uint8_t *bytes = blk_dev_mem_bytes(d);
+	const uint64_t at[4] = {0, BLK_LABEL_BYTES, size - 2 * BLK_LABEL_BYTES,
+	                        size - BLK_LABEL_BYTES};
+	for (unsigned i = 0; i < 4; i++) {
+		if (save)
+			memcpy(buf + i * LABEL_HEADER_BYTES, bytes + at[i], LABEL_HEADER_BYTES);
+		else
+			memcpy(bytes + at[i], buf + i * LABEL_HEADER_BYTES, LABEL_HEADER_BYTES);
+	}
+}
+
+/* Attach, resilver and detach (zpool attach/detach; `shale pool replace` is the three): a plain
+ * disk becomes a mirror whose new side is STALE until a check has copied every block onto it,
+ * after which it alone holds the pool; the old side is detached and its labels wiped; detaches
+ * that would leave no complete copy are refused; and each change cut short between two label
+ * writes imports whole: an older configuration's leaf is brought up to date, a detached leaf
+ * whose labels were not wiped yet is left out. */
+static void test_vdev_attach_detach(void)
+{
+	const uint64_t size = 48 * MIB;
+	struct blk_dev *d[3] = {mem_dev(size), mem_dev(size), mem_dev(size)};
+	struct blk_dev *small = mem_dev(32 * MIB);
+	uint8_t *saved = mem_alloc(4 * LABEL_HEADER_BYTES);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "att", .pc_opts = &o};
+	struct model m;
+	model_init(&m, 300);
+	char err[1024], name0[24], name1[24], name2[24];
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, d, 1, NULL, 0, &p) == 0);
+	if (!p || !saved)
+		goto out;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(workload(kv, &m, 900, 300, true, 51) == 0);
+	kv_close(kv);
+	leaf_name(p, 0, 0, name0, sizeof(name0));
+	CHECK(pool_export(p) == 0);
+	/* refusals: no such leaf, a leaf too small, the only leaf */
+	CHECK(pool_vdev_attach(d, 1, &o, "12345", d[1], false, err, sizeof(err)) == -ENOENT);
+	CHECK(strstr(err, name0) != NULL); /* the message lists the leaves */
+	CHECK(pool_vdev_attach(d, 1, &o, name0, small, false, err, sizeof(err)) == -EINVAL);
+	CHECK(pool_vdev_detach(d, 1, &o, name0, err, sizeof(err)) == -EINVAL);
+	/* attach d1 beside d0, as if cut short after d1's labels: d0 keeps its old ones */
+	label_headers(d[0], size, saved, true);
+	CHECK(pool_vdev_attach(d, 1, &o, name0, d[1], false, err, sizeof(err)) == 0);
+	label_headers(d[0], size, saved, false);
+	CHECK(pool_import_devs(d, 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	enum pool_state ps;
+	CHECK(top0_is(p, 2, true));
+	CHECK(child_state(p, 0, 0, NULL) == 'O' && child_state(p, 0, 1, &ps) == 'S' &&
+	      ps == POOL_STATE_DEGRADED);
+	leaf_name(p, 0, 1, name1, sizeof(name1));
+	CHECK(pool_export(p) == 0);
+	/* d0's labels were brought up to date: the new configuration from d0 alone */
+	CHECK(pool_import_devs(d, 1, &o, &p) == 0);
+	if (p) {
+		CHECK(top0_is(p, 2, true) && child_state(p, 0, 1, NULL) == 'M');
+		CHECK(pool_export(p) == 0);
+	}
+	/* before the resilver, d0 cannot go: d1 is stale; attaching d1 again is no change */
+	CHECK(pool_vdev_detach(d, 2, &o, name0, err, sizeof(err)) == -EBUSY);
+	CHECK(pool_vdev_attach(d, 2, &o, name0, d[1], false, err, sizeof(err)) == -EALREADY);
+	/* the resilver: a check copies every block; the second finds nothing to do */
+	CHECK(pool_import_devs(d, 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(child_state(p, 0, 1, NULL) == 'S');
+	check_repairs_all(p);
+	CHECK(child_state(p, 0, 1, &ps) == 'O' && ps == POOL_STATE_ONLINE);
+	CHECK(pool_export(p) == 0);
+	/* detach d0, as if cut short before its wipe: left out by the newer configuration */
+	label_headers(d[0], size, saved, true);
+	CHECK(pool_vdev_detach(d, 2, &o, name0, err, sizeof(err)) == 0);
+	CHECK(pool_import_devs(d, 1, &o, &p) == -ENOENT); /* wiped: no pool label */
+	label_headers(d[0], size, saved, false);
+	CHECK(pool_import_devs(d, 2, &o, &p) == 0);
+	if (p) {
+		CHECK(top0_is(p, 1, false));
+		struct pool_status *st = mem_alloc(sizeof(*st));
+		pool_status(p, st);
+		CHECK(st->ps_state == POOL_STATE_ONLINE && st->ps_tops[0].sv_children[0].sl_present);
+		mem_free(st);
+		CHECK(pool_export(p) == 0);
+	}
+	/* d1 alone holds the whole pool, a plain disk now; more changes on it */
+	CHECK(verify_pool(&d[1], 1, &o, &m) == 0);
+	CHECK(pool_import_devs(&d[1], 1, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(workload(kv, &m, 300, 100, true, 52) == 0);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	/* replace d1 with d2: attach, resilver, detach (d1 given by guid) */
+	CHECK(pool_vdev_attach(&d[1], 1, &o, name1, d[2], false, err, sizeof(err)) == 0);
+	CHECK(pool_import_devs(&d[1], 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	leaf_name(p, 0, 1, name2, sizeof(name2));
+	CHECK(child_state(p, 0, 1, NULL) == 'S');
+	check_repairs_all(p);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_vdev_detach(&d[1], 2, &o, name1, err, sizeof(err)) == 0);
+	CHECK(verify_pool(&d[2], 1, &o, &m) == 0);
+	/* a pool's own leaf is refused as a new one; another pool's without force */
+	CHECK(pool_vdev_attach(&d[2], 1, &o, name2, d[2], false, err, sizeof(err)) == -EALREADY);
+	struct pool_create_args other = {.pc_name = "other", .pc_opts = &o};
+	CHECK(pool_create_on_devs(&other, &d[0], 1, NULL, 0, &p) == 0);
+	if (p)
+		CHECK(pool_export(p) == 0);
+	CHECK(pool_vdev_attach(&d[2], 1, &o, name2, d[0], false, err, sizeof(err)) == -EBUSY);
+	CHECK(pool_vdev_attach(&d[2], 1, &o, name2, d[0], true, err, sizeof(err)) == 0);
+	CHECK(pool_import_devs((struct blk_dev *[]){d[2], d[0]}, 2, &o, &p) == 0);
+	if (p) {
+		check_repairs_all(p);
+		CHECK(pool_export(p) == 0);
+	}
+	CHECK(verify_pool(&d[0], 1, &o, &m) == 0); /* the resilvered side alone */
+out:
+	model_fini(&m);
+	mem_free(saved);
+	for (int i = 0; i < 3; i++)
+		blk_dev_close(d[i]);
+	blk_dev_close(small);
 }
 
 /* An unmirrored block that fails its checksum: -EIO for its key alone, the pool keeps working. */
@@ -1614,6 +1790,7 @@ int main(void)
 	TAP_RUN(test_ds_destroy_steps);
 	TAP_RUN(test_mirror_repair);
 	TAP_RUN(test_mirror_write_around);
+	TAP_RUN(test_vdev_attach_detach);
 	TAP_RUN(test_bad_block);
 	TAP_RUN(test_full_pool);
 	TAP_RUN(test_throttle);
