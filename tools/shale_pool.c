@@ -55,8 +55,9 @@ static void pool_cmd_usage(FILE *out)
 		"  shale pool attach NAME EXISTING NEW [-d DIR] [--size BYTES] [--force]\n"
 		"      NEW becomes another side of EXISTING's mirror; every block is copied onto it\n"
 		"  shale pool detach NAME LEAF [-d DIR]   take LEAF out of its mirror\n"
-		"  shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force]\n"
-		"      attach NEW beside OLD (which may be missing), resilver, detach OLD\n"
+		"  shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force] [--discard-log]\n"
+		"      attach NEW beside OLD (which may be missing), resilver, detach OLD;\n"
+		"      --discard-log: the log device OLD is lost for good, and with it its records\n"
 		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
 }
 

@@ -3,7 +3,7 @@
  *
  *   shale pool attach NAME EXISTING NEW [-d DIR] [--size BYTES] [--force]
  *   shale pool detach NAME LEAF [-d DIR]
- *   shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force]
+ *   shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force] [--discard-log]
  *
  * Model: like the other pool verbs, each works on the pool's leaves found in DIR, with no
  * resident daemon (a pool that `shale serve` holds is refused: its leaves are locked). The label
@@ -11,6 +11,8 @@
  * imports the pool with the new leaf and runs the check that copies every block onto it (the
  * resilver), as zpool attach starts one. replace is attach, that check, then detach of OLD once
  * the check found no problem; run again after an interruption, it goes on from where it was.
+ * replace --discard-log is the way back for a pool whose log device is lost (it cannot be
+ * imported): the log vdev becomes NEW alone and the lost log's records are discarded.
  * A leaf is named by its path (as the pool was given it, or any path to the same file) or by
  * the guid `shale pool status` prints for a missing one. NEW is created with --size when it does
  * not exist; it belongs in DIR, where later commands look for the pool's leaves. */
@@ -199,8 +201,9 @@ static void vdev_cmd_usage(FILE *out)
 	    "      every block is then copied onto it (resilver)\n"
 	    "  shale pool detach NAME LEAF [-d DIR]\n"
 	    "      takes LEAF (present or missing) out of its mirror\n"
-	    "  shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force]\n"
-	    "      attach NEW beside OLD, resilver, detach OLD (OLD may be missing)\n"
+	    "  shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force] [--discard-log]\n"
+	    "      attach NEW beside OLD, resilver, detach OLD (OLD may be missing);\n"
+	    "      --discard-log: the log device OLD is lost for good, and with it its records\n"
 	    "  a leaf is named by its path or by the guid `shale pool status` shows;\n"
 	    "  --size creates NEW when it does not exist; --force takes a NEW holding\n"
 	    "  another pool's labels; DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR
@@ -210,21 +213,19 @@ static void vdev_cmd_usage(FILE *out)
 int shale_pool_vdev_main(const char *verb, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"dir", required_argument, NULL, 'd'},
-	    {"size", required_argument, NULL, 's'},
-	    {"force", no_argument, NULL, 'f'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    {"dir", required_argument, NULL, 'd'}, {"size", required_argument, NULL, 's'},
+	    {"force", no_argument, NULL, 'f'},     {"discard-log", no_argument, NULL, 'D'},
+	    {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0},
 	};
 	char cmd[64];
 	snprintf(cmd, sizeof(cmd), "shale pool %s", verb);
 	struct vdev_cmd vc = {.vc_cmd = cmd, .vc_dir = POOL_CMD_DEFAULT_DIR};
 	shale_cmd_pool_opts(&vc.vc_opts);
 	uint64_t size = 0;
-	bool force = false;
+	bool force = false, discard_log = false;
 	int opt;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "d:s:fh", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "d:s:fDh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd': vc.vc_dir = optarg; break;
 		case 's':
@@ -234,13 +235,14 @@ int shale_pool_vdev_main(const char *verb, int argc, char **argv)
 			}
 			break;
 		case 'f': force = true; break;
+		case 'D': discard_log = true; break;
 		case 'h': vdev_cmd_usage(stdout); return 0;
 		default: vdev_cmd_usage(stderr); return 2;
 		}
 	}
 	bool detach = strcmp(verb, "detach") == 0, replace = strcmp(verb, "replace") == 0;
 	int operands = detach ? 2 : 3;
-	if (argc - optind != operands) {
+	if (argc - optind != operands || (discard_log && !replace)) {
 		vdev_cmd_usage(stderr);
 		return 2;
 	}
@@ -268,7 +270,26 @@ int shale_pool_vdev_main(const char *verb, int argc, char **argv)
 	 * interrupted after its attach); otherwise the import would refuse it */
 	struct blk_dev *devs[POOL_CMD_MAX_LEAVES + 1];
 	unsigned n = vdev_cmd_labelled(&vc, devs);
-	int rc = pool_vdev_attach(devs, n, &vc.vc_opts, leaf, vc.vc_new, force, err, sizeof(err));
+	int rc;
+	if (discard_log) {
+		rc = pool_vdev_replace_lost_log(devs, n, leaf, vc.vc_new, force, err, sizeof(err));
+		if (rc < 0) {
+			fprintf(stderr, "%s: %s\n", cmd, err[0] ? err : sh_strerror(rc));
+			goto out;
+		}
+		printf("replaced the lost log device %s with %s in pool %s; its records are "
+		       "discarded\n",
+		       leaf, new_path, vc.vc_name);
+		status = vdev_cmd_import_check(&vc, true, true) == 0 ? 0 : 1;
+		goto out;
+	}
+	rc = pool_vdev_attach(devs, n, &vc.vc_opts, leaf, vc.vc_new, force, err, sizeof(err));
+	if (rc == -ENXIO)
+		fprintf(stderr,
+		        "%s: a vdev has no leaf present; if it is the log device, lost for "
+		        "good, `replace --discard-log` puts a new one in its place (stable "
+		        "changes not yet in a txg are lost)\n",
+		        cmd);
 	if (rc == -EALREADY && replace) {
 		printf("%s is attached beside %s already: going on with the resilver\n", new_path,
 		       leaf);

@@ -213,6 +213,16 @@ SH_MUST_CHECK int pool_vdev_attach(struct blk_dev *const *devs, unsigned ndevs,
 SH_MUST_CHECK int pool_vdev_detach(struct blk_dev *const *devs, unsigned ndevs,
                                    const struct pool_open_opts *opts, const char *leaf,
                                    char *err, size_t err_len);
+/* The way back for a pool whose log vdev is lost (every leaf of it missing: the pool cannot be
+ * imported, for the log may hold acknowledged changes), as zpool import -m is: the log vdev
+ * becomes new_dev alone (`old` names one of its leaves), a blank log; the records of the lost one
+ * are discarded, so stable changes acknowledged after the pool's last txg are lost. No import
+ * comes first (none can succeed). Returns 0; -ENOENT; -EINVAL (not a log leaf, new_dev too
+ * small); -EBUSY (a log leaf is present: use attach and detach, losing nothing, or new_dev holds
+ * another pool's labels, see pool_vdev_attach's force); or a label write's error. */
+SH_MUST_CHECK int pool_vdev_replace_lost_log(struct blk_dev *const *devs, unsigned ndevs,
+                                             const char *old, struct blk_dev *new_dev,
+                                             bool force, char *err, size_t err_len);
 
 /* ---------------------------------------------------------------------------------------------
  * Transaction groups */

@@ -34,6 +34,14 @@
  * was missing is not wiped; should it come back, the newer configuration of the others leaves
  * it out, and it alone imports as the pool it was a part of, at the state it last saw.
  *
+ * A lost log vdev (pool_vdev_replace_lost_log). With every leaf of the log vdev missing no import
+ * can succeed, so no step 1: the log vdev of the configuration is replaced by a new one (new guid,
+ * the new leaf alone, the region of the same size, so the uberblocks' record of the region stays
+ * true). Import then replays from the uberblock's position on the blank region, finds nothing
+ * (the lost records are discarded: the administrator's choice, as zpool import -m), and the log
+ * goes on from there; a leaf of the lost log vdev that comes back is named by no configuration
+ * the pool takes.
+ *
  * Concurrency: none. The leaves are the caller's and the pool is not imported meanwhile (the
  * leaves of a pool that `shale serve` holds are locked, so the commands refuse it). */
 #include <errno.h>
@@ -325,10 +333,22 @@ static int pool_vdev_new_guid(struct pool *cfg, uint64_t *out)
 	}
 }
 
-/* Refuses a new leaf that is in use by this pool or, without force, holds another's labels. */
-static int pool_vdev_new_leaf_ok(struct pool_vdev_view *v, struct blk_dev *new_dev, bool force,
-                                 char *err, size_t err_len)
+/* Refuses a new leaf for top that is too small for its data area, whose path holds a newline,
+ * that is in use by this pool or, without force, holds another pool's labels. */
+static int pool_vdev_new_leaf_ok(struct pool_vdev_view *v, const struct pool_top *top,
+                                 struct blk_dev *new_dev, bool force, char *err, size_t err_len)
 {
+	uint64_t need = top->pt_data_bytes + 2ull * BLK_LABEL_AREA_BYTES;
+	if (blk_dev_size(new_dev) < need) {
+		pool_vdev_say(err, err_len,
+		              "%s is too small: %" PRIu64 " bytes, the vdev needs %" PRIu64,
+		              pool_dev_name(new_dev), blk_dev_size(new_dev), need);
+		return -EINVAL;
+	}
+	if (strchr(blk_dev_path(new_dev), '\n')) {
+		pool_vdev_say(err, err_len, "a leaf's path may not hold a newline");
+		return -EINVAL;
+	}
 	struct blk_label *lb = mem_alloc(sizeof(*lb));
 	if (!lb)
 		return -ENOMEM;
@@ -338,9 +358,9 @@ static int pool_vdev_new_leaf_ok(struct pool_vdev_view *v, struct blk_dev *new_d
 		bool member = false;
 		for (unsigned t = 0; ours && t < pool_vdev_count(v->vv_cfg) && !member; t++) {
 			uint32_t index;
-			struct pool_top *top = pool_vdev_top(v->vv_cfg, t, &index);
-			for (unsigned j = 0; j < top->pt_nchildren && !member; j++)
-				member = top->pt_leaves[j].pl_guid == lb->lb_leaf_guid;
+			const struct pool_top *vt = pool_vdev_top(v->vv_cfg, t, &index);
+			for (unsigned j = 0; j < vt->pt_nchildren && !member; j++)
+				member = vt->pt_leaves[j].pl_guid == lb->lb_leaf_guid;
 		}
 		if (member) {
 			pool_vdev_say(err, err_len, "%s is a leaf of pool %s already",
@@ -408,21 +428,10 @@ int pool_vdev_attach(struct blk_dev *const *devs, unsigned ndevs, const struct p
 		rc = -EOVERFLOW;
 		goto out;
 	}
-	rc = pool_vdev_new_leaf_ok(&v, new_dev, force, err, err_len);
+	rc = pool_vdev_new_leaf_ok(&v, top, new_dev, force, err, err_len);
 	if (rc != 0)
 		goto out;
-	uint64_t need = top->pt_data_bytes + 2ull * BLK_LABEL_AREA_BYTES;
 	const char *path = blk_dev_path(new_dev);
-	if (blk_dev_size(new_dev) < need || strchr(path, '\n')) {
-		if (strchr(path, '\n'))
-			pool_vdev_say(err, err_len, "a leaf's path may not hold a newline");
-		else
-			pool_vdev_say(err, err_len,
-			              "%s is too small: %" PRIu64 " bytes, the vdev needs %" PRIu64,
-			              pool_dev_name(new_dev), blk_dev_size(new_dev), need);
-		rc = -EINVAL;
-		goto out;
-	}
 	uint64_t config_txg = pool_vdev_config_txg(&v);
 	struct pool_leaf *l = &top->pt_leaves[top->pt_nchildren];
 	rc = pool_vdev_new_guid(v.vv_cfg, &l->pl_guid);
@@ -495,6 +504,71 @@ int pool_vdev_detach(struct blk_dev *const *devs, unsigned ndevs, const struct p
 		log_info("pool %s: %s detached (configuration txg %" PRIu64 ")", v.vv_cfg->p_name,
 		         gone_path[0] ? gone_path : leaf, config_txg);
 	mem_free(gone_path);
+out:
+	pool_vdev_view_fini(&v);
+	return rc;
+}
+
+int pool_vdev_replace_lost_log(struct blk_dev *const *devs, unsigned ndevs, const char *old,
+                               struct blk_dev *new_dev, bool force, char *err, size_t err_len)
+{
+	if (!devs || ndevs == 0 || !old || !new_dev)
+		return -EINVAL;
+	struct pool_vdev_view v;
+	int rc = pool_vdev_view_load(&v, devs, ndevs, err, err_len);
+	if (rc != 0)
+		return rc;
+	struct pool_vdev_place at;
+	rc = pool_vdev_find(&v, old, &at, err, err_len);
+	if (rc != 0)
+		goto out;
+	struct pool_top *top = at.vp_top;
+	if (at.vp_top_index != UINT32_MAX) {
+		pool_vdev_say(err, err_len, "%s is not a leaf of the log vdev", old);
+		rc = -EINVAL;
+		goto out;
+	}
+	for (unsigned j = 0; j < top->pt_nchildren; j++) {
+		if (top->pt_leaves[j].pl_dev) {
+			pool_vdev_say(err, err_len,
+			              "a leaf of the log vdev is present: replace %s without "
+			              "discarding the log",
+			              old);
+			rc = -EBUSY;
+			goto out;
+		}
+	}
+	rc = pool_vdev_new_leaf_ok(&v, top, new_dev, force, err, err_len);
+	if (rc != 0)
+		goto out;
+	const char *path = blk_dev_path(new_dev);
+	/* A log vdev of its own: a new guid, so that a leaf of the lost one, should it come back,
+	 * is named by no configuration the pool takes; the region keeps its size, so the
+	 * uberblocks' record of it stays true. */
+	uint64_t top_guid, leaf_guid;
+	rc = pool_vdev_new_guid(v.vv_cfg, &top_guid);
+	if (rc == 0)
+		rc = pool_vdev_new_guid(v.vv_cfg, &leaf_guid);
+	char *leaf_path = rc == 0 ? mem_strdup(path) : NULL;
+	if (rc == 0 && !leaf_path)
+		rc = -ENOMEM;
+	if (rc != 0)
+		goto out;
+	for (unsigned j = 0; j < BLK_MIRROR_MAX; j++)
+		mem_free(top->pt_leaves[j].pl_path);
+	memset(top->pt_leaves, 0, sizeof(top->pt_leaves));
+	top->pt_guid = top_guid;
+	top->pt_mirror = false;
+	top->pt_nchildren = 1;
+	top->pt_leaves[0] =
+	    (struct pool_leaf){.pl_guid = leaf_guid, .pl_path = leaf_path, .pl_dev = new_dev};
+	uint64_t config_txg = pool_vdev_config_txg(&v);
+	rc = pool_vdev_relabel(&v, config_txg, &top->pt_leaves[0], err, err_len);
+	if (rc == 0)
+		log_warn(
+		    "pool %s: the log vdev is now %s; the records of the lost one are discarded: "
+		    "stable changes acknowledged after txg %" PRIu64 " are not in the pool",
+		    v.vv_cfg->p_name, pool_dev_name(new_dev), v.vv_ub_txg);
 out:
 	pool_vdev_view_fini(&v);
 	return rc;

@@ -2,7 +2,8 @@
 # cli_pool.sh: the `shale pool` and `shale fs` commands, run as an administrator would: create a
 # mirrored pool with a log device on files, create and list file systems, status, check, a
 # refused import while another process holds the leaves, destroy, a log device made a mirror
-# and back (attach, detach), the refused changes of vdevs, and the argument errors.
+# and back (attach, detach), the refused changes of vdevs, a lost log device replaced, and the
+# argument errors.
 # Prints TAP lines and a closing count. Needs $SHALE_BIN and flock(1) (util-linux).
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
@@ -78,6 +79,15 @@ check "pool attach: a leaf of another pool is refused without --force" \
 check "pool attach: a leaf name that is not the pool's lists the leaves" \
 	fails_with "its leaves: var/pool/a.img (guid" shale pool attach tank var/pool/nope.img var/pool/n.img --size 64M
 check "pool attach: a new leaf created for a refused attach is removed again" test ! -e var/pool/n.img
+rm var/pool/log2.img
+check "a pool whose only log device is lost does not import" \
+	fails_with "the log vdev has none of its 1 leaves" shale pool status tank
+check "pool replace of the lost log device: refused without --discard-log, with a hint" \
+	fails_with "replace --discard-log" shale pool replace tank var/pool/log2.img var/pool/log3.img --size 64M
+check "pool replace --discard-log: a new log device, the pool back" \
+	bash -c 'o=$("$SHALE_BIN" pool replace tank var/pool/log2.img var/pool/log3.img --size 64M --discard-log 2>&1) &&
+		grep -q "replaced the lost log device" <<<"$o" && grep -q "pool tank: 0 problems" <<<"$o" &&
+		grep -q "state: ONLINE" <<<"$o" && grep -q "^	  var/pool/log3.img  *ONLINE" <<<"$o"'
 check "pool check still clean after everything" out_has "0 problems" shale pool check tank
 
 tap_finish cli_pool

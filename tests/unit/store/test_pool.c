@@ -2,9 +2,10 @@
  * and on files, datasets, thousands of logged key-value puts over many txgs with a key-value owner
  * (pool_kv.h), log replay after a close without export, dataset destroy returning its space (at
  * once, and in steps across a crash), mirror self-healing and check repairs, the record of the
- * mirror children that missed writes, attaching and detaching leaves (resilver, replace), an
- * unmirrored bad block, a full pool, throttling, a small cache, the memory bound of the ARC's
- * limit, degraded and refused imports, suspension, properties and the status report. */
+ * mirror children that missed writes, attaching and detaching leaves (resilver, replace), a lost
+ * log device replaced, an unmirrored bad block, a full pool, throttling, a small cache, the
+ * memory bound of the ARC's limit, degraded and refused imports, suspension, properties and the
+ * status report. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -1034,6 +1035,83 @@ out:
 	blk_dev_close(small);
 }
 
+/* A pool whose only log device is lost cannot be imported (the log may hold acknowledged
+ * changes); replacing the log device with a blank one, discarding the lost one's records, brings
+ * it back: every change of the last txg is there and the changes only the lost log held are not,
+ * a check is clean, the new log replays what it logs after a crash, and the old log device, back,
+ * is left out. */
+static void test_vdev_lost_log(void)
+{
+	struct blk_dev *d = mem_dev(48 * MIB), *l = mem_dev(8 * MIB), *l2 = mem_dev(8 * MIB);
+	struct blk_dev *small = mem_dev(4 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "ll", .pc_opts = &o};
+	struct model m, synced;
+	model_init(&m, 300);
+	model_init(&synced, 300);
+	char err[1024], lname[24], dname[24];
+	struct pool *p;
+	CHECK(pool_create_on_devs(&a, &d, 1, &l, 1, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(workload(kv, &m, 300, 0, false, 61) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	memcpy(synced.m_ver, m.m_ver, 300 * sizeof(unsigned));
+	CHECK(workload(kv, &m, 200, 0, true, 62) == 0); /* acknowledged, in the log only */
+	kv_close(kv);
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	pool_status(p, st);
+	snprintf(lname, sizeof(lname), "%" PRIu64, st->ps_log.sv_children[0].sl_guid);
+	snprintf(dname, sizeof(dname), "%" PRIu64, st->ps_tops[0].sv_children[0].sl_guid);
+	mem_free(st);
+	pool_close(p); /* a crash */
+	/* the log device is lost */
+	CHECK(pool_import_devs(&d, 1, &o, &p) == -ENXIO);
+	CHECK(pool_vdev_replace_lost_log(&d, 1, dname, l2, false, err, sizeof(err)) == -EINVAL);
+	CHECK(pool_vdev_replace_lost_log(&d, 1, lname, small, false, err, sizeof(err)) == -EINVAL);
+	CHECK(pool_vdev_replace_lost_log((struct blk_dev *[]){d, l}, 2, lname, l2, false, err,
+	                                 sizeof(err)) == -EBUSY);
+	CHECK(pool_vdev_replace_lost_log(&d, 1, lname, l2, false, err, sizeof(err)) == 0);
+	struct blk_dev *now[2] = {d, l2};
+	CHECK(pool_import_devs(now, 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &synced, NULL) == 0); /* the lost log's changes are not there */
+	CHECK(workload(kv, &synced, 200, 0, true, 63) == 0);
+	kv_close(kv);
+	CHECK(check_pool(p) == 0);
+	pool_close(p); /* a crash: the new log holds the last changes */
+	CHECK(pool_import_devs(now, 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &synced, NULL) == 0);
+	kv_close(kv);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+	/* the old log device back: not the pool's any more */
+	CHECK(pool_import_devs((struct blk_dev *[]){d, l2, l}, 3, &o, &p) == 0);
+	if (p) {
+		st = mem_alloc(sizeof(*st));
+		pool_status(p, st);
+		CHECK(st->ps_has_log && st->ps_log.sv_nchildren == 1 &&
+		      st->ps_log.sv_children[0].sl_present && st->ps_state == POOL_STATE_ONLINE);
+		mem_free(st);
+		CHECK(pool_export(p) == 0);
+	}
+out:
+	model_fini(&m);
+	model_fini(&synced);
+	blk_dev_close(d);
+	blk_dev_close(l);
+	blk_dev_close(l2);
+	blk_dev_close(small);
+}
+
 /* An unmirrored block that fails its checksum: -EIO for its key alone, the pool keeps working. */
 static void test_bad_block(void)
 {
@@ -1791,6 +1869,7 @@ int main(void)
 	TAP_RUN(test_mirror_repair);
 	TAP_RUN(test_mirror_write_around);
 	TAP_RUN(test_vdev_attach_detach);
+	TAP_RUN(test_vdev_lost_log);
 	TAP_RUN(test_bad_block);
 	TAP_RUN(test_full_pool);
 	TAP_RUN(test_throttle);
