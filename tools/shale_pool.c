@@ -3,7 +3,7 @@
  *
  *   shale pool create NAME [mirror] VDEV... [log [mirror] VDEV...] [--size BYTES] [--force]
  *   shale pool import|export|status|check NAME [-d DIR]
- *   shale pool attach|detach|replace ... (tools/shale_pool_vdev.c)
+ *   shale pool attach|detach|replace|add ... (tools/shale_pool_vdev.c)
  *   shale fs create|destroy NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]
  *   shale fs list NAME [-d DIR]
  *
@@ -55,6 +55,8 @@ static void pool_cmd_usage(FILE *out)
 		"  shale pool attach NAME EXISTING NEW [-d DIR] [--size BYTES] [--force]\n"
 		"      NEW becomes another side of EXISTING's mirror; every block is copied onto it\n"
 		"  shale pool detach NAME LEAF [-d DIR]   take LEAF out of its mirror\n"
+		"  shale pool add NAME [mirror] VDEV... [-d DIR] [--size BYTES] [--force]\n"
+		"      another top-level vdev (plain, or a mirror): more space\n"
 		"  shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force] [--discard-log]\n"
 		"      attach NEW beside OLD (which may be missing), resilver, detach OLD;\n"
 		"      --discard-log: the log device OLD is lost for good, and with it its records\n"
@@ -361,7 +363,8 @@ int shale_pool_main(int argc, char **argv)
 	if (strcmp(verb, "import") == 0 || strcmp(verb, "export") == 0 || strcmp(verb, "status") == 0 ||
 	    strcmp(verb, "check") == 0)
 		return pool_cmd_named(verb, argc - 1, argv + 1);
-	if (strcmp(verb, "attach") == 0 || strcmp(verb, "detach") == 0 || strcmp(verb, "replace") == 0)
+	if (strcmp(verb, "attach") == 0 || strcmp(verb, "detach") == 0 || strcmp(verb, "replace") == 0 ||
+	    strcmp(verb, "add") == 0)
 		return shale_pool_vdev_main(verb, argc - 1, argv + 1);
 	if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
 		pool_cmd_usage(stdout);

@@ -18,7 +18,7 @@ int shale_parse_bytes(const char *text, uint64_t *out);
 /* argv[0] is "pool" / "fs"; return the process's exit status. */
 int shale_pool_main(int argc, char **argv);
 int shale_fs_main(int argc, char **argv);
-/* `shale pool attach|detach|replace` (tools/shale_pool_vdev.c); argv[0] is the verb. */
+/* `shale pool attach|detach|replace|add` (tools/shale_pool_vdev.c); argv[0] is the verb. */
 int shale_pool_vdev_main(const char *verb, int argc, char **argv);
 /* The options every pool command imports with (datasets get the file-system owner). */
 void shale_cmd_pool_opts(struct pool_open_opts *opts);

@@ -1,6 +1,7 @@
-/* shale_pool_vdev.c: `shale pool attach`, `detach` and `replace`, the verbs that change a pool's
- * vdevs, in the manner of zpool(8):
+/* shale_pool_vdev.c: `shale pool attach`, `detach`, `replace` and `add`, the verbs that change a
+ * pool's vdevs, in the manner of zpool(8):
  *
+ *   shale pool add NAME [mirror] VDEV... [-d DIR] [--size BYTES] [--force]
  *   shale pool attach NAME EXISTING NEW [-d DIR] [--size BYTES] [--force]
  *   shale pool detach NAME LEAF [-d DIR]
  *   shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force] [--discard-log]
@@ -31,28 +32,46 @@
 #include "shale_pool.h"
 #include "store/pool.h"
 
-/* The pool's leaves found in DIR, open, and the new one. */
+/* A new leaf: one of vc_devs, or opened on its own (vn_own). */
+struct vdev_new {
+	struct blk_dev *vn_dev;
+	bool vn_own;
+	const char *vn_created; /* the path, when this command created the file */
+};
+
+/* The pool's leaves found in DIR, open, and the new ones. */
 struct vdev_cmd {
 	const char *vc_cmd; /* "shale pool attach" ... */
 	const char *vc_dir;
 	const char *vc_name;
-	struct blk_dev *vc_devs[POOL_CMD_MAX_LEAVES + 1];
+	struct blk_dev *vc_devs[POOL_CMD_MAX_LEAVES];
 	unsigned vc_ndevs;
-	struct blk_dev *vc_new; /* one of vc_devs, or opened on its own (vc_new_own) */
-	bool vc_new_own;
-	const char *vc_new_created; /* the path, when this command created the new leaf */
+	struct vdev_new vc_new[BLK_MIRROR_MAX];
+	unsigned vc_nnew;
 	struct pool_open_opts vc_opts;
 };
+
+/* Closes the new leaves; with forget, removes the files this command created for them (nothing
+ * refers to them when the change was refused). */
+static void vdev_cmd_close_new(struct vdev_cmd *vc, bool forget)
+{
+	for (unsigned i = 0; i < vc->vc_nnew; i++) {
+		struct vdev_new *vn = &vc->vc_new[i];
+		if (vn->vn_own)
+			blk_dev_close(vn->vn_dev);
+		if (forget && vn->vn_own && vn->vn_created)
+			(void)unlink(vn->vn_created);
+		memset(vn, 0, sizeof(*vn));
+	}
+	vc->vc_nnew = 0;
+}
 
 static void vdev_cmd_close(struct vdev_cmd *vc)
 {
 	for (unsigned i = 0; i < vc->vc_ndevs; i++)
 		blk_dev_close(vc->vc_devs[i]);
 	vc->vc_ndevs = 0;
-	if (vc->vc_new_own)
-		blk_dev_close(vc->vc_new);
-	vc->vc_new = NULL;
-	vc->vc_new_own = false;
+	vdev_cmd_close_new(vc, false);
 }
 
 static bool vdev_cmd_same_file(const char *a, const char *b)
@@ -94,13 +113,15 @@ static int vdev_cmd_open(struct vdev_cmd *vc)
 	return rc;
 }
 
-/* Opens (with size > 0, creates when missing) the new leaf; one found in DIR already is that
- * device. */
+/* Opens (with size > 0, creates when missing) a new leaf as vc_new[vc_nnew]; one found in DIR
+ * already is that device. */
 static int vdev_cmd_open_new(struct vdev_cmd *vc, const char *path, uint64_t size)
 {
+	struct vdev_new *vn = &vc->vc_new[vc->vc_nnew];
 	for (unsigned i = 0; i < vc->vc_ndevs; i++) {
 		if (vdev_cmd_same_file(path, blk_dev_path(vc->vc_devs[i]))) {
-			vc->vc_new = vc->vc_devs[i];
+			vn->vn_dev = vc->vc_devs[i];
+			vc->vc_nnew++;
 			return 0;
 		}
 	}
@@ -111,14 +132,15 @@ static int vdev_cmd_open_new(struct vdev_cmd *vc, const char *path, uint64_t siz
 		        path);
 		return -ENOENT;
 	}
-	int rc = blk_dev_open_file(path, exists ? 0 : size, &vc->vc_new);
+	int rc = blk_dev_open_file(path, exists ? 0 : size, &vn->vn_dev);
 	if (rc < 0) {
 		fprintf(stderr, "%s: cannot %s %s: %s\n", vc->vc_cmd, exists ? "open" : "create",
 		        path, rc == -EBUSY ? "in use by another process" : sh_strerror(rc));
 		return rc;
 	}
-	vc->vc_new_own = true;
-	vc->vc_new_created = exists ? NULL : path;
+	vn->vn_own = true;
+	vn->vn_created = exists ? NULL : path;
+	vc->vc_nnew++;
 	char dir_copy[PATH_MAX];
 	snprintf(dir_copy, sizeof(dir_copy), "%s", path);
 	if (!vdev_cmd_same_file(dirname(dir_copy), vc->vc_dir))
@@ -129,16 +151,18 @@ static int vdev_cmd_open_new(struct vdev_cmd *vc, const char *path, uint64_t siz
 	return 0;
 }
 
-/* Every open leaf that still carries a label (a detached one was wiped), the new one included. */
+/* Every open leaf that carries the pool's label (a detached one was wiped), the new ones
+ * included. */
 static unsigned vdev_cmd_labelled(struct vdev_cmd *vc, struct blk_dev **out)
 {
 	struct blk_engine *engine = NULL;
 	struct blk_label *label = mem_alloc(sizeof(*label));
 	unsigned n = 0;
 	if (label && blk_engine_create(4, &engine) == 0) {
-		for (unsigned i = 0; i <= vc->vc_ndevs; i++) {
+		for (unsigned i = 0; i < vc->vc_ndevs + vc->vc_nnew; i++) {
+			const struct vdev_new *vn = &vc->vc_new[i - SH_MIN(i, vc->vc_ndevs)];
 			struct blk_dev *d = i < vc->vc_ndevs ? vc->vc_devs[i]
-			                    : vc->vc_new_own ? vc->vc_new
+			                    : vn->vn_own     ? vn->vn_dev
 			                                     : NULL;
 			if (d && blk_label_read(engine, d, label) == 0 &&
 			    strcmp(label->lb_pool_name, vc->vc_name) == 0)
@@ -161,7 +185,7 @@ static void vdev_cmd_report(void *arg, const char *line)
  * without one), or a negative errno. */
 static int64_t vdev_cmd_import_check(struct vdev_cmd *vc, bool resilver, bool status)
 {
-	struct blk_dev *devs[POOL_CMD_MAX_LEAVES + 1];
+	struct blk_dev *devs[POOL_CMD_MAX_LEAVES + BLK_MIRROR_MAX];
 	unsigned n = vdev_cmd_labelled(vc, devs);
 	struct pool *p = NULL;
 	int rc = n > 0 ? pool_import_devs(devs, n, &vc->vc_opts, &p) : -ENOENT;
@@ -191,6 +215,45 @@ static int64_t vdev_cmd_import_check(struct vdev_cmd *vc, bool resilver, bool st
 	return problems;
 }
 
+/* shale pool add NAME [mirror] VDEV...: the operands after NAME. */
+static int vdev_cmd_add(struct vdev_cmd *vc, int n, char **paths, uint64_t size, bool force)
+{
+	bool mirror = n > 0 && strcmp(paths[0], "mirror") == 0;
+	if (mirror) {
+		n--;
+		paths++;
+	}
+	if (n < 1 || n > (int)BLK_MIRROR_MAX || (mirror ? n < 2 : n != 1)) {
+		fprintf(stderr, "%s: give one VDEV, or `mirror` and 2 to %u of them\n", vc->vc_cmd,
+		        BLK_MIRROR_MAX);
+		return 2;
+	}
+	char err[1536] = "";
+	int status = 1;
+	if (vdev_cmd_open(vc) < 0)
+		goto out;
+	for (int i = 0; i < n; i++)
+		if (vdev_cmd_open_new(vc, paths[i], size) < 0)
+			goto out_forget;
+	struct blk_dev *news[BLK_MIRROR_MAX];
+	for (unsigned i = 0; i < vc->vc_nnew; i++)
+		news[i] = vc->vc_new[i].vn_dev;
+	int rc = pool_vdev_add(vc->vc_devs, vc->vc_ndevs, &vc->vc_opts, news, vc->vc_nnew, force,
+	                       err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "%s: %s\n", vc->vc_cmd, err[0] ? err : sh_strerror(rc));
+		goto out_forget;
+	}
+	printf("added %s%s to pool %s\n", mirror ? "a mirror of " : "", paths[0], vc->vc_name);
+	status = vdev_cmd_import_check(vc, false, true) == 0 ? 0 : 1;
+	goto out;
+out_forget:
+	vdev_cmd_close_new(vc, true);
+out:
+	vdev_cmd_close(vc);
+	return status;
+}
+
 static void vdev_cmd_usage(FILE *out)
 {
 	fprintf(
@@ -199,6 +262,8 @@ static void vdev_cmd_usage(FILE *out)
 	    "  shale pool attach NAME EXISTING NEW [-d DIR] [--size BYTES] [--force]\n"
 	    "      NEW becomes another side of EXISTING's mirror (a plain vdev becomes one);\n"
 	    "      every block is then copied onto it (resilver)\n"
+	    "  shale pool add NAME [mirror] VDEV... [-d DIR] [--size BYTES] [--force]\n"
+	    "      a new top-level vdev: more space (--force: another redundancy than the pool's)\n"
 	    "  shale pool detach NAME LEAF [-d DIR]\n"
 	    "      takes LEAF (present or missing) out of its mirror\n"
 	    "  shale pool replace NAME OLD NEW [-d DIR] [--size BYTES] [--force] [--discard-log]\n"
@@ -241,6 +306,14 @@ int shale_pool_vdev_main(const char *verb, int argc, char **argv)
 		}
 	}
 	bool detach = strcmp(verb, "detach") == 0, replace = strcmp(verb, "replace") == 0;
+	if (strcmp(verb, "add") == 0) {
+		if (discard_log || optind >= argc) {
+			vdev_cmd_usage(stderr);
+			return 2;
+		}
+		vc.vc_name = argv[optind];
+		return vdev_cmd_add(&vc, argc - optind - 1, argv + optind + 1, size, force);
+	}
 	int operands = detach ? 2 : 3;
 	if (argc - optind != operands || (discard_log && !replace)) {
 		vdev_cmd_usage(stderr);
@@ -268,13 +341,15 @@ int shale_pool_vdev_main(const char *verb, int argc, char **argv)
 		goto out;
 	/* the new leaf goes in with the others when it carries this pool's labels (a replace
 	 * interrupted after its attach); otherwise the import would refuse it */
-	struct blk_dev *devs[POOL_CMD_MAX_LEAVES + 1];
+	struct blk_dev *devs[POOL_CMD_MAX_LEAVES + BLK_MIRROR_MAX];
 	unsigned n = vdev_cmd_labelled(&vc, devs);
 	int rc;
 	if (discard_log) {
-		rc = pool_vdev_replace_lost_log(devs, n, leaf, vc.vc_new, force, err, sizeof(err));
+		rc = pool_vdev_replace_lost_log(devs, n, leaf, vc.vc_new[0].vn_dev, force, err,
+		                                sizeof(err));
 		if (rc < 0) {
 			fprintf(stderr, "%s: %s\n", cmd, err[0] ? err : sh_strerror(rc));
+			vdev_cmd_close_new(&vc, true);
 			goto out;
 		}
 		printf("replaced the lost log device %s with %s in pool %s; its records are "
@@ -283,7 +358,8 @@ int shale_pool_vdev_main(const char *verb, int argc, char **argv)
 		status = vdev_cmd_import_check(&vc, true, true) == 0 ? 0 : 1;
 		goto out;
 	}
-	rc = pool_vdev_attach(devs, n, &vc.vc_opts, leaf, vc.vc_new, force, err, sizeof(err));
+	rc = pool_vdev_attach(devs, n, &vc.vc_opts, leaf, vc.vc_new[0].vn_dev, force, err,
+	                      sizeof(err));
 	if (rc == -ENXIO)
 		fprintf(stderr,
 		        "%s: a vdev has no leaf present; if it is the log device, lost for "
@@ -295,12 +371,7 @@ int shale_pool_vdev_main(const char *verb, int argc, char **argv)
 		       leaf);
 	} else if (rc < 0) {
 		fprintf(stderr, "%s: %s\n", cmd, err[0] ? err : sh_strerror(rc));
-		if (vc.vc_new_created) { /* nothing refers to it: created for nothing */
-			blk_dev_close(vc.vc_new);
-			vc.vc_new = NULL;
-			vc.vc_new_own = false;
-			(void)unlink(vc.vc_new_created);
-		}
+		vdev_cmd_close_new(&vc, true);
 		goto out;
 	} else {
 		printf("attached %s beside %s in pool %s; resilvering\n", new_path, leaf,

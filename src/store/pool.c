@@ -201,7 +201,7 @@
  * detached from a mirror by rewriting the labels of an exported pool; an attached leaf is stale
  * (import marks it so while the uberblock predates it, and the uberblocks list it from then on)
  * until a check has copied every block onto it, which is the resilver. Replace is attach,
- * check, detach.
+ * check, detach. A top-level vdev can be added (appended: the allocator's state grows with it).
  *
  * ------------------------------------------------------------------------------------------------
  * ON-DISK FORMATS (integers little-endian)

@@ -213,6 +213,18 @@ SH_MUST_CHECK int pool_vdev_attach(struct blk_dev *const *devs, unsigned ndevs,
 SH_MUST_CHECK int pool_vdev_detach(struct blk_dev *const *devs, unsigned ndevs,
                                    const struct pool_open_opts *opts, const char *leaf,
                                    char *err, size_t err_len);
+/* Adds a top-level vdev made of new_devs (one leaf, a plain disk, or nnew > 1 leaves, a mirror)
+ * to the pool: more space, allocated from beside the others (by free space). Its data area is
+ * the smallest new leaf's less the labels at both ends, at least 16 MiB. The new leaves' labels
+ * are written first; the allocator of the next import takes the new vdev as all free. Without
+ * force, refused when the new vdev's shape (a disk, or a mirror of n) differs from any existing
+ * top-level vdev's (its redundancy would differ, as zpool add refuses) or a new leaf holds
+ * another pool's labels. Returns 0; -EINVAL (a leaf twice, too small, redundancy); -EEXIST (a new
+ * leaf is this pool's); -EBUSY (another pool's labels); -EOVERFLOW (POOL_MAX_TOPS vdevs
+ * already); or the error of the import, export or a label write. */
+SH_MUST_CHECK int pool_vdev_add(struct blk_dev *const *devs, unsigned ndevs,
+                                const struct pool_open_opts *opts, struct blk_dev *const *new_devs,
+                                unsigned nnew, bool force, char *err, size_t err_len);
 /* The way back for a pool whose log vdev is lost (every leaf of it missing: the pool cannot be
  * imported, for the log may hold acknowledged changes), as zpool import -m is: the log vdev
  * becomes new_dev alone (`old` names one of its leaves), a blank log; the records of the lost one

@@ -1,6 +1,7 @@
 /* pool_vdev.c: changing a pool's vdevs: attaching a leaf to a vdev (a plain disk becomes a
- * mirror, a mirror gets wider) and detaching one from a mirror, as zpool attach and detach do.
- * `shale pool replace` is the two in turn with a check between them (tools/shale_pool.c).
+ * mirror, a mirror gets wider) and detaching one from a mirror, as zpool attach and detach do;
+ * adding a top-level vdev, as zpool add does; and a new log vdev for a lost one. `shale pool
+ * replace` is attach and detach in turn with a check between them (tools/shale_pool_vdev.c).
  *
  * Model. The configuration lives only in the labels (pool.c), each copy stamped with the
  * configuration txg it was written for, and import takes the newest copy among the leaves it is
@@ -42,6 +43,13 @@
  * goes on from there; a leaf of the lost log vdev that comes back is named by no configuration
  * the pool takes.
  *
+ * Adding a top-level vdev (pool_vdev_add): after steps 1 and 2, a vdev appended to the
+ * configuration (index ntops: block pointers of the others keep their vdev numbers); the new
+ * leaves' labels are written first, so any configuration that names them finds them labelled
+ * (else a crash could leave a configuration naming a vdev with no leaf, which no import takes).
+ * The allocator of the next import opens the last state, written for fewer vdevs, with the
+ * larger geometry and takes the new one as all free (space.c, "Growth").
+ *
  * Concurrency: none. The leaves are the caller's and the pool is not imported meanwhile (the
  * leaves of a pool that `shale serve` holds are locked, so the commands refuse it). */
 #include <errno.h>
@@ -55,6 +63,7 @@
 #include "store/pool_impl.h"
 
 #define POOL_VDEV_ENGINE_DEPTH 16u
+#define POOL_VDEV_MIN_DATA_BYTES (16ull << 20) /* a vdev added: at least this much data area */
 
 /* The pool as its exported leaves describe it. */
 struct pool_vdev_view {
@@ -272,10 +281,11 @@ static bool pool_vdev_current(const struct pool_vdev_view *v, const struct pool_
 	return true;
 }
 
-/* Step 4: the edited configuration into the labels of `first` (when not NULL), then of every
- * other present leaf. */
+/* Step 4: the edited configuration into the labels of the leaf `first` or of every leaf of the
+ * vdev `first_top` (when not NULL), then of every other present leaf. */
 static int pool_vdev_relabel(struct pool_vdev_view *v, uint64_t config_txg,
-                             const struct pool_leaf *first, char *err, size_t err_len)
+                             const struct pool_leaf *first, const struct pool_top *first_top,
+                             char *err, size_t err_len)
 {
 	struct pool *cfg = v->vv_cfg;
 	char *text = mem_alloc(BLK_CONFIG_MAX_BYTES + 1);
@@ -291,7 +301,8 @@ static int pool_vdev_relabel(struct pool_vdev_view *v, uint64_t config_txg,
 			struct pool_top *top = pool_vdev_top(cfg, t, &index);
 			for (unsigned j = 0; j < top->pt_nchildren && rc == 0; j++) {
 				const struct pool_leaf *l = &top->pt_leaves[j];
-				if (!l->pl_dev || (pass == 0) != (l == first))
+				bool is_first = l == first || top == first_top;
+				if (!l->pl_dev || (pass == 0) != is_first)
 					continue;
 				rc = pool_label_leaf(cfg, text, len, config_txg, l, top, index);
 				if (rc != 0)
@@ -446,7 +457,7 @@ int pool_vdev_attach(struct blk_dev *const *devs, unsigned ndevs, const struct p
 	l->pl_added_txg = config_txg;
 	top->pt_nchildren++;
 	top->pt_mirror = true;
-	rc = pool_vdev_relabel(&v, config_txg, l, err, err_len);
+	rc = pool_vdev_relabel(&v, config_txg, l, NULL, err, err_len);
 	if (rc == 0)
 		log_info("pool %s: %s attached beside %s (configuration txg %" PRIu64 ")",
 		         v.vv_cfg->p_name, pool_dev_name(new_dev), existing, config_txg);
@@ -493,7 +504,7 @@ int pool_vdev_detach(struct blk_dev *const *devs, unsigned ndevs, const struct p
 	top->pt_nchildren--;
 	top->pt_mirror = top->pt_nchildren > 1;
 	uint64_t config_txg = pool_vdev_config_txg(&v);
-	rc = pool_vdev_relabel(&v, config_txg, NULL, err, err_len);
+	rc = pool_vdev_relabel(&v, config_txg, NULL, NULL, err, err_len);
 	if (rc == 0 && gone) {
 		int wrc = blk_label_wipe(v.vv_cfg->p_engine, gone);
 		if (wrc != 0) /* the others' newer configuration leaves it out all the same */
@@ -563,12 +574,108 @@ int pool_vdev_replace_lost_log(struct blk_dev *const *devs, unsigned ndevs, cons
 	top->pt_leaves[0] =
 	    (struct pool_leaf){.pl_guid = leaf_guid, .pl_path = leaf_path, .pl_dev = new_dev};
 	uint64_t config_txg = pool_vdev_config_txg(&v);
-	rc = pool_vdev_relabel(&v, config_txg, &top->pt_leaves[0], err, err_len);
+	rc = pool_vdev_relabel(&v, config_txg, &top->pt_leaves[0], NULL, err, err_len);
 	if (rc == 0)
 		log_warn(
 		    "pool %s: the log vdev is now %s; the records of the lost one are discarded: "
 		    "stable changes acknowledged after txg %" PRIu64 " are not in the pool",
 		    v.vv_cfg->p_name, pool_dev_name(new_dev), v.vv_ub_txg);
+out:
+	pool_vdev_view_fini(&v);
+	return rc;
+}
+
+/* The shape of a top-level vdev, for the redundancy check: its child count (1: a plain disk). */
+static unsigned pool_vdev_width(const struct pool_top *t)
+{
+	return t->pt_mirror ? t->pt_nchildren : 1u;
+}
+
+int pool_vdev_add(struct blk_dev *const *devs, unsigned ndevs, const struct pool_open_opts *opts,
+                  struct blk_dev *const *new_devs, unsigned nnew, bool force, char *err,
+                  size_t err_len)
+{
+	if (!devs || ndevs == 0 || !new_devs || nnew == 0 || nnew > BLK_MIRROR_MAX)
+		return -EINVAL;
+	for (unsigned i = 0; i < nnew; i++)
+		for (unsigned j = 0; j < i; j++)
+			if (new_devs[i] == new_devs[j])
+				return -EINVAL;
+	int rc = pool_vdev_settle(devs, ndevs, opts, err, err_len);
+	if (rc != 0)
+		return rc;
+	struct pool_vdev_view v;
+	rc = pool_vdev_view_load(&v, devs, ndevs, err, err_len);
+	if (rc != 0)
+		return rc;
+	struct pool *cfg = v.vv_cfg;
+	if (cfg->p_ntops >= POOL_MAX_TOPS) {
+		pool_vdev_say(err, err_len, "pool %s has %u top-level vdevs, the most it can have",
+		              cfg->p_name, POOL_MAX_TOPS);
+		rc = -EOVERFLOW;
+		goto out;
+	}
+	for (unsigned i = 0; i < cfg->p_ntops && !force; i++) {
+		if (pool_vdev_width(&cfg->p_tops[i]) != nnew) {
+			pool_vdev_say(
+			    err, err_len,
+			    "the pool's vdev %u is %s of %u, the new one would be %s of %u: "
+			    "its redundancy would differ (use --force to add it anyway)",
+			    i, cfg->p_tops[i].pt_mirror ? "a mirror" : "a disk",
+			    pool_vdev_width(&cfg->p_tops[i]), nnew > 1 ? "a mirror" : "a disk",
+			    nnew);
+			rc = -EINVAL;
+			goto out;
+		}
+	}
+	/* the new vdev's data area: the smallest new leaf's, less the labels at both ends */
+	uint64_t smallest = UINT64_MAX;
+	for (unsigned i = 0; i < nnew; i++)
+		smallest = SH_MIN(smallest, blk_dev_size(new_devs[i]));
+	uint64_t data_bytes =
+	    smallest > 2ull * BLK_LABEL_AREA_BYTES + POOL_VDEV_MIN_DATA_BYTES
+	        ? (smallest - 2ull * BLK_LABEL_AREA_BYTES) / BLK_SECTOR_BYTES * BLK_SECTOR_BYTES
+	        : 0;
+	if (data_bytes == 0) {
+		pool_vdev_say(
+		    err, err_len, "a new vdev needs leaves of more than %llu bytes",
+		    (unsigned long long)(2ull * BLK_LABEL_AREA_BYTES + POOL_VDEV_MIN_DATA_BYTES));
+		rc = -EINVAL;
+		goto out;
+	}
+	struct pool_top *tops = mem_zalloc((cfg->p_ntops + 1) * sizeof(*tops));
+	if (!tops) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	memcpy(tops, cfg->p_tops, cfg->p_ntops * sizeof(*tops));
+	mem_free(cfg->p_tops);
+	cfg->p_tops = tops;
+	struct pool_top *top = &cfg->p_tops[cfg->p_ntops++];
+	top->pt_mirror = nnew > 1;
+	top->pt_data_bytes = data_bytes;
+	rc = pool_vdev_new_guid(cfg, &top->pt_guid);
+	for (unsigned i = 0; i < nnew && rc == 0; i++) {
+		rc = pool_vdev_new_leaf_ok(&v, top, new_devs[i], force, err, err_len);
+		struct pool_leaf *l = &top->pt_leaves[i];
+		if (rc == 0)
+			rc = pool_vdev_new_guid(cfg, &l->pl_guid);
+		if (rc == 0) {
+			l->pl_path = mem_strdup(blk_dev_path(new_devs[i]));
+			rc = l->pl_path ? 0 : -ENOMEM;
+		}
+		l->pl_dev = new_devs[i];
+		top->pt_nchildren = i + 1;
+	}
+	if (rc != 0)
+		goto out;
+	uint64_t config_txg = pool_vdev_config_txg(&v);
+	rc = pool_vdev_relabel(&v, config_txg, NULL, top, err, err_len);
+	if (rc == 0)
+		log_info("pool %s: vdev %u added (%s of %u, %llu bytes; configuration txg %" PRIu64
+		         ")",
+		         cfg->p_name, cfg->p_ntops - 1, top->pt_mirror ? "a mirror" : "a disk",
+		         nnew, (unsigned long long)data_bytes, config_txg);
 out:
 	pool_vdev_view_fini(&v);
 	return rc;

@@ -76,6 +76,12 @@
  * (rule 2). Nothing freed in T or before shows allocated (rule 3), so nothing leaks except
  * rule 6's allocations.
  *
+ * Growth. Vdevs are only ever appended (the pool's vdev add), and chunks are numbered across
+ * vdevs in vdev order, so a state written for the first n vdevs is a prefix of the larger one:
+ * space_open accepts a root that names fewer vdevs than the geometry (the first ones matching),
+ * takes the others as all free (their chunks and index blocks holes), and marks dirty the root
+ * and the index block that now maps more chunks, so the next sync writes the larger state.
+ *
  * Errors. Freeing space that is not allocated, or already being freed, or part of the allocator's
  * own tree, is what a corrupt tree on disk produces: -EINVAL, logged, nothing changes. Every byte
  * read by space_open is hostile: nonsense gives -EIO, never an assert or a read out of bounds.
@@ -959,10 +965,15 @@ int space_open(const struct space_geometry *geom, const struct blk_ptr *root, sp
 	if (rc != 0)
 		return rc;
 	uint8_t *buf = sp->sp_scratch;
-	uint32_t root_bytes = (uint32_t)root_image_bytes(sp->sp_nvdevs, sp->sp_nindex);
-	if (own_bp_check(sp, root, root_bytes) != 0)
-		OPEN_FAIL("root pointer: lsize %u (expected %u), vdev %u offset %llu asize %u",
-		          root->bp_lsize, root_bytes, root->bp_vdev,
+	/* The root was written for this geometry, or for its first vdevs only, before the others
+	 * were added (the pool grew): those vdevs' state as it was, the others all free. Its size
+	 * follows from the count of vdevs it names, checked below. */
+	uint32_t max_bytes = (uint32_t)root_image_bytes(sp->sp_nvdevs, sp->sp_nindex);
+	uint32_t root_bytes = root->bp_lsize;
+	if (root_bytes < root_image_bytes(1, 0) || root_bytes > max_bytes ||
+	    own_bp_check(sp, root, root_bytes) != 0)
+		OPEN_FAIL("root pointer: lsize %u (at most %u), vdev %u offset %llu asize %u",
+		          root->bp_lsize, max_bytes, root->bp_vdev,
 		          (unsigned long long)root->bp_offset, root->bp_asize);
 	rc = load(ctx, root, buf, root_bytes);
 	if (rc != 0) {
@@ -974,14 +985,23 @@ int space_open(const struct space_geometry *geom, const struct blk_ptr *root, sp
 	uint64_t txg = get_u64(buf + 32);
 	if (memcmp(buf, ROOT_MAGIC, 8) != 0 || get_u32(buf + 8) != SPACE_FORMAT_VERSION)
 		OPEN_FAIL("root: bad magic or version");
-	if (get_u32(buf + 12) != sp->sp_nvdevs || get_u64(buf + 16) != geom->sg_metaslab_bytes ||
-	    get_u32(buf + 24) != geom->sg_chunk_bytes ||
-	    get_u32(buf + 28) != geom->sg_index_chunks || get_u32(buf + 40) != sp->sp_nindex)
+	uint32_t old_nvdevs = get_u32(buf + 12);
+	if (old_nvdevs == 0 || old_nvdevs > sp->sp_nvdevs)
+		OPEN_FAIL("root: %u vdevs, the pool's configuration has %u", old_nvdevs,
+		          sp->sp_nvdevs);
+	uint32_t k = geom->sg_index_chunks;
+	uint32_t old_nchunks = old_nvdevs == sp->sp_nvdevs
+	                           ? sp->sp_nchunks
+	                           : sp->sp_vdevs[old_nvdevs].v_chunk_base;
+	uint32_t old_nindex = (old_nchunks + k - 1) / k;
+	if (get_u64(buf + 16) != geom->sg_metaslab_bytes ||
+	    get_u32(buf + 24) != geom->sg_chunk_bytes || get_u32(buf + 28) != k ||
+	    get_u32(buf + 40) != old_nindex || root_bytes != root_image_bytes(old_nvdevs, old_nindex))
 		OPEN_FAIL("root: geometry differs from the pool's configuration");
 	if (txg == 0 || get_u32(buf + 44) != 0 || get_u64(buf + 56) != 0)
 		OPEN_FAIL("root: bad txg or reserved fields");
-	uint64_t root_total = get_u64(buf + 48), vdev_counts[SPACE_MAX_VDEVS];
-	for (uint32_t v = 0; v < sp->sp_nvdevs; v++) {
+	uint64_t root_total = get_u64(buf + 48), vdev_counts[SPACE_MAX_VDEVS] = {0};
+	for (uint32_t v = 0; v < old_nvdevs; v++) {
 		const uint8_t *e = buf + ROOT_HEADER_BYTES + ROOT_VDEV_BYTES * v;
 		if (get_u64(e) != geom->sg_vdevs[v].svg_start ||
 		    get_u64(e + 8) != geom->sg_vdevs[v].svg_bytes || get_u64(e + 24) != 0)
@@ -989,21 +1009,30 @@ int space_open(const struct space_geometry *geom, const struct blk_ptr *root, sp
 		vdev_counts[v] = get_u64(e + 16);
 	}
 	size_t nown = 1;
-	const uint8_t *ip = buf + ROOT_HEADER_BYTES + ROOT_VDEV_BYTES * sp->sp_nvdevs;
-	for (uint32_t i = 0; i < sp->sp_nindex; i++) {
+	/* index block i of the root's geometry: its count of chunk pointers */
+#define OLD_ENTRIES(i) SH_MIN(k, old_nchunks - (i) * k)
+	const uint8_t *ip = buf + ROOT_HEADER_BYTES + ROOT_VDEV_BYTES * old_nvdevs;
+	for (uint32_t i = 0; i < old_nindex; i++) {
 		struct blk_ptr *bp = &sp->sp_index[i];
 		if (bp_decode(ip + BP_BYTES * i, bp) != 0 ||
 		    (!bp_is_hole(bp) &&
-		     own_bp_check(sp, bp, index_image_bytes(index_entries(sp, i))) != 0))
+		     own_bp_check(sp, bp, index_image_bytes(OLD_ENTRIES(i))) != 0))
 			OPEN_FAIL("root: bad pointer to index block %u", i);
 		nown += bp_is_hole(bp) ? 0 : 1;
 	}
+	if (old_nvdevs < sp->sp_nvdevs) {
+		/* grown: the next sync writes the root for the new geometry, and the last index
+		 * block again if it maps more chunks now (the new ones are holes: all free) */
+		sp->sp_root_dirty = true;
+		if (old_nindex > 0 && OLD_ENTRIES(old_nindex - 1) != index_entries(sp, old_nindex - 1))
+			sp->sp_index_dirty[old_nindex - 1] = true;
+	}
 
 	/* The index blocks: chunk pointers. (The root image in buf is not needed any more.) */
-	for (uint32_t i = 0; i < sp->sp_nindex; i++) {
+	for (uint32_t i = 0; i < old_nindex; i++) {
 		if (bp_is_hole(&sp->sp_index[i]))
 			continue;
-		uint32_t entries = index_entries(sp, i), k = geom->sg_index_chunks;
+		uint32_t entries = OLD_ENTRIES(i);
 		rc = load(ctx, &sp->sp_index[i], buf, index_image_bytes(entries));
 		if (rc != 0) {
 			log_error("space: open: reading index block %u: %s", i, sh_strerror(rc));
@@ -1050,6 +1079,7 @@ int space_open(const struct space_geometry *geom, const struct blk_ptr *root, sp
 	if (total != root_total)
 		OPEN_FAIL("chunks hold %llu allocated sectors, the root says %llu",
 		          (unsigned long long)total, (unsigned long long)root_total);
+#undef OLD_ENTRIES
 
 	/* The allocator's own blocks (O, rule 4). */
 	rc = own_reserve(sp, nown);

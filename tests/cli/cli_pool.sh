@@ -2,8 +2,8 @@
 # cli_pool.sh: the `shale pool` and `shale fs` commands, run as an administrator would: create a
 # mirrored pool with a log device on files, create and list file systems, status, check, a
 # refused import while another process holds the leaves, destroy, a log device made a mirror
-# and back (attach, detach), the refused changes of vdevs, a lost log device replaced, and the
-# argument errors.
+# and back (attach, detach), the refused changes of vdevs, a lost log device replaced, a mirror
+# added, and the argument errors.
 # Prints TAP lines and a closing count. Needs $SHALE_BIN and flock(1) (util-linux).
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
@@ -88,6 +88,15 @@ check "pool replace --discard-log: a new log device, the pool back" \
 	bash -c 'o=$("$SHALE_BIN" pool replace tank var/pool/log2.img var/pool/log3.img --size 64M --discard-log 2>&1) &&
 		grep -q "replaced the lost log device" <<<"$o" && grep -q "pool tank: 0 problems" <<<"$o" &&
 		grep -q "state: ONLINE" <<<"$o" && grep -q "^	  var/pool/log3.img  *ONLINE" <<<"$o"'
+check "pool add: a plain vdev beside mirrors is refused (redundancy), its file removed" \
+	bash -c '! "$SHALE_BIN" pool add tank var/pool/x.img --size 64M 2>"$0/err" && grep -q "redundancy would differ" "$0/err" &&
+		test ! -e var/pool/x.img' "$root"
+check "pool add: a second mirror, more space" \
+	bash -c 'before=$("$SHALE_BIN" pool status tank 2>/dev/null | sed -n "s/^ space: \([0-9.]*\)M total.*/\1/p") &&
+		o=$("$SHALE_BIN" pool add tank mirror var/pool/c.img var/pool/d.img --size 64M 2>&1) &&
+		grep -q "added a mirror of var/pool/c.img" <<<"$o" && grep -q "^	  mirror-1 " <<<"$o" &&
+		after=$(sed -n "s/^ space: \([0-9.]*\)M total.*/\1/p" <<<"$o") &&
+		awk -v a="$after" -v b="$before" "BEGIN { exit !(a > b + 60) }"'
 check "pool check still clean after everything" out_has "0 problems" shale pool check tank
 
 tap_finish cli_pool

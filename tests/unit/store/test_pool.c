@@ -3,7 +3,7 @@
  * (pool_kv.h), log replay after a close without export, dataset destroy returning its space (at
  * once, and in steps across a crash), mirror self-healing and check repairs, the record of the
  * mirror children that missed writes, attaching and detaching leaves (resilver, replace), a lost
- * log device replaced, an unmirrored bad block, a full pool, throttling, a small cache, the
+ * log device replaced, a vdev added, an unmirrored bad block, a full pool, throttling, a small cache, the
  * memory bound of the ARC's limit, degraded and refused imports, suspension, properties and the
  * status report. */
 #include <errno.h>
@@ -880,6 +880,27 @@ static bool top0_is(struct pool *p, unsigned nchildren, bool mirror)
 	return r;
 }
 
+/* A pool `name` on leaf d with dataset "kv" holding m's 300 keys after nops logged operations
+ * from seed; NULL when it cannot be made (reported). */
+static struct pool *kv_pool(const char *name, struct blk_dev *d, struct pool_open_opts *o,
+                            struct model *m, unsigned nops, uint64_t seed)
+{
+	struct pool_create_args a = {.pc_name = name, .pc_opts = o};
+	struct pool *p = NULL;
+	model_init(m, 300);
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return NULL;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	if (kv) {
+		CHECK(workload(kv, m, nops, nops / 3, true, seed) == 0);
+		kv_close(kv);
+	}
+	return p;
+}
+
 /* Imports devs, checks that the dataset holds m, runs a check (its result returned), exports. */
 static int64_t verify_pool(struct blk_dev *const *devs, unsigned n, struct pool_open_opts *o,
                            const struct model *m)
@@ -929,19 +950,12 @@ static void test_vdev_attach_detach(void)
 	struct blk_dev *small = mem_dev(32 * MIB);
 	uint8_t *saved = mem_alloc(4 * LABEL_HEADER_BYTES);
 	struct pool_open_opts o = opts_kv();
-	struct pool_create_args a = {.pc_name = "att", .pc_opts = &o};
 	struct model m;
-	model_init(&m, 300);
 	char err[1024], name0[24], name1[24], name2[24];
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, d, 1, NULL, 0, &p) == 0);
+	struct kv *kv = NULL;
+	struct pool *p = kv_pool("att", d[0], &o, &m, 900, 51);
 	if (!p || !saved)
 		goto out;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
-	CHECK(workload(kv, &m, 900, 300, true, 51) == 0);
-	kv_close(kv);
 	leaf_name(p, 0, 0, name0, sizeof(name0));
 	CHECK(pool_export(p) == 0);
 	/* refusals: no such leaf, a leaf too small, the only leaf */
@@ -1110,6 +1124,76 @@ out:
 	blk_dev_close(l);
 	blk_dev_close(l2);
 	blk_dev_close(small);
+}
+
+/* Adding a top-level vdev (zpool add): the pool grows by the new vdev's space and writes onto
+ * it; the new leaf carries the configuration first, so an add cut short after its labels imports
+ * whole; without the new vdev the pool does not import; a vdev whose redundancy differs from the
+ * pool's is refused unless forced, as is one too small or one of the pool's own leaves. */
+static void test_vdev_add(void)
+{
+	const uint64_t size = 48 * MIB;
+	struct blk_dev *d[4] = {mem_dev(size), mem_dev(size), mem_dev(size), mem_dev(size)};
+	struct blk_dev *tiny = mem_dev(16 * MIB);
+	uint8_t *saved = mem_alloc(4 * LABEL_HEADER_BYTES);
+	struct pool_open_opts o = opts_kv();
+	struct model m;
+	char err[1024];
+	struct kv *kv = NULL;
+	struct pool *p = kv_pool("grow", d[0], &o, &m, 600, 71);
+	if (!p || !saved)
+		goto out;
+	uint64_t total0 = 0, free0 = 0;
+	pool_space(p, &total0, &free0, NULL);
+	CHECK(pool_export(p) == 0);
+	/* refusals */
+	CHECK(pool_vdev_add(d, 1, &o, &tiny, 1, false, err, sizeof(err)) == -EINVAL);
+	CHECK(pool_vdev_add(d, 1, &o, &d[2], 2, false, err, sizeof(err)) == -EINVAL);
+	CHECK(strstr(err, "redundancy") != NULL);
+	CHECK(pool_vdev_add(d, 1, &o, &d[0], 1, false, err, sizeof(err)) == -EEXIST);
+	/* add d1, as if cut short after its labels: d0 keeps its old ones */
+	label_headers(d[0], size, saved, true);
+	CHECK(pool_vdev_add(d, 1, &o, &d[1], 1, false, err, sizeof(err)) == 0);
+	label_headers(d[0], size, saved, false);
+	CHECK(pool_import_devs(d, 2, &o, &p) == 0);
+	if (!p)
+		goto out;
+	uint64_t total1 = 0, free1 = 0;
+	pool_space(p, &total1, &free1, NULL);
+	CHECK(total1 > total0 + 40 * MIB && free1 > free0 + 40 * MIB);
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	CHECK(verify_model(kv, &m, NULL) == 0);
+	CHECK(workload(kv, &m, 1500, 300, true, 72) == 0);
+	kv_close(kv);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	pool_status(p, st);
+	CHECK(st->ps_ntops == 2 && !st->ps_tops[1].sv_mirror &&
+	      st->ps_tops[1].sv_children[0].sl_stats.vs_writes > 0); /* written onto */
+	mem_free(st);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+	/* the new vdev is a part of the pool now: not without it */
+	CHECK(pool_import_devs(d, 1, &o, &p) == -ENXIO);
+	CHECK(verify_pool(d, 2, &o, &m) == 0);
+	/* a mirror beside plain disks only with force */
+	CHECK(pool_vdev_add(d, 2, &o, &d[2], 2, true, err, sizeof(err)) == 0);
+	CHECK(pool_import_devs(d, 4, &o, &p) == 0);
+	if (p) {
+		st = mem_alloc(sizeof(*st));
+		pool_status(p, st);
+		CHECK(st->ps_ntops == 3 && st->ps_tops[2].sv_mirror &&
+		      st->ps_tops[2].sv_nchildren == 2 && st->ps_state == POOL_STATE_ONLINE);
+		mem_free(st);
+		CHECK(pool_export(p) == 0);
+	}
+	CHECK(verify_pool(d, 4, &o, &m) == 0);
+out:
+	model_fini(&m);
+	mem_free(saved);
+	for (int i = 0; i < 4; i++)
+		blk_dev_close(d[i]);
+	blk_dev_close(tiny);
 }
 
 /* An unmirrored block that fails its checksum: -EIO for its key alone, the pool keeps working. */
@@ -1870,6 +1954,7 @@ int main(void)
 	TAP_RUN(test_mirror_write_around);
 	TAP_RUN(test_vdev_attach_detach);
 	TAP_RUN(test_vdev_lost_log);
+	TAP_RUN(test_vdev_add);
 	TAP_RUN(test_bad_block);
 	TAP_RUN(test_full_pool);
 	TAP_RUN(test_throttle);

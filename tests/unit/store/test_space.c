@@ -1043,6 +1043,62 @@ static int open_rc(const struct space_geometry *g, const struct blk_ptr *root, s
 	return rc;
 }
 
+/* A pool that grows (a vdev added: pool_vdev_add): a state written for the first vdevs opens
+ * with the larger geometry, the new vdev all free; the next sync writes the root again and the
+ * index block that maps more chunks now (here the third, 1 chunk before and 4 after), and that
+ * state reopens exactly; it does not open with the smaller geometry. */
+static void test_grow(void)
+{
+	struct space_geometry g1, g2;
+	small_geom(&g1, 1);
+	small_geom(&g2, 2);
+	struct tstore *ts = ts_create(&g2); /* disks for both vdevs */
+	VERIFY(space_create(&g1, &ts->sp) == 0);
+	static struct text live[2000];
+	/* the last sectors: vdev 0's last chunk, alone in the third index block, is not a hole */
+	uint64_t last = sector_off(&g1, 0, vdev_sectors(&g1, 0) - 3);
+	CHECK(space_claim(ts->sp, 0, last, 3 * SEC) == 0);
+	live[0] = (struct text){0, last, 3 * SEC};
+	size_t nlive = random_ops(ts->sp, 1, live, 1, SH_ARRAY_SIZE(live), 300, 100);
+	struct blk_ptr root;
+	CHECK(ts_sync(ts, 1, &root) == 0);
+	space_txg_durable(ts->sp, 1);
+	space_close(ts->sp);
+	ts->sp = reopen(&g2, &root, ts);
+	struct tmap expect;
+	tmap_expect_live(&expect, &g2, live, nlive, ts);
+	CHECK(compare_alloc(&g2, ts->sp, &expect, "grown") == 0);
+	tmap_fini(&expect);
+	/* a sync with nothing else changed: the root and that index block */
+	CHECK(space_is_dirty(ts->sp));
+	CHECK(ts_sync(ts, 2, &root) == 0);
+	struct space_sync_info info;
+	space_last_sync(ts->sp, &info);
+	CHECKF(info.si_index_written == 1 && info.si_chunks_written == 0, "index %u chunks %u root %u", info.si_index_written, info.si_chunks_written, info.si_root_written);
+	space_txg_durable(ts->sp, 2);
+	struct space *re = reopen(&g2, &root, ts);
+	tmap_expect_live(&expect, &g2, live, nlive, ts);
+	CHECK(compare_alloc(&g2, re, &expect, "grown, synced") == 0);
+	tmap_fini(&expect);
+	space_close(re);
+	/* the new vdev takes allocations */
+	uint32_t v = 0;
+	uint64_t off = 0;
+	CHECK(space_alloc(ts->sp, SPACE_CLASS_NORMAL, 1, 8 * SEC, &v, &off) == 0 && v == 1);
+	live[nlive++] = (struct text){v, off, 8 * SEC};
+	nlive = random_ops(ts->sp, 3, live, nlive, SH_ARRAY_SIZE(live), 300, 100);
+	CHECK(ts_sync(ts, 3, &root) == 0);
+	CHECK(!space_is_dirty(ts->sp));
+	space_txg_durable(ts->sp, 3);
+	re = reopen(&g2, &root, ts);
+	tmap_expect_live(&expect, &g2, live, nlive, ts);
+	CHECK(compare_alloc(&g2, re, &expect, "reopened after growing") == 0);
+	tmap_fini(&expect);
+	space_close(re);
+	CHECK(open_rc(&g1, &root, ts) == -EIO);
+	store_close(ts);
+}
+
 /* Changes bytes [at, at + len) of a block on disk to val's bytes, opens, puts the bytes back. */
 static int open_with_patch(const struct space_geometry *g, const struct blk_ptr *root,
                            struct tstore *ts, const struct text *blk, uint64_t at, const void *val,
@@ -1674,6 +1730,7 @@ int main(void)
 	TAP_RUN(test_hostile);
 	TAP_RUN(test_check);
 	TAP_RUN(test_multi_vdev);
+	TAP_RUN(test_grow);
 	TAP_RUN(test_sync_failures);
 	TAP_RUN(test_mem_failures);
 	TAP_RUN(test_geometry);
