@@ -1,16 +1,19 @@
 /* test_pool_vdev_crash.c: crash consistency of changing a pool's vdevs (pool_vdev.c). A pool on
  * the fault-recording leaf A holds a dataset of 200 keys (values up to 20 KiB, many in blocks of
- * their own), all durable. Then A is replaced by the blank fault leaf B as `shale pool replace`
- * does it: pool_vdev_attach (import, export, B's labels, A's labels), an import of both with a
- * check (the resilver), an export, and pool_vdev_detach of A (import, export, B's labels, A's
- * wiped). For cut points over that whole run, both leaves cut at one instant (pool_fs_fixture.h's
- * crash plan), in every fault mode:
- *   - the images that carry a pool label import together (as the commands find a pool's leaves:
- *     by label) and a check finds no problem;
- *   - the vdev is A alone, A and B, or B alone, and every key holds its value;
- *   - after that check, when B is in the configuration, B alone holds the whole pool: imported
- *     by itself, every key holds its value and a check finds no problem.
- * 24 cut points by default (SHALE_CRASH_CUTS=N for more), 5 modes each. */
+ * their own), all durable. Then, on the blank fault leaf B, one of two changes, and for cut points
+ * over the whole of it, both leaves cut at one instant (pool_fs_fixture.h's crash plan), in every
+ * fault mode, the images that carry a pool label import together (as the commands find a pool's
+ * leaves: by label), a check finds no problem, and:
+ *   - replace: A is replaced by B as `shale pool replace` does it: pool_vdev_attach (import,
+ *     export, B's labels, A's labels), an import of both with a check (the resilver), an export,
+ *     and pool_vdev_detach of A (import, export, B's labels, A's wiped). The vdev is A alone, A
+ *     and B, or B alone, every key holds its value, and after that check, when B is in the
+ *     configuration, B alone holds the whole pool: imported by itself, every key holds its value
+ *     and a check finds no problem.
+ *   - add: B is added as a second top-level vdev (pool_vdev_add), then 200 more keys are written
+ *     into the pool (onto both vdevs) and the pool exported. The pool is A alone or A and B as two
+ *     vdevs; the first keys hold their values; each of the others is absent or holds its value.
+ * 24 cut points by default for each (SHALE_CRASH_CUTS=N for more), 5 modes each. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -49,7 +52,8 @@ static uint32_t value_of(uint8_t *buf, unsigned k)
 	return len;
 }
 
-static bool keys_hold(struct pool *p)
+/* Keys [from, to) hold their values; with may_lack, a key may be absent instead. */
+static bool keys_hold(struct pool *p, unsigned from, unsigned to, bool may_lack)
 {
 	struct kv *kv = NULL;
 	if (kv_open(p, "kv", &kv) != 0) {
@@ -58,16 +62,34 @@ static bool keys_hold(struct pool *p)
 	}
 	static uint8_t want[KV_VAL_MAX], got[KV_VAL_MAX];
 	unsigned bad = 0;
-	for (unsigned k = 0; k < NKEYS; k++) {
+	for (unsigned k = from; k < to; k++) {
 		char key[KV_KEY_MAX];
 		uint32_t klen = key_of(key, k), wlen = value_of(want, k), len = 0;
 		int rc = kv_exec(kv, KV_OP_GET, key, klen, NULL, 0, got, sizeof(got), &len, NULL,
 		                 NULL);
+		if (rc == -ENOENT && may_lack)
+			continue;
 		if ((rc != 0 || len != wlen || memcmp(got, want, len) != 0) && bad++ < 3)
 			printf("#   key %u: %s\n", k, rc != 0 ? sh_strerror(rc) : "wrong bytes");
 	}
 	kv_close(kv);
 	return bad == 0;
+}
+
+/* Puts keys [from, to); true when all succeeded. */
+static bool put_keys(struct pool *p, unsigned from, unsigned to)
+{
+	struct kv *kv = NULL;
+	bool ok = kv_open(p, "kv", &kv) == 0;
+	static uint8_t val[KV_VAL_MAX];
+	for (unsigned k = from; ok && k < to; k++) {
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_of(key, k), vlen = value_of(val, k);
+		ok = kv_exec(kv, KV_OP_PUT, key, klen, val, vlen, NULL, 0, NULL, NULL, NULL) == 0;
+	}
+	if (kv)
+		kv_close(kv);
+	return ok;
 }
 
 /* Whether each of the two guids is a child of top-level vdev 0 (and nothing else is). */
@@ -97,13 +119,17 @@ static uint64_t leaf_guid(struct blk_engine *e, struct blk_dev *d)
 	return g;
 }
 
+enum vdev_change { VDEV_REPLACE, VDEV_ADD };
+
 struct vdev_run {
+	enum vdev_change vr_change;
 	struct blk_dev *vr_leaf[2]; /* A, B */
 	uint64_t vr_start;
 	uint64_t vr_guid[2];
 };
 
-static bool replace_run(struct vdev_run *vr, struct blk_engine *e)
+/* The pool on A with the first keys, durable and exported; the run starts after it. */
+static bool setup_run(struct vdev_run *vr, struct blk_engine *e)
 {
 	struct pool_open_opts o = vopts();
 	VERIFY(blk_dev_create_fault(LEAF_BYTES, &vr->vr_leaf[0]) == 0);
@@ -111,17 +137,7 @@ static bool replace_run(struct vdev_run *vr, struct blk_engine *e)
 	struct pool_create_args a = {.pc_name = "vc", .pc_opts = &o};
 	struct pool *p = NULL;
 	bool ok = pool_create_on_devs(&a, vr->vr_leaf, 1, NULL, 0, &p) == 0 &&
-	          pool_ds_create(p, "kv", NULL) == 0;
-	struct kv *kv = NULL;
-	ok = ok && kv_open(p, "kv", &kv) == 0;
-	static uint8_t val[KV_VAL_MAX];
-	for (unsigned k = 0; ok && k < NKEYS; k++) {
-		char key[KV_KEY_MAX];
-		uint32_t klen = key_of(key, k), vlen = value_of(val, k);
-		ok = kv_exec(kv, KV_OP_PUT, key, klen, val, vlen, NULL, 0, NULL, NULL, NULL) == 0;
-	}
-	if (kv)
-		kv_close(kv);
+	          pool_ds_create(p, "kv", NULL) == 0 && put_keys(p, 0, NKEYS);
 	ok = ok && pool_export(p) == 0;
 	if (!ok) {
 		pool_close(p);
@@ -130,6 +146,15 @@ static bool replace_run(struct vdev_run *vr, struct blk_engine *e)
 	vr->vr_guid[0] = leaf_guid(e, vr->vr_leaf[0]);
 	blk_fault_trim(vr->vr_leaf[0]);
 	vr->vr_start = blk_fault_global_seq();
+	return true;
+}
+
+static bool replace_run(struct vdev_run *vr, struct blk_engine *e)
+{
+	if (!setup_run(vr, e))
+		return false;
+	struct pool_open_opts o = vopts();
+	struct pool *p = NULL;
 	/* the replace: attach, resilver, detach */
 	char err[512], name[24];
 	snprintf(name, sizeof(name), "%" PRIu64, vr->vr_guid[0]);
@@ -147,8 +172,42 @@ static bool replace_run(struct vdev_run *vr, struct blk_engine *e)
 	return vr->vr_guid[1] != 0;
 }
 
-/* One cut: the labelled images import and check clean, hold every key, have one of the three
- * shapes; then B's image alone holds the pool when it is in it. */
+static bool add_run(struct vdev_run *vr, struct blk_engine *e)
+{
+	if (!setup_run(vr, e))
+		return false;
+	struct pool_open_opts o = vopts();
+	char err[512];
+	CHECKF(pool_vdev_add(vr->vr_leaf, 1, &o, &vr->vr_leaf[1], 1, false, err, sizeof(err)) == 0,
+	       "add: %s", err);
+	vr->vr_guid[1] = leaf_guid(e, vr->vr_leaf[1]);
+	struct pool *p = NULL;
+	CHECK(pool_import_devs(vr->vr_leaf, 2, &o, &p) == 0);
+	if (!p)
+		return false;
+	CHECK(put_keys(p, NKEYS, 2 * NKEYS));
+	CHECK(pool_export(p) == 0);
+	return vr->vr_guid[1] != 0;
+}
+
+/* Add: the pool is A alone, or A and B as its two top-level vdevs. */
+static bool tops_are(struct pool *p, const struct vdev_run *vr, unsigned *ntops_out)
+{
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	VERIFY(st != NULL);
+	pool_status(p, st);
+	unsigned n = st->ps_ntops;
+	bool ok = (n == 1 || n == 2) && st->ps_tops[0].sv_nchildren == 1 &&
+	          st->ps_tops[0].sv_children[0].sl_guid == vr->vr_guid[0] &&
+	          (n == 1 || (st->ps_tops[1].sv_nchildren == 1 &&
+	                      st->ps_tops[1].sv_children[0].sl_guid == vr->vr_guid[1]));
+	mem_free(st);
+	*ntops_out = n;
+	return ok;
+}
+
+/* One cut: the labelled images import and check clean; then what the change's run requires
+ * (the theory at the top). */
 static bool cut_verify(struct vdev_run *vr, struct blk_engine *e, uint64_t g,
                        enum blk_fault_mode mode, uint64_t seed)
 {
@@ -169,6 +228,7 @@ static bool cut_verify(struct vdev_run *vr, struct blk_engine *e, uint64_t g,
 		ok = false;
 	}
 	bool has_a = false, has_b = false;
+	unsigned ntops = 0;
 	if (p) {
 		struct check_lines cl = {.cl_n = 0};
 		int64_t problems = pool_check(p, report_keep, &cl);
@@ -177,11 +237,18 @@ static bool cut_verify(struct vdev_run *vr, struct blk_engine *e, uint64_t g,
 			       cl.cl_n ? cl.cl_lines[0] : "");
 			ok = false;
 		}
-		if (!children_are(p, vr->vr_guid[0], vr->vr_guid[1], &has_a, &has_b)) {
+		if (vr->vr_change == VDEV_REPLACE &&
+		    !children_are(p, vr->vr_guid[0], vr->vr_guid[1], &has_a, &has_b)) {
 			printf("#   the vdev is not A, A and B, or B\n");
 			ok = false;
 		}
-		ok = keys_hold(p) && ok;
+		if (vr->vr_change == VDEV_ADD && !tops_are(p, vr, &ntops)) {
+			printf("#   the pool is not A, or A and B\n");
+			ok = false;
+		}
+		ok = keys_hold(p, 0, NKEYS, false) && ok;
+		if (vr->vr_change == VDEV_ADD)
+			ok = keys_hold(p, NKEYS, 2 * NKEYS, true) && ok;
 		ok = pool_export(p) == 0 && ok;
 	}
 	if (ok && has_b) {
@@ -191,7 +258,7 @@ static bool cut_verify(struct vdev_run *vr, struct blk_engine *e, uint64_t g,
 			printf("#   B alone does not import: %s\n", sh_strerror(rc));
 			ok = false;
 		} else {
-			ok = keys_hold(p) && ok;
+			ok = keys_hold(p, 0, NKEYS, false) && ok;
 			int64_t problems = pool_check(p, NULL, NULL);
 			if (problems != 0) {
 				printf("#   B alone: pool_check: %" PRId64 "\n", problems);
@@ -203,22 +270,24 @@ static bool cut_verify(struct vdev_run *vr, struct blk_engine *e, uint64_t g,
 	for (unsigned i = 0; i < 2; i++)
 		blk_dev_close(img[i]);
 	if (!ok)
-		printf("#   (cut %" PRIu64 " mode %d seed %" PRIu64 ", shape %s%s)\n", g, mode, seed,
-		       has_a ? "A" : "", has_b ? "B" : "");
+		printf("#   (cut %" PRIu64 " mode %d seed %" PRIu64 ", shape %s%s, %u vdevs)\n", g,
+		       mode, seed, has_a ? "A" : "", has_b ? "B" : "", ntops);
 	return ok;
 }
 
-static void test_replace_crash(void)
+/* Runs the change, then every cut point in every fault mode through cut_verify. */
+static void change_crash(enum vdev_change change, uint64_t seed)
 {
 	struct blk_engine *e = NULL;
 	VERIFY(blk_engine_create(8, &e) == 0);
 	struct vdev_run vr;
 	memset(&vr, 0, sizeof(vr));
-	bool ok = replace_run(&vr, e);
+	vr.vr_change = change;
+	bool ok = change == VDEV_REPLACE ? replace_run(&vr, e) : add_run(&vr, e);
 	CHECK(ok);
 	if (ok) {
 		struct crash_plan plan;
-		crash_plan_init(&plan, vr.vr_leaf, 2, vr.vr_start, 24, 0x5e1);
+		crash_plan_init(&plan, vr.vr_leaf, 2, vr.vr_start, 24, seed);
 		unsigned images = 0, failed = 0;
 		for (unsigned c = 0; c < plan.cp_ncuts && failed <= 4; c++) {
 			uint64_t g = crash_plan_cut(&plan, c);
@@ -239,9 +308,20 @@ static void test_replace_crash(void)
 	blk_engine_destroy(e);
 }
 
+static void test_replace_crash(void)
+{
+	change_crash(VDEV_REPLACE, 0x5e1);
+}
+
+static void test_add_crash(void)
+{
+	change_crash(VDEV_ADD, 0xadd);
+}
+
 int main(void)
 {
 	log_set_level(LOG_ERROR);
 	TAP_RUN(test_replace_crash);
+	TAP_RUN(test_add_crash);
 	return tap_finish();
 }
