@@ -396,12 +396,16 @@ typedef void (*pool_report_fn)(void *arg, const char *line);
  * and the allocator against the set of live blocks (leaks, double references, references to free
  * space). Datasets without an owner are checked as trees only, and leaks are then not counted
  * (their data blocks cannot be named). Holds the pool lock throughout and reads synchronously:
- * other users of the pool wait. Returns the number of problems (0: the pool is sound) or a
+ * other users of the pool wait. A check that ran to its end records its outcome (time, duration,
+ * blocks, repairs, resilvered copies, problems) in the pool property "last_check", which
+ * pool_status_print shows as its scan line. Returns the number of problems (0: the pool is sound) or a
  * negative errno that stopped the check. report may be NULL. */
 SH_MUST_CHECK int64_t pool_check(struct pool *p, pool_report_fn report, void *arg);
 
 /* ---------------------------------------------------------------------------------------------
  * Pool properties: short text values kept in the metadata tree, durable with the next txg. */
+
+#define POOL_PROP_VALUE_MAX 255u /* bytes of a property's value */
 
 /* name: [a-z0-9_.-]{1,64}; value: up to 255 bytes of text, NULL to remove. Returns 0, -EINVAL,
  * -ENOENT (removing an absent one), -EIO (suspended), -ENOMEM. */

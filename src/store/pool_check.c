@@ -25,6 +25,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "store/pool_impl.h"
 
@@ -412,8 +413,52 @@ static int pool_check_walk_all(void *arg, struct space *sp)
 	return 0;
 }
 
+/* "1.5M": b in the largest unit that keeps it at least 1. */
+static void pool_fmt_bytes(char *buf, size_t cap, uint64_t b)
+{
+	static const char units[] = "BKMGTPE";
+	double v = (double)b;
+	unsigned u = 0;
+	while (v >= 1024.0 && u + 1 < sizeof(units) - 1) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%" PRIu64 "B", b);
+	else
+		snprintf(buf, cap, "%.1f%c", v, units[u]);
+}
+
+/* The pool property that records the last check's outcome, for status (zpool status's scan). */
+#define POOL_CHECK_PROP "last_check"
+
+/* Records a finished check in POOL_CHECK_PROP (durable with the next txg). A failure to record
+ * it is only logged: the check's result stands. */
+static void pool_check_record(struct pool *p, const struct pool_walk *w, uint64_t started_ns,
+                              uint64_t elapsed_ns)
+{
+	time_t at = (time_t)(started_ns / 1000000000u);
+	struct tm tm;
+	char when[32] = "?";
+	if (gmtime_r(&at, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+	char bytes[16];
+	pool_fmt_bytes(bytes, sizeof(bytes), w->w_resilvered_bytes);
+	char text[POOL_PROP_VALUE_MAX + 1];
+	snprintf(text, sizeof(text),
+	         "%s, %.1f s: %" PRIu64 " blocks, %" PRIu64 " copies repaired, %" PRIu64
+	         " resilvered (%s), %" PRId64 " problem%s",
+	         when, (double)elapsed_ns / 1e9, w->w_blocks, w->w_repaired, w->w_resilvered,
+	         bytes, w->w_problems, w->w_problems == 1 ? "" : "s");
+	int rc = pool_prop_set(p, POOL_CHECK_PROP, text);
+	if (rc != 0)
+		log_warn("pool %s: cannot record the check's outcome: %s", p->p_name,
+		         sh_strerror(rc));
+}
+
 int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 {
+	uint64_t started_ns = clock_realtime_ns(), started_mono = clock_monotonic_ns();
 	struct pool_walk *w = mem_zalloc(sizeof(*w));
 	struct pool_names pn = {0};
 	struct pool_ds **held = NULL;
@@ -508,6 +553,8 @@ out_locked:
 	for (size_t i = 0; i < nheld; i++)
 		pool_ds_rele_locked(held[i]);
 	pool_unlock(p);
+	if (rc == 0)
+		pool_check_record(p, w, started_ns, clock_monotonic_ns() - started_mono);
 out:
 	result = rc != 0 ? rc : w->w_problems;
 	mem_free(held);
@@ -664,21 +711,6 @@ void pool_status(struct pool *p, struct pool_status *st)
 	pthread_mutex_unlock(&p->p_state_lock);
 }
 
-static void pool_fmt_bytes(char *buf, size_t cap, uint64_t b)
-{
-	static const char units[] = "BKMGTPE";
-	double v = (double)b;
-	unsigned u = 0;
-	while (v >= 1024.0 && u + 1 < sizeof(units) - 1) {
-		v /= 1024.0;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, cap, "%" PRIu64 "B", b);
-	else
-		snprintf(buf, cap, "%.1f%c", v, units[u]);
-}
-
 static const char *pool_state_name(enum pool_state s)
 {
 	switch (s) {
@@ -762,6 +794,9 @@ int pool_status_print(struct pool *p, FILE *out)
 	        "%" PRIu64 " data blocks prepared before it\n",
 	        (double)st->ps_build_last_us / 1000.0, (double)st->ps_build_max_us / 1000.0,
 	        st->ps_sealed_writes);
+	char last_check[POOL_PROP_VALUE_MAX + 1];
+	if (pool_prop_get(p, POOL_CHECK_PROP, last_check, sizeof(last_check)) == 0)
+		fprintf(out, "  scan: last check %s\n", last_check);
 	fprintf(out, "config:\n\n");
 	fprintf(out, "\t%-30s %-9s %5s %5s %5s %8s\n", "NAME", "STATE", "IOERR", "CKSUM", "REPAIR",
 	        "IOS");

@@ -16,7 +16,6 @@
 #define POOL_DS_RECORD_VERSION 1u
 #define POOL_DS_PREFIX "ds/"
 #define POOL_PROP_PREFIX "prop/"
-#define POOL_PROP_VALUE_MAX 255u
 
 static void pool_ds_key(const char *name, char *key, uint32_t *klen)
 {

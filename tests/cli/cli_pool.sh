@@ -51,6 +51,8 @@ check "pool status: online, a mirror of the two leaves and the log" \
 		 grep -q "mirror-0" <<<"$o" && grep -q "var/pool/b.img" <<<"$o" &&
 		 grep -q "logs" <<<"$o" && grep -q "datasets: 2" <<<"$o"'
 check "pool check: no problems, exit 0" out_has "pool tank: 0 problems" shale pool check tank
+check "pool status: the last check's outcome, as a scan line" \
+	bash -c '"$SHALE_BIN" pool status tank | grep -Eq "^  scan: last check [0-9-]+ [0-9:]+ UTC, .* 0 problems$"'
 check "pool import and export" bash -c '"$SHALE_BIN" pool import tank >/dev/null && "$SHALE_BIN" pool export tank'
 check "a pool whose leaves another process holds is refused as in use" \
 	fails_with "in use by another process" \

@@ -1539,8 +1539,8 @@ static void test_memory_bound(void)
 	}
 	CHECK(arc_check(p->p_arc) == 0);
 	kv_close(kv);
+	CHECK(check_pool(p) == 0); /* (which records its outcome in a property: a change) */
 	CHECK(pool_txg_wait_synced(p, 0) == 0);
-	CHECK(check_pool(p) == 0);
 	/* Everything written: nothing is reserved for dirty or syncing data any more. */
 	pool_lock(p);
 	uint64_t left = pool_dirty_bytes(p) + p->p_sync_bytes;
@@ -1743,7 +1743,13 @@ static void test_props_and_status(void)
 	      strstr(out, "logs") && strstr(out, "space:") && strstr(out, "arc:") &&
 	      strstr(out, "log:") && strstr(out, "datasets: 1") &&
 	      strstr(out, "No known data errors"));
+	CHECK(strstr(out, "scan:") == NULL); /* never checked */
 	free(out);
+	/* a check records its outcome (zpool status's scan line) */
+	CHECK(check_pool(p) == 0);
+	char last[POOL_PROP_VALUE_MAX + 1];
+	CHECK(pool_prop_get(p, "last_check", last, sizeof(last)) == 0 && strstr(last, " UTC, ") &&
+	      strstr(last, "0 copies repaired") && strstr(last, ", 0 problems"));
 	struct pool_status *st = mem_alloc(sizeof(*st));
 	pool_status(p, st);
 	CHECK(st->ps_state == POOL_STATE_ONLINE && st->ps_ntops == 1 &&
@@ -1765,7 +1771,8 @@ static void test_props_and_status(void)
 	CHECK(pool_status_remote(dir, "st", f) == 0);
 	fclose(f);
 	CHECK(out && strstr(out, "(live: from the process serving the pool") &&
-	      strstr(out, "pool: st") && strstr(out, "datasets: 1 (1 in memory)"));
+	      strstr(out, "pool: st") && strstr(out, "datasets: 1 (1 in memory)") &&
+	      strstr(out, "  scan: last check "));
 	free(out);
 	pool_status_serve_stop(ss);
 	f = fopen("/dev/null", "w");
