@@ -2,7 +2,8 @@
  * manner of zpool(8) and zfs(8).
  *
  *   shale pool create NAME [mirror] VDEV... [log [mirror] VDEV...] [--size BYTES] [--force]
- *   shale pool import|export|status|check NAME [-d DIR]
+ *   shale pool import|export|status|check|destroy NAME [-d DIR]
+ *   shale pool list [-d DIR]
  *   shale pool attach|detach|replace|add ... (tools/shale_pool_vdev.c)
  *   shale fs create|destroy NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]
  *   shale fs list NAME [-d DIR]
@@ -52,6 +53,8 @@ static void pool_cmd_usage(FILE *out)
 		"  shale pool status NAME [-d DIR]   vdevs, errors, cache and log figures, space;\n"
 		"      live from the server when `shale serve` holds the pool\n"
 		"  shale pool check NAME [-d DIR]    verify every block and the allocator; exit 1 on problems\n"
+		"  shale pool list [-d DIR]          the pools there: size, allocated, free, health\n"
+		"  shale pool destroy NAME [-d DIR]  wipe the labels of the pool's leaves: it is gone\n"
 		"  shale pool attach NAME EXISTING NEW [-d DIR] [--size BYTES] [--force]\n"
 		"      NEW becomes another side of EXISTING's mirror; every block is copied onto it\n"
 		"  shale pool detach NAME LEAF [-d DIR]   take LEAF out of its mirror\n"
@@ -351,6 +354,175 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 	return status;
 }
 
+/* ---- list, destroy ---- */
+
+/* -d DIR and the operands that follow; -1 after printing usage. */
+static int pool_cmd_dir_opt(int argc, char **argv, const char **dir)
+{
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	*dir = POOL_CMD_DEFAULT_DIR;
+	int opt;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "d:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'd': *dir = optarg; break;
+		case 'h': pool_cmd_usage(stdout); return -1;
+		default: pool_cmd_usage(stderr); return -1;
+		}
+	}
+	return 0;
+}
+
+/* One line of `shale pool list` for a pool a server holds, from its live status text. */
+static void pool_cmd_list_served(const char *name, const char *text)
+{
+	char state[32] = "?", total[16] = "-", free_b[16] = "-";
+	const char *at = strstr(text, " state: ");
+	if (at)
+		(void)sscanf(at, " state: %31s", state);
+	at = strstr(text, " space: ");
+	if (at)
+		(void)sscanf(at, " space: %15s total, %15s free", total, free_b);
+	printf("%-24s %8s %8s %8s  %-9s %s\n", name, total, "-", free_b, state, "served");
+}
+
+static int pool_cmd_list(int argc, char **argv)
+{
+	const char *dir;
+	if (pool_cmd_dir_opt(argc, argv, &dir) < 0)
+		return 2;
+	if (optind != argc) {
+		pool_cmd_usage(stderr);
+		return 2;
+	}
+	struct pool_names_found names;
+	int rc = pool_find_names(dir, &names);
+	if (rc < 0) {
+		fprintf(stderr, "shale pool list: cannot read %s: %s\n", dir, sh_strerror(rc));
+		return 1;
+	}
+	if (names.pn_count == 0) {
+		printf("no pools in %s\n", dir);
+		pool_names_fini(&names);
+		return 0;
+	}
+	int status = 0;
+	printf("%-24s %8s %8s %8s  %-9s %s\n", "NAME", "SIZE", "ALLOC", "FREE", "HEALTH", "USER");
+	for (unsigned i = 0; i < names.pn_count; i++) {
+		const char *name = names.pn_names[i];
+		char *text = NULL;
+		size_t len = 0;
+		FILE *mem = open_memstream(&text, &len);
+		bool served = mem && pool_status_remote(dir, name, mem) == 0;
+		if (mem)
+			fclose(mem);
+		if (served) {
+			pool_cmd_list_served(name, text ? text : "");
+			free(text);
+			continue;
+		}
+		free(text);
+		struct pool *p = NULL;
+		if (pool_cmd_import("shale pool list", dir, name, &p) < 0) {
+			status = 1;
+			continue;
+		}
+		struct pool_status *st = mem_alloc(sizeof(*st));
+		if (st) {
+			pool_status(p, st);
+			char size_b[16], alloc_b[16], free_b[16];
+			pool_fmt_bytes(size_b, sizeof(size_b), st->ps_total_bytes);
+			pool_fmt_bytes(alloc_b, sizeof(alloc_b), st->ps_total_bytes - st->ps_free_bytes);
+			pool_fmt_bytes(free_b, sizeof(free_b), st->ps_free_bytes);
+			printf("%-24s %8s %8s %8s  %-9s %s\n", name, size_b, alloc_b, free_b,
+			       st->ps_state == POOL_STATE_ONLINE     ? "ONLINE"
+			       : st->ps_state == POOL_STATE_DEGRADED ? "DEGRADED"
+			                                             : "SUSPENDED",
+			       "-");
+			mem_free(st);
+		}
+		if (pool_cmd_export("shale pool list", p) < 0)
+			status = 1;
+	}
+	pool_names_fini(&names);
+	return status;
+}
+
+/* shale pool destroy NAME: imports the pool (it must be whole enough to import, and no other
+ * process may hold it), exports it, and wipes the labels of every leaf found, as zpool destroy
+ * and labelclear do: the leaves are no longer any pool's. */
+static int pool_cmd_destroy(int argc, char **argv)
+{
+	const char *dir;
+	if (pool_cmd_dir_opt(argc, argv, &dir) < 0)
+		return 2;
+	if (optind + 1 != argc) {
+		pool_cmd_usage(stderr);
+		return 2;
+	}
+	const char *name = argv[optind];
+	struct pool *p = NULL;
+	if (pool_cmd_import("shale pool destroy", dir, name, &p) < 0)
+		return 1;
+	struct pool_status *st = mem_alloc(sizeof(*st));
+	unsigned missing = 0;
+	if (st) {
+		pool_status(p, st);
+		for (unsigned i = 0; i <= st->ps_ntops; i++) {
+			const struct pool_status_vdev *sv = i < st->ps_ntops ? &st->ps_tops[i]
+			                                   : st->ps_has_log  ? &st->ps_log
+			                                                     : NULL;
+			for (unsigned j = 0; sv && j < sv->sv_nchildren; j++) {
+				if (sv->sv_children[j].sl_present)
+					continue;
+				missing++;
+				fprintf(stderr,
+				        "shale pool destroy: leaf %s is missing: its labels stay (it "
+				        "alone would import as the pool)\n",
+				        sv->sv_children[j].sl_path);
+			}
+		}
+		mem_free(st);
+	}
+	if (pool_cmd_export("shale pool destroy", p) < 0)
+		return 1;
+	struct pool_leaves leaves;
+	int rc = pool_find_leaves(dir, name, &leaves);
+	bool found = rc == 0;
+	struct blk_engine *engine = NULL;
+	if (rc == 0)
+		rc = blk_engine_create(8, &engine);
+	unsigned wiped = 0;
+	for (unsigned i = 0; rc == 0 && i < leaves.pl_count; i++) {
+		struct blk_dev *dev = NULL;
+		int r = blk_dev_open_file(leaves.pl_paths[i], 0, &dev);
+		if (r == 0)
+			r = blk_label_wipe(engine, dev);
+		if (dev)
+			blk_dev_close(dev);
+		if (r != 0)
+			fprintf(stderr, "shale pool destroy: cannot wipe %s: %s\n", leaves.pl_paths[i],
+			        sh_strerror(r));
+		else
+			wiped++;
+	}
+	if (engine)
+		blk_engine_destroy(engine);
+	if (rc == 0)
+		printf("destroyed pool %s: the labels of %u lea%s wiped%s\n", name, wiped,
+		       wiped == 1 ? "f" : "ves", missing ? " (some leaves were missing)" : "");
+	else
+		fprintf(stderr, "shale pool destroy: %s\n", sh_strerror(rc));
+	bool ok = rc == 0 && wiped == leaves.pl_count;
+	if (found)
+		pool_leaves_fini(&leaves);
+	return ok ? 0 : 1;
+}
+
 int shale_pool_main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -363,6 +535,10 @@ int shale_pool_main(int argc, char **argv)
 	if (strcmp(verb, "import") == 0 || strcmp(verb, "export") == 0 || strcmp(verb, "status") == 0 ||
 	    strcmp(verb, "check") == 0)
 		return pool_cmd_named(verb, argc - 1, argv + 1);
+	if (strcmp(verb, "list") == 0)
+		return pool_cmd_list(argc - 1, argv + 1);
+	if (strcmp(verb, "destroy") == 0)
+		return pool_cmd_destroy(argc - 1, argv + 1);
 	if (strcmp(verb, "attach") == 0 || strcmp(verb, "detach") == 0 || strcmp(verb, "replace") == 0 ||
 	    strcmp(verb, "add") == 0)
 		return shale_pool_vdev_main(verb, argc - 1, argv + 1);

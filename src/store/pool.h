@@ -162,6 +162,16 @@ struct pool_leaves {
  * pool_leaves_fini. */
 SH_MUST_CHECK int pool_find_leaves(const char *dir, const char *name, struct pool_leaves *out);
 void pool_leaves_fini(struct pool_leaves *leaves);
+/* The names of the pools in a directory: those whose leaves' labels can be read there, and those
+ * a process serves from there (their leaves are locked; their status sockets, .NAME.status, name
+ * them). Sorted, each once (at most 256). Returns 0, -errno when dir cannot be read, -ENOMEM.
+ * Free with pool_names_fini. */
+struct pool_names_found {
+	char **pn_names; /* pn_count names, owned */
+	unsigned pn_count;
+};
+SH_MUST_CHECK int pool_find_names(const char *dir, struct pool_names_found *out);
+void pool_names_fini(struct pool_names_found *names);
 /* pool_find_leaves then pool_import; on failure err (err_len bytes) says why in a sentence for
  * the administrator (none found, in use by another process, the import's error). */
 SH_MUST_CHECK int pool_import_by_name(const char *dir, const char *name, const struct pool_open_opts *opts,
@@ -412,6 +422,9 @@ SH_MUST_CHECK int64_t pool_check(struct pool *p, pool_report_fn report, void *ar
 SH_MUST_CHECK int pool_prop_set(struct pool *p, const char *name, const char *value);
 /* Copies the value (NUL-terminated) into buf. Returns 0, -ENOENT, -EOVERFLOW (buf too small). */
 SH_MUST_CHECK int pool_prop_get(struct pool *p, const char *name, char *buf, size_t cap);
+
+/* "1.5M": bytes in the largest unit (B, K, M, G, T...) that keeps the number at least 1. */
+void pool_fmt_bytes(char *buf, size_t cap, uint64_t bytes);
 
 /* The pool's name and guid. */
 const char *pool_name(const struct pool *p);

@@ -413,8 +413,7 @@ static int pool_check_walk_all(void *arg, struct space *sp)
 	return 0;
 }
 
-/* "1.5M": b in the largest unit that keeps it at least 1. */
-static void pool_fmt_bytes(char *buf, size_t cap, uint64_t b)
+void pool_fmt_bytes(char *buf, size_t cap, uint64_t b)
 {
 	static const char units[] = "BKMGTPE";
 	double v = (double)b;

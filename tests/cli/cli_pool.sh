@@ -3,7 +3,7 @@
 # mirrored pool with a log device on files, create and list file systems, status, check, a
 # refused import while another process holds the leaves, destroy, a log device made a mirror
 # and back (attach, detach), the refused changes of vdevs, a lost log device replaced, a mirror
-# added, and the argument errors.
+# added, the list of pools, a pool destroyed, and the argument errors.
 # Prints TAP lines and a closing count. Needs $SHALE_BIN and flock(1) (util-linux).
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
@@ -99,6 +99,14 @@ check "pool add: a second mirror, more space" \
 		grep -q "added a mirror of var/pool/c.img" <<<"$o" && grep -q "^	  mirror-1 " <<<"$o" &&
 		after=$(sed -n "s/^ space: \([0-9.]*\)M total.*/\1/p" <<<"$o") &&
 		awk -v a="$after" -v b="$before" "BEGIN { exit !(a > b + 60) }"'
+check "pool list: every pool in the directory, with its size and health" \
+	bash -c 'o=$("$SHALE_BIN" pool list 2>/dev/null) && grep -Eq "^tank +[0-9.]+M +[0-9.]+[KM] +[0-9.]+M +ONLINE +-$" <<<"$o" &&
+		grep -Eq "^other +[0-9.]+M .* ONLINE" <<<"$o"'
+check "pool destroy: the pool is gone, its leaves no longer any pool's" \
+	bash -c '"$SHALE_BIN" pool destroy other 2>/dev/null | grep -q "destroyed pool other: the labels of 1 leaf wiped" &&
+		! "$SHALE_BIN" pool list 2>/dev/null | grep -q "^other " && test -e var/pool/o.img &&
+		! "$SHALE_BIN" pool status other >/dev/null 2>&1 &&
+		"$SHALE_BIN" pool create again var/pool/o.img >/dev/null 2>&1 && "$SHALE_BIN" pool destroy again >/dev/null 2>&1'
 check "pool check still clean after everything" out_has "0 problems" shale pool check tank
 
 tap_finish cli_pool

@@ -63,6 +63,8 @@ check "shale pool status while serving: the server's live figures (cache hits, t
 		grep -q "state: ONLINE" <<<"$o" && grep -Eq "arc: .* [1-9][0-9]* hits" <<<"$o" &&
 		grep -Eq "tank/home: .*inode cache [0-9]+ entries, [1-9][0-9]* hits" <<<"$o"'
 check "the status socket is the owner's alone" bash -c '[ "$(stat -c %a var/pool/.tank.status)" = 600 ]'
+check "shale pool list while serving: the pool, as the server's" \
+	bash -c '"$SHALE_BIN" pool list -d var/pool 2>/dev/null | grep -Eq "^tank +[0-9.]+M +- +[0-9.]+M +ONLINE +served$"'
 copied=0
 for i in $(seq 1 20); do
 	nfs-cp small.bin "$(url "f$i.bin")" >/dev/null 2>&1 && copied=$i
