@@ -804,7 +804,8 @@ int pool_status_print(struct pool *p, FILE *out)
 		pool_print_vdev(out, &st->ps_tops[i], i, st->ps_state);
 	if (st->ps_has_log) {
 		fprintf(out, "\tlogs\n");
-		pool_print_vdev(out, &st->ps_log, 0, st->ps_state);
+		/* a mirrored log is mirror-N, numbered after the top-level vdevs, as in zpool */
+		pool_print_vdev(out, &st->ps_log, st->ps_ntops, st->ps_state);
 	}
 	fprintf(out, "\n");
 	fprintf(out, " space: %s total, %s free, %s available, %s dirty\n", total, free_b, avail,
