@@ -43,6 +43,9 @@ struct pool_walk {
 	int64_t w_problems;
 	uint64_t w_repaired;
 	uint64_t w_resilvered, w_resilvered_bytes; /* copies rewritten on stale children */
+	/* the stale children written and not flushed yet: flushed once, before the marks go */
+	struct blk_dev *w_unflushed[(POOL_MAX_TOPS + 1) * BLK_MIRROR_MAX];
+	unsigned w_nunflushed;
 	uint64_t w_blocks;
 	uint8_t *w_good; /* BLK_MAX_BLOCK_BYTES, sector-aligned */
 	uint8_t *w_copy;
@@ -96,6 +99,31 @@ static int pool_walk_live_add(struct pool_walk *w, const struct blk_ptr *bp)
 	return space_check_mark(w->w_space, bp->bp_vdev, bp->bp_offset, bp->bp_asize);
 }
 
+/* Notes that dev was written and not flushed. */
+static void pool_walk_unflushed(struct pool_walk *w, struct blk_dev *dev)
+{
+	for (unsigned i = 0; i < w->w_nunflushed; i++)
+		if (w->w_unflushed[i] == dev)
+			return;
+	if (w->w_nunflushed < SH_ARRAY_SIZE(w->w_unflushed))
+		w->w_unflushed[w->w_nunflushed++] = dev; /* every leaf of the pool fits */
+}
+
+/* Flushes the stale children the walk wrote: their copies are durable before a check clears
+ * the marks, which the next uberblock records. A failure is a problem (the marks stay). */
+static void pool_walk_flush(struct pool *p, struct pool_walk *w)
+{
+	for (unsigned i = 0; i < w->w_nunflushed; i++) {
+		int rc = blk_flush_sync(p->p_engine, w->w_unflushed[i]);
+		if (rc != 0) {
+			w->w_problems++;
+			pool_walk_say(w, "leaf %s: the flush of its rewritten copies failed: %s",
+			              blk_dev_path(w->w_unflushed[i]), sh_strerror(rc));
+		}
+	}
+	w->w_nunflushed = 0;
+}
+
 /* Reads every copy of bp and checks it; rewrites bad copies from a good one. Returns 0 when a
  * good copy exists, -EIO when none does (a problem, reported). */
 static int pool_walk_verify(struct pool *p, struct pool_walk *w, const struct blk_ptr *bp)
@@ -135,10 +163,13 @@ static int pool_walk_verify(struct pool *p, struct pool_walk *w, const struct bl
 		if (!bad[c])
 			continue;
 		struct blk_dev *dev = blk_vdev_child(vdev, c);
+		bool stale = blk_vdev_child_stale(vdev, c);
 		int rc = blk_write_sync(p->p_engine, dev, bp->bp_offset, w->w_good, bp->bp_asize);
-		if (rc == 0)
+		if (rc == 0 && stale)
+			pool_walk_unflushed(w, dev); /* flushed once at the end (a resilver's many) */
+		else if (rc == 0)
 			rc = blk_flush_sync(p->p_engine, dev);
-		if (rc == 0 && blk_vdev_child_stale(vdev, c)) {
+		if (rc == 0 && stale) {
 			/* a child that missed writes or was attached since: counted, not listed */
 			w->w_resilvered++;
 			w->w_resilvered_bytes += bp->bp_asize;
@@ -534,6 +565,7 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 		              p->p_free_errors);
 		w->w_problems++;
 	}
+	pool_walk_flush(p, w);
 	if (w->w_resilvered > 0)
 		pool_walk_say(w,
 		              "resilvered: %" PRIu64 " copies (%" PRIu64
