@@ -27,6 +27,7 @@
 #ifndef SHALE_BLK_H
 #define SHALE_BLK_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -147,6 +148,20 @@ SH_MUST_CHECK int blk_read_sync(struct blk_engine *engine, struct blk_dev *dev, 
 SH_MUST_CHECK int blk_write_sync(struct blk_engine *engine, struct blk_dev *dev, uint64_t offset,
 				 const void *buf, uint32_t len);
 SH_MUST_CHECK int blk_flush_sync(struct blk_engine *engine, struct blk_dev *dev);
+
+/* A synchronous batch: any number of ios submitted together, waited for together (never on an
+ * event-loop thread). Each io's bi_done and bi_arg are taken over by the batch; each io's
+ * bi_status is its own outcome once blk_batch_wait returns. */
+struct blk_batch {
+	pthread_mutex_t bb_lock;
+	pthread_cond_t bb_cond;
+	unsigned bb_pending;
+	int bb_status; /* the first error */
+};
+void blk_batch_init(struct blk_batch *batch);
+void blk_batch_submit(struct blk_batch *batch, struct blk_engine *engine, struct blk_io *io);
+/* Waits for every submitted io; returns the first error or 0. Destroys the batch. */
+SH_MUST_CHECK int blk_batch_wait(struct blk_batch *batch);
 
 /* A sector-aligned, zeroed buffer of bytes rounded up to the sector; free with mem_free. */
 void *blk_buf_alloc(size_t bytes);

@@ -79,19 +79,6 @@ int blk_decompress(uint8_t compress, const void *phys, uint32_t psize, void *out
 /* The engine a vdev was created with (blk_vdev.c). */
 struct blk_engine *blk_vdev_engine(const struct blk_vdev *vdev);
 
-/* A synchronous batch: any number of ios submitted together, waited for together. Each io's
- * bi_done and bi_arg are taken over by the batch. */
-struct blk_batch {
-	pthread_mutex_t bb_lock;
-	pthread_cond_t bb_cond;
-	unsigned bb_pending;
-	int bb_status; /* the first error */
-};
-void blk_batch_init(struct blk_batch *batch);
-void blk_batch_submit(struct blk_batch *batch, struct blk_engine *engine, struct blk_io *io);
-/* Waits for every submitted io; returns the first error or 0. Destroys the batch. */
-SH_MUST_CHECK int blk_batch_wait(struct blk_batch *batch);
-
 /* ---- little-endian helpers for the on-disk formats ---- */
 static inline void blk_put_le32(uint8_t *p, uint32_t v)
 {

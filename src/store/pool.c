@@ -180,9 +180,10 @@
  * btree_check of the MOS and of every dataset tree through a walk cache of its own (every node is
  * read from disk), every copy of every node, data block (named by the owners' visitors) and
  * allocator block (the pool tracks those: p_space_blocks) read from each mirror child and
- * verified against its checksum, bad copies rewritten from a good one; the walk runs inside
- * space_check, each live block marked in its bitmap as it is found (no list of every block: a
- * bit per sector plus the nodes seen), and space_check then reports leaks.
+ * verified against its checksum (the copies of up to 128 blocks read at once), bad copies
+ * rewritten from a good one (those on stale children flushed once, at the end); the walk runs
+ * inside space_check, each live block marked in its bitmap as it is found (no list of every
+ * block: a bit per sector plus the nodes seen), and space_check then reports leaks.
  *
  * Failures and limits. A txg whose writes, flush or uberblock fail (after one retry) suspends the
  * pool (R8). A mirror child that starts failing writes or flushes at run time does not: the vdev

@@ -30,6 +30,8 @@
 #include "store/pool_impl.h"
 
 #define POOL_WALK_CACHE_BYTES (32ull << 20)
+#define POOL_WALK_BATCH_BLOCKS 128u          /* blocks verified together */
+#define POOL_WALK_BATCH_BYTES (32ull << 20) /* ...whose copies add up to at most this */
 
 struct pool_walk {
 	struct pool_bpmap w_cache; /* images of the nodes loaded */
@@ -47,8 +49,10 @@ struct pool_walk {
 	struct blk_dev *w_unflushed[(POOL_MAX_TOPS + 1) * BLK_MIRROR_MAX];
 	unsigned w_nunflushed;
 	uint64_t w_blocks;
-	uint8_t *w_good; /* BLK_MAX_BLOCK_BYTES, sector-aligned */
-	uint8_t *w_copy;
+	/* blocks queued for verification (pool_walk_verify) */
+	struct blk_ptr w_batch[POOL_WALK_BATCH_BLOCKS];
+	unsigned w_nbatch;
+	uint64_t w_batch_bytes; /* of their copies */
 };
 
 static void pool_walk_say(struct pool_walk *w, const char *fmt, ...) SH_PRINTF(2, 3);
@@ -73,12 +77,6 @@ static int pool_walk_init(struct pool_walk *w, bool verify, pool_report_fn repor
 	w->w_verify = verify;
 	w->w_report = report;
 	w->w_arg = arg;
-	if (verify) {
-		w->w_good = blk_buf_alloc(BLK_MAX_BLOCK_BYTES);
-		w->w_copy = blk_buf_alloc(BLK_MAX_BLOCK_BYTES);
-		if (!w->w_good || !w->w_copy)
-			return -ENOMEM;
-	}
 	return 0;
 }
 
@@ -86,8 +84,6 @@ static void pool_walk_fini(struct pool_walk *w)
 {
 	pool_bpmap_fini(&w->w_cache);
 	pool_bpmap_fini(&w->w_seen);
-	mem_free(w->w_good);
-	mem_free(w->w_copy);
 }
 
 /* A live block, marked in the allocator's check as it is found (space_check reports double
@@ -124,70 +120,163 @@ static void pool_walk_flush(struct pool *p, struct pool_walk *w)
 	w->w_nunflushed = 0;
 }
 
-/* Reads every copy of bp and checks it; rewrites bad copies from a good one. Returns 0 when a
- * good copy exists, -EIO when none does (a problem, reported). */
-static int pool_walk_verify(struct pool *p, struct pool_walk *w, const struct blk_ptr *bp)
+/* One copy of a queued block: its read, then perhaps its rewrite. */
+struct pool_walk_copy {
+	struct blk_io wc_io;
+	uint8_t *wc_buf; /* NULL: not read (a faulted child, or no memory) */
+	bool wc_ok;      /* read and its checksum matched */
+};
+
+/* Verifies every queued block (pool_walk_verify): the copies of all of them are read at once
+ * (the device's parallelism, not one read at a time), each checked against its pointer's
+ * checksum, and the bad copies of a block with a good one rewritten from it, again all at once.
+ * Rewrites on stale children are flushed at the end of the check (pool_walk_flush), the others
+ * at the end of the batch. Returns -EIO when the last queued block has no good copy (a problem,
+ * reported, as for every block without one), else 0. */
+static int pool_walk_verify_batch(struct pool *p, struct pool_walk *w)
 {
-	struct blk_vdev *vdev = pool_bp_vdev(p, bp);
-	unsigned n = blk_vdev_children(vdev);
-	int good = -1;
-	bool bad[BLK_MIRROR_MAX] = {false};
-	w->w_blocks++;
-	for (unsigned c = 0; c < n; c++) {
-		if (blk_vdev_child_faulted(vdev, c))
-			continue; /* written around: stale until the next import's check */
-		struct blk_dev *dev = blk_vdev_child(vdev, c);
-		int rc = blk_read_sync(p->p_engine, dev, bp->bp_offset, w->w_copy, bp->bp_asize);
-		bool ok = false;
-		if (rc == 0) {
-			uint8_t ck[16];
-			blk_checksum(w->w_copy, bp->bp_psize, ck);
-			ok = memcmp(ck, bp->bp_cksum, 16) == 0;
-		}
-		if (ok && good < 0) {
-			good = (int)c;
-			memcpy(w->w_good, w->w_copy, bp->bp_asize);
-		}
-		bad[c] = !ok;
-	}
-	if (good < 0) {
+	unsigned nb = w->w_nbatch;
+	w->w_nbatch = 0;
+	w->w_batch_bytes = 0;
+	if (nb == 0)
+		return 0;
+	struct pool_walk_copy *copies = mem_zalloc((size_t)nb * BLK_MIRROR_MAX * sizeof(*copies));
+	int last_rc = 0;
+	if (!copies) {
 		w->w_problems++;
-		pool_walk_say(w,
-		              "block vdev %u offset %" PRIu64 " birth %" PRIu64
-		              " type %u: no good copy (%u cop%s)",
-		              bp->bp_vdev, bp->bp_offset, bp->bp_birth_txg, bp->bp_type, n,
-		              n == 1 ? "y" : "ies");
-		return -EIO;
+		pool_walk_say(w, "%u blocks not verified: no memory", nb);
+		return 0;
 	}
-	for (unsigned c = 0; c < n; c++) {
-		if (!bad[c])
-			continue;
-		struct blk_dev *dev = blk_vdev_child(vdev, c);
-		bool stale = blk_vdev_child_stale(vdev, c);
-		int rc = blk_write_sync(p->p_engine, dev, bp->bp_offset, w->w_good, bp->bp_asize);
-		if (rc == 0 && stale)
-			pool_walk_unflushed(w, dev); /* flushed once at the end (a resilver's many) */
-		else if (rc == 0)
-			rc = blk_flush_sync(p->p_engine, dev);
-		if (rc == 0 && stale) {
-			/* a child that missed writes or was attached since: counted, not listed */
-			w->w_resilvered++;
-			w->w_resilvered_bytes += bp->bp_asize;
-		} else if (rc == 0) {
-			w->w_repaired++;
-			pool_walk_say(w,
-			              "repaired: block vdev %u offset %" PRIu64 " on leaf %u (%s)",
-			              bp->bp_vdev, bp->bp_offset, c, blk_dev_path(dev));
-		} else {
+	/* 1. every copy of every block */
+	struct blk_batch reads;
+	blk_batch_init(&reads);
+	for (unsigned i = 0; i < nb; i++) {
+		const struct blk_ptr *bp = &w->w_batch[i];
+		struct blk_vdev *vdev = pool_bp_vdev(p, bp);
+		for (unsigned c = 0; c < blk_vdev_children(vdev); c++) {
+			struct pool_walk_copy *wc = &copies[i * BLK_MIRROR_MAX + c];
+			if (blk_vdev_child_faulted(vdev, c))
+				continue; /* written around: stale until the next import's check */
+			wc->wc_buf = blk_buf_alloc(bp->bp_asize);
+			if (!wc->wc_buf)
+				continue; /* counted as a bad copy: not rewritten over a good one */
+			wc->wc_io = (struct blk_io){.bi_op = BLK_IO_READ,
+			                            .bi_dev = blk_vdev_child(vdev, c),
+			                            .bi_offset = bp->bp_offset,
+			                            .bi_buf = wc->wc_buf,
+			                            .bi_len = bp->bp_asize};
+			blk_batch_submit(&reads, p->p_engine, &wc->wc_io);
+		}
+	}
+	(void)!blk_batch_wait(&reads); /* each copy's own status is in its io */
+	/* 2. judge each block; rewrite the bad copies of those with a good one */
+	struct blk_batch writes;
+	blk_batch_init(&writes);
+	for (unsigned i = 0; i < nb; i++) {
+		const struct blk_ptr *bp = &w->w_batch[i];
+		struct blk_vdev *vdev = pool_bp_vdev(p, bp);
+		unsigned n = blk_vdev_children(vdev);
+		struct pool_walk_copy *wcs = &copies[i * BLK_MIRROR_MAX];
+		int good = -1;
+		w->w_blocks++;
+		for (unsigned c = 0; c < n; c++) {
+			if (!wcs[c].wc_buf || wcs[c].wc_io.bi_status != 0)
+				continue;
+			uint8_t ck[16];
+			blk_checksum(wcs[c].wc_buf, bp->bp_psize, ck);
+			wcs[c].wc_ok = memcmp(ck, bp->bp_cksum, 16) == 0;
+			if (wcs[c].wc_ok && good < 0)
+				good = (int)c;
+		}
+		if (good < 0) {
 			w->w_problems++;
 			pool_walk_say(w,
-			              "block vdev %u offset %" PRIu64
-			              ": leaf %u (%s) has a bad copy and cannot be rewritten: %s",
-			              bp->bp_vdev, bp->bp_offset, c, blk_dev_path(dev),
-			              sh_strerror(rc));
+			              "block vdev %u offset %" PRIu64 " birth %" PRIu64
+			              " type %u: no good copy (%u cop%s)",
+			              bp->bp_vdev, bp->bp_offset, bp->bp_birth_txg, bp->bp_type, n,
+			              n == 1 ? "y" : "ies");
+			if (i + 1 == nb)
+				last_rc = -EIO;
+			continue;
+		}
+		for (unsigned c = 0; c < n; c++) {
+			if (wcs[c].wc_ok || blk_vdev_child_faulted(vdev, c))
+				continue;
+			wcs[c].wc_io = (struct blk_io){.bi_op = BLK_IO_WRITE,
+			                               .bi_dev = blk_vdev_child(vdev, c),
+			                               .bi_offset = bp->bp_offset,
+			                               .bi_buf = wcs[good].wc_buf,
+			                               .bi_len = bp->bp_asize};
+			wcs[c].wc_io.bi_status = 1; /* a rewrite submitted (0 or -errno when done) */
+			blk_batch_submit(&writes, p->p_engine, &wcs[c].wc_io);
 		}
 	}
-	return 0;
+	(void)!blk_batch_wait(&writes); /* likewise */
+	/* 3. the rewrites' outcome; those on current children flushed now */
+	struct blk_dev *flush[(POOL_MAX_TOPS + 1) * BLK_MIRROR_MAX];
+	unsigned nflush = 0;
+	for (unsigned i = 0; i < nb; i++) {
+		const struct blk_ptr *bp = &w->w_batch[i];
+		struct blk_vdev *vdev = pool_bp_vdev(p, bp);
+		for (unsigned c = 0; c < blk_vdev_children(vdev); c++) {
+			struct pool_walk_copy *wc = &copies[i * BLK_MIRROR_MAX + c];
+			if (wc->wc_ok || wc->wc_io.bi_op != BLK_IO_WRITE)
+				continue;
+			struct blk_dev *dev = wc->wc_io.bi_dev;
+			int rc = wc->wc_io.bi_status;
+			if (rc == 0 && blk_vdev_child_stale(vdev, c)) {
+				/* a child that missed writes or was attached since: counted, not
+				 * listed, flushed once at the end (a resilver's many) */
+				pool_walk_unflushed(w, dev);
+				w->w_resilvered++;
+				w->w_resilvered_bytes += bp->bp_asize;
+			} else if (rc == 0) {
+				bool listed = false;
+				for (unsigned k = 0; k < nflush && !listed; k++)
+					listed = flush[k] == dev;
+				if (!listed && nflush < SH_ARRAY_SIZE(flush))
+					flush[nflush++] = dev;
+				w->w_repaired++;
+				pool_walk_say(w,
+				              "repaired: block vdev %u offset %" PRIu64
+				              " on leaf %u (%s)",
+				              bp->bp_vdev, bp->bp_offset, c, blk_dev_path(dev));
+			} else {
+				w->w_problems++;
+				pool_walk_say(w,
+				              "block vdev %u offset %" PRIu64
+				              ": leaf %u (%s) has a bad copy and cannot be rewritten: %s",
+				              bp->bp_vdev, bp->bp_offset, c, blk_dev_path(dev),
+				              sh_strerror(rc));
+			}
+		}
+	}
+	for (unsigned k = 0; k < nflush; k++) {
+		int rc = blk_flush_sync(p->p_engine, flush[k]);
+		if (rc != 0) {
+			w->w_problems++;
+			pool_walk_say(w, "leaf %s: the flush of its repaired copies failed: %s",
+			              blk_dev_path(flush[k]), sh_strerror(rc));
+		}
+	}
+	for (unsigned k = 0; k < nb * BLK_MIRROR_MAX; k++)
+		mem_free(copies[k].wc_buf);
+	mem_free(copies);
+	return last_rc;
+}
+
+/* Queues bp for verification (pool_walk_verify_batch), running the queue when it is full; with
+ * now, runs it at once and returns whether bp has a good copy (0, or -EIO: reported). */
+static int pool_walk_verify(struct pool *p, struct pool_walk *w, const struct blk_ptr *bp,
+                            bool now)
+{
+	uint64_t bytes = (uint64_t)bp->bp_asize * blk_vdev_children(pool_bp_vdev(p, bp));
+	if (w->w_nbatch == POOL_WALK_BATCH_BLOCKS ||
+	    (w->w_nbatch > 0 && w->w_batch_bytes + bytes > POOL_WALK_BATCH_BYTES))
+		(void)pool_walk_verify_batch(p, w); /* its blocks' problems are reported */
+	w->w_batch[w->w_nbatch++] = *bp;
+	w->w_batch_bytes += bytes;
+	return now ? pool_walk_verify_batch(p, w) : 0;
 }
 
 int pool_walk_get(struct pool *p, const struct blk_ptr *bp, const void **image_out, void **hold_out)
@@ -240,7 +329,7 @@ int pool_walk_load(void *arg, const struct blk_ptr *bp)
 		if (!pool_bpmap_add(&w->w_seen, bp, NULL) || pool_walk_live_add(w, bp) != 0)
 			return -ENOMEM;
 		if (w->w_verify) {
-			int rc = pool_walk_verify(p, w, bp);
+			int rc = pool_walk_verify(p, w, bp, true); /* a node: before its read */
 			if (rc != 0)
 				return rc;
 		}
@@ -277,8 +366,7 @@ static int pool_walk_data_bp(void *arg, const struct blk_ptr *bp)
 		return 0;
 	}
 	if (w->w_verify)
-		(void)pool_walk_verify(p, w,
-		                       bp); /* reported; the block still counts as referenced */
+		(void)pool_walk_verify(p, w, bp, false); /* reported; still counts as referenced */
 	return pool_walk_live_add(w, bp);
 }
 
@@ -438,7 +526,7 @@ static int pool_check_walk_all(void *arg, struct space *sp)
 	for (size_t b = 0; b < p->p_space_blocks.bm_nbuckets; b++) {
 		for (struct pool_bpent *e = p->p_space_blocks.bm_buckets[b]; e; e = e->be_next) {
 			if (pool_bp_valid(p, &e->be_bp))
-				(void)pool_walk_verify(p, w, &e->be_bp); /* a bad one is reported */
+				(void)pool_walk_verify(p, w, &e->be_bp, false); /* reported */
 		}
 	}
 	return 0;
@@ -565,6 +653,7 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 		              p->p_free_errors);
 		w->w_problems++;
 	}
+	(void)pool_walk_verify_batch(p, w); /* the blocks still queued; reported */
 	pool_walk_flush(p, w);
 	if (w->w_resilvered > 0)
 		pool_walk_say(w,
