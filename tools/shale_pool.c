@@ -426,6 +426,13 @@ static int pool_cmd_list(int argc, char **argv)
 			continue;
 		}
 		free(text);
+		struct pool_leaves leaves;
+		if (pool_find_leaves(dir, name, &leaves) == 0) {
+			unsigned found = leaves.pl_count + leaves.pl_busy;
+			pool_leaves_fini(&leaves);
+			if (found == 0)
+				continue; /* a status socket a crashed server left behind */
+		}
 		struct pool *p = NULL;
 		if (pool_cmd_import("shale pool list", dir, name, &p) < 0) {
 			status = 1;
