@@ -7,6 +7,7 @@
  *   shale pool attach|detach|replace|add ... (tools/shale_pool_vdev.c)
  *   shale fs create|destroy NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]
  *   shale fs list NAME [-d DIR]
+ *   shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]
  *
  * Model: there is no resident daemon holding pools between commands. Each command finds the pool's
  * leaves (the files in DIR, default ./var/pool, whose labels name the pool; or the leaves given to
@@ -72,6 +73,7 @@ static void fs_cmd_usage(FILE *out)
 		"usage:\n"
 		"  shale fs create NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]\n"
 		"  shale fs list NAME [-d DIR]\n"
+		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
 		"  shale fs destroy NAME/FS [-d DIR]\n"
 		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
 }
@@ -580,12 +582,12 @@ int shale_fs_main(int argc, char **argv)
 	}
 	const char *verb = argv[1];
 	bool create = strcmp(verb, "create") == 0, destroy = strcmp(verb, "destroy") == 0;
-	bool list = strcmp(verb, "list") == 0;
+	bool list = strcmp(verb, "list") == 0, set = strcmp(verb, "set") == 0;
 	if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
 		fs_cmd_usage(stdout);
 		return 0;
 	}
-	if (!create && !destroy && !list) {
+	if (!create && !destroy && !list && !set) {
 		fprintf(stderr, "shale fs: unknown command '%s'\n", verb);
 		fs_cmd_usage(stderr);
 		return 2;
@@ -630,6 +632,30 @@ int shale_fs_main(int argc, char **argv)
 		default: fs_cmd_usage(stderr); return 2;
 		}
 	}
+	/* set: PROPERTY=VALUE comes before the file system, as in zfs set */
+	enum pool_compress set_compress = POOL_COMPRESS_DEFAULT;
+	if (set) {
+		if (optind + 2 != argc) {
+			fs_cmd_usage(stderr);
+			return 2;
+		}
+		const char *pv = argv[optind++];
+		if (strncmp(pv, "recordsize=", 11) == 0) {
+			fprintf(stderr, "shale fs set: the record size is fixed when a file system is "
+					"created (its files' blocks are laid out by it)\n");
+			return 2;
+		}
+		if (strcmp(pv, "compression=off") == 0)
+			set_compress = POOL_COMPRESS_OFF;
+		else if (strcmp(pv, "compression=lz4") == 0)
+			set_compress = POOL_COMPRESS_LZ4;
+		else if (strcmp(pv, "compression=zstd") == 0)
+			set_compress = POOL_COMPRESS_ZSTD;
+		else {
+			fprintf(stderr, "shale fs set: the property is compression=off|lz4|zstd\n");
+			return 2;
+		}
+	}
 	if (optind + 1 != argc) {
 		fs_cmd_usage(stderr);
 		return 2;
@@ -668,6 +694,11 @@ int shale_fs_main(int argc, char **argv)
 		rc = pool_ds_destroy(p, ds);
 		if (rc == 0)
 			printf("destroyed %s/%s\n", pool_name_buf, ds);
+	} else if (set) {
+		rc = pool_ds_set_compress(p, ds, set_compress);
+		if (rc == 0)
+			printf("set %s on %s/%s (blocks written from now on)\n", argv[optind - 1],
+			       pool_name_buf, ds);
 	} else {
 		printf("%-36s %14s %10s %9s  %s\n", "NAME", "USED(bytes)", "ENTRIES", "RECORD", "COMPRESS");
 		rc = pool_ds_list(p, fs_cmd_list_one, pool_name_buf);

@@ -297,6 +297,12 @@ struct pool_ds_info {
  * value, or -ENOMEM. */
 SH_MUST_CHECK int pool_ds_list(struct pool *p,
                                int (*fn)(void *arg, const struct pool_ds_info *info), void *arg);
+/* Sets dataset name's compression (OFF, LZ4 or ZSTD) for the blocks it writes from now on, as
+ * zfs set compression does (each block pointer records its own compression, so blocks already
+ * written stay readable as they are), and waits until the change is durable. The record size
+ * cannot change: a file's blocks are laid out by it. Returns 0, -EINVAL, -ENOENT, -EBUSY (being
+ * destroyed), -EIO. */
+SH_MUST_CHECK int pool_ds_set_compress(struct pool *p, const char *name, enum pool_compress c);
 
 /* ---------------------------------------------------------------------------------------------
  * Space, status, check */

@@ -256,6 +256,23 @@ const char *pool_ds_name(const struct pool_ds *ds)
 	return ds->ds_name;
 }
 
+int pool_ds_set_compress(struct pool *p, const char *name, enum pool_compress c)
+{
+	if (c != POOL_COMPRESS_OFF && c != POOL_COMPRESS_LZ4 && c != POOL_COMPRESS_ZSTD)
+		return -EINVAL;
+	struct pool_ds *ds = NULL;
+	int rc = pool_ds_open(p, name, &ds);
+	if (rc == 0) {
+		pool_lock(p);
+		ds->ds_compress = pool_compress_resolve(p, c);
+		ds->ds_record_dirty = true; /* the next txg writes the record */
+		pool_ds_rele_locked(ds);
+		pool_unlock(p);
+		rc = pool_txg_wait_synced(p, 0);
+	}
+	return rc;
+}
+
 uint32_t pool_ds_record_bytes(const struct pool_ds *ds)
 {
 	return ds->ds_record_bytes;

@@ -46,6 +46,13 @@ check "fs create of an existing file system fails" fails_with "exists" shale fs 
 check "fs list shows both with their properties" \
 	bash -c '"$SHALE_BIN" fs list tank | grep -q "tank/home .* 131072  lz4" &&
 		 "$SHALE_BIN" fs list tank | grep -q "tank/src .* 65536  zstd"'
+check "fs set compression=zstd: fs list shows it" \
+	bash -c '"$SHALE_BIN" fs set compression=zstd tank/home >/dev/null 2>&1 &&
+		 "$SHALE_BIN" fs list tank | grep -q "tank/home .* 131072  zstd" &&
+		 "$SHALE_BIN" fs set compression=lz4 tank/home >/dev/null 2>&1 &&
+		 "$SHALE_BIN" fs list tank | grep -q "tank/home .* 131072  lz4"'
+check "fs set recordsize is refused: fixed at creation" \
+	fails_with "fixed when a file system is created" shale fs set recordsize=64K tank/home
 check "pool status: online, a mirror of the two leaves and the log" \
 	bash -c 'o=$("$SHALE_BIN" pool status tank) && grep -q "state: ONLINE" <<<"$o" &&
 		 grep -q "mirror-0" <<<"$o" && grep -q "var/pool/b.img" <<<"$o" &&

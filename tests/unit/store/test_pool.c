@@ -3,9 +3,9 @@
  * (pool_kv.h), log replay after a close without export, dataset destroy returning its space (at
  * once, and in steps across a crash), mirror self-healing and check repairs, the record of the
  * mirror children that missed writes, attaching and detaching leaves (resilver, replace), a lost
- * log device replaced, a vdev added, an unmirrored bad block, a full pool, throttling, a small cache, the
- * memory bound of the ARC's limit, degraded and refused imports, suspension, properties and the
- * status report. */
+ * log device replaced, a vdev added, a dataset's compression changed, an unmirrored bad block, a
+ * full pool, throttling, a small cache, the memory bound of the ARC's limit, degraded and refused
+ * imports, suspension, properties and the status report. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -1196,6 +1196,75 @@ out:
 	blk_dev_close(tiny);
 }
 
+static int list_info(void *arg, const struct pool_ds_info *info)
+{
+	if (strcmp(info->di_name, "kv") == 0)
+		*(struct pool_ds_info *)arg = *info;
+	return 0;
+}
+
+static int used_of(void *arg, const struct pool_ds_info *info)
+{
+	if (strcmp(info->di_name, "kv") == 0)
+		*(uint64_t *)arg = info->di_used_bytes;
+	return 0;
+}
+
+/* The "kv" dataset's used bytes after a txg. */
+static uint64_t kv_used(struct pool *p)
+{
+	uint64_t used = 0;
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_ds_list(p, used_of, &used) == 0);
+	return used;
+}
+
+/* Changing a dataset's compression (zfs set compression): blocks written afterwards take the new
+ * one (a compressible value costs its full size uncompressed, a fraction under zstd), the ones
+ * written before stay readable, and the setting survives export and import. */
+static void test_ds_set_compress(void)
+{
+	struct blk_dev *d = mem_dev(48 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct pool_create_args a = {.pc_name = "comp", .pc_opts = &o};
+	struct pool *p = NULL;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		goto out;
+	struct pool_ds_props off = {.dp_compress = POOL_COMPRESS_OFF};
+	CHECK(pool_ds_create(p, "kv", &off) == 0);
+	static uint8_t val[64 * 1024], got[64 * 1024];
+	memset(val, 'z', sizeof(val));
+	struct kv *kv = NULL;
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	uint64_t u0 = kv_used(p);
+	CHECK(kv_exec(kv, KV_OP_PUT, "a", 1, val, sizeof(val), NULL, 0, NULL, NULL, NULL) == 0);
+	uint64_t u1 = kv_used(p);
+	CHECK(pool_ds_set_compress(p, "kv", POOL_COMPRESS_ZSTD) == 0);
+	CHECK(pool_ds_set_compress(p, "kv", POOL_COMPRESS_DEFAULT) == -EINVAL);
+	CHECK(pool_ds_set_compress(p, "nope", POOL_COMPRESS_LZ4) == -ENOENT);
+	CHECK(kv_exec(kv, KV_OP_PUT, "b", 1, val, sizeof(val), NULL, 0, NULL, NULL, NULL) == 0);
+	uint64_t u2 = kv_used(p);
+	/* b's 64 KiB would have added as much uncompressed; the tree's node, rewritten, now shrinks
+	 * too (it is compressed as the dataset's blocks are) */
+	CHECKF(u1 - u0 >= sizeof(val) && u2 < u1 + sizeof(val) / 4,
+	       "used %" PRIu64 " -> %" PRIu64 " -> %" PRIu64, u0, u1, u2);
+	uint32_t len = 0;
+	CHECK(kv_exec(kv, KV_OP_GET, "a", 1, NULL, 0, got, sizeof(got), &len, NULL, NULL) == 0 &&
+	      len == sizeof(val) && memcmp(got, val, len) == 0);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out;
+	struct pool_ds_info info;
+	memset(&info, 0, sizeof(info));
+	CHECK(pool_ds_list(p, list_info, &info) == 0 && info.di_compress == BLK_COMPRESS_ZSTD);
+	CHECK(pool_export(p) == 0);
+out:
+	blk_dev_close(d);
+}
+
 /* An unmirrored block that fails its checksum: -EIO for its key alone, the pool keeps working. */
 static void test_bad_block(void)
 {
@@ -1962,6 +2031,7 @@ int main(void)
 	TAP_RUN(test_vdev_attach_detach);
 	TAP_RUN(test_vdev_lost_log);
 	TAP_RUN(test_vdev_add);
+	TAP_RUN(test_ds_set_compress);
 	TAP_RUN(test_bad_block);
 	TAP_RUN(test_full_pool);
 	TAP_RUN(test_throttle);
