@@ -7,6 +7,7 @@
  *   shale pool attach|detach|replace|add ... (tools/shale_pool_vdev.c)
  *   shale fs create|destroy NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]
  *   shale fs list NAME [-d DIR]
+ *   shale fs rename NAME/FS NAME/NEW [-d DIR]
  *   shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]
  *
  * Model: there is no resident daemon holding pools between commands. Each command finds the pool's
@@ -73,6 +74,7 @@ static void fs_cmd_usage(FILE *out)
 		"usage:\n"
 		"  shale fs create NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]\n"
 		"  shale fs list NAME [-d DIR]\n"
+		"  shale fs rename NAME/FS NAME/NEW [-d DIR]\n"
 		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
 		"  shale fs destroy NAME/FS [-d DIR]\n"
 		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
@@ -583,11 +585,12 @@ int shale_fs_main(int argc, char **argv)
 	const char *verb = argv[1];
 	bool create = strcmp(verb, "create") == 0, destroy = strcmp(verb, "destroy") == 0;
 	bool list = strcmp(verb, "list") == 0, set = strcmp(verb, "set") == 0;
+	bool rename = strcmp(verb, "rename") == 0;
 	if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
 		fs_cmd_usage(stdout);
 		return 0;
 	}
-	if (!create && !destroy && !list && !set) {
+	if (!create && !destroy && !list && !set && !rename) {
 		fprintf(stderr, "shale fs: unknown command '%s'\n", verb);
 		fs_cmd_usage(stderr);
 		return 2;
@@ -656,6 +659,22 @@ int shale_fs_main(int argc, char **argv)
 			return 2;
 		}
 	}
+	/* rename: POOL/FS POOL/NEW, within one pool */
+	const char *new_ds = NULL;
+	if (rename) {
+		if (optind + 2 != argc) {
+			fs_cmd_usage(stderr);
+			return 2;
+		}
+		const char *from = argv[optind], *to = argv[optind + 1];
+		const char *fs = strchr(from, '/'), *ts = strchr(to, '/');
+		if (!fs || !ts || fs - from != ts - to || strncmp(from, to, (size_t)(fs - from)) != 0) {
+			fprintf(stderr, "shale fs rename: give POOL/FS POOL/NEW, in one pool\n");
+			return 2;
+		}
+		new_ds = ts + 1;
+		argc--; /* the rest as for one file system: from */
+	}
 	if (optind + 1 != argc) {
 		fs_cmd_usage(stderr);
 		return 2;
@@ -694,6 +713,10 @@ int shale_fs_main(int argc, char **argv)
 		rc = pool_ds_destroy(p, ds);
 		if (rc == 0)
 			printf("destroyed %s/%s\n", pool_name_buf, ds);
+	} else if (rename) {
+		rc = pool_ds_rename(p, ds, new_ds);
+		if (rc == 0)
+			printf("renamed %s/%s to %s/%s\n", pool_name_buf, ds, pool_name_buf, new_ds);
 	} else if (set) {
 		rc = pool_ds_set_compress(p, ds, set_compress);
 		if (rc == 0)

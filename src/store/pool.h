@@ -297,6 +297,10 @@ struct pool_ds_info {
  * value, or -ENOMEM. */
 SH_MUST_CHECK int pool_ds_list(struct pool *p,
                                int (*fn)(void *arg, const struct pool_ds_info *info), void *arg);
+/* Renames dataset `from` to `to` (zfs rename, within the pool: its record moves to the new name
+ * in one txg; its id and its files' object ids stay) and waits until that is durable. Returns 0, -EINVAL (a name), -ENOENT (no `from`), -EEXIST (`to` exists), -EBUSY (open,
+ * or being destroyed), -EIO. */
+SH_MUST_CHECK int pool_ds_rename(struct pool *p, const char *from, const char *to);
 /* Sets dataset name's compression (OFF, LZ4 or ZSTD) for the blocks it writes from now on, as
  * zfs set compression does (each block pointer records its own compression, so blocks already
  * written stay readable as they are), and waits until the change is durable. The record size

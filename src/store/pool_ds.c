@@ -401,6 +401,51 @@ int pool_ds_create(struct pool *p, const char *name, const struct pool_ds_props 
 	return rc;
 }
 
+int pool_ds_rename(struct pool *p, const char *from, const char *to)
+{
+	if (!pool_name_valid(from, POOL_DS_NAME_MAX) || !pool_name_valid(to, POOL_DS_NAME_MAX))
+		return -EINVAL;
+	if (strcmp(from, to) == 0)
+		return 0;
+	char fkey[POOL_MOS_KEY_MAX], tkey[POOL_MOS_KEY_MAX];
+	uint32_t flen, tlen, vlen = 0;
+	uint8_t rec[POOL_DS_RECORD_BYTES];
+	pool_ds_key(from, fkey, &flen);
+	pool_ds_key(to, tkey, &tlen);
+	pool_lock(p);
+	struct pool_ds *ds = pool_ds_find_loaded(p, from);
+	int rc = pool_is_suspended(p) ? -EIO : 0;
+	if (rc == 0) {
+		/* is `to` taken? (a value that does not fit 0 bytes: it exists) */
+		int taken = btree_lookup(p->p_mos, tkey, tlen, NULL, 0, NULL, NULL);
+		if (taken == 0 || taken == -EOVERFLOW || pool_ds_find_loaded(p, to))
+			rc = -EEXIST;
+		else if (taken != -ENOENT)
+			rc = taken;
+	}
+	if (rc == 0 && ds && (ds->ds_refs > 0 || ds->ds_destroying))
+		rc = -EBUSY; /* open (served), or being destroyed */
+	/* the record under the new key (a loaded dataset's as it is in memory), then the old key
+	 * goes: one txg holds both changes (the MOS never misses, R9) */
+	if (rc == 0 && ds)
+		vlen = (uint32_t)pool_ds_record_encode(ds, rec, sizeof(rec));
+	else if (rc == 0)
+		rc = btree_lookup(p->p_mos, fkey, flen, rec, sizeof(rec), &vlen, NULL);
+	if (rc == 0)
+		rc = btree_put(p->p_mos, tkey, tlen, rec, vlen, BTREE_PUT_NEW, NULL);
+	if (rc == 0) {
+		rc = btree_delete(p->p_mos, fkey, flen, NULL);
+		if (rc != 0)
+			(void)!btree_delete(p->p_mos, tkey, tlen, NULL);
+	}
+	if (rc == 0 && ds)
+		snprintf(ds->ds_name, sizeof(ds->ds_name), "%s", to);
+	pool_unlock(p);
+	if (rc == -SH_ENEEDBLOCK)
+		rc = -EIO;
+	return rc == 0 ? pool_txg_wait_synced(p, 0) : rc;
+}
+
 struct pool_ds_list_ctx {
 	struct pool *lc_pool;
 	struct pool_ds_info *lc_infos;

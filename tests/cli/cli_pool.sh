@@ -51,6 +51,11 @@ check "fs set compression=zstd: fs list shows it" \
 		 "$SHALE_BIN" fs list tank | grep -q "tank/home .* 131072  zstd" &&
 		 "$SHALE_BIN" fs set compression=lz4 tank/home >/dev/null 2>&1 &&
 		 "$SHALE_BIN" fs list tank | grep -q "tank/home .* 131072  lz4"'
+check "fs rename tank/home tank/house, and back" \
+	bash -c '"$SHALE_BIN" fs rename tank/home tank/house 2>/dev/null | grep -q "renamed tank/home to tank/house" &&
+		 "$SHALE_BIN" fs list tank | grep -q "^tank/house " && ! "$SHALE_BIN" fs list tank | grep -q "^tank/home " &&
+		 "$SHALE_BIN" fs rename tank/house tank/home >/dev/null 2>&1 && "$SHALE_BIN" fs list tank | grep -q "^tank/home "'
+check "fs rename onto an existing file system is refused" fails_with "File exists" shale fs rename tank/home tank/src
 check "fs set recordsize is refused: fixed at creation" \
 	fails_with "fixed when a file system is created" shale fs set recordsize=64K tank/home
 check "pool status: online, a mirror of the two leaves and the log" \

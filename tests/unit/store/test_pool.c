@@ -3,9 +3,9 @@
  * (pool_kv.h), log replay after a close without export, dataset destroy returning its space (at
  * once, and in steps across a crash), mirror self-healing and check repairs, the record of the
  * mirror children that missed writes, attaching and detaching leaves (resilver, replace), a lost
- * log device replaced, a vdev added, a dataset's compression changed, an unmirrored bad block, a
- * full pool, throttling, a small cache, the memory bound of the ARC's limit, degraded and refused
- * imports, suspension, properties and the status report. */
+ * log device replaced, a vdev added, a dataset's compression changed and a dataset renamed, an
+ * unmirrored bad block, a full pool, throttling, a small cache, the memory bound of the ARC's
+ * limit, degraded and refused imports, suspension, properties and the status report. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -1265,6 +1265,48 @@ out:
 	blk_dev_close(d);
 }
 
+/* Renaming a dataset (zfs rename): its contents under the new name, the old name free for a new
+ * dataset, durable across export and import; refused for an open dataset, a taken name, a
+ * missing dataset or a bad name. */
+static void test_ds_rename(void)
+{
+	struct blk_dev *d = mem_dev(48 * MIB);
+	struct pool_open_opts o = opts_kv();
+	struct model m;
+	struct pool *p = kv_pool("ren", d, &o, &m, 400, 91);
+	struct kv *kv = NULL;
+	if (!p)
+		goto out;
+	CHECK(pool_ds_rename(p, "kv", "kv2") == 0);
+	CHECK(kv_open(p, "kv", &kv) == -ENOENT);
+	CHECK(kv_open(p, "kv2", &kv) == 0);
+	if (kv) {
+		CHECK(verify_model(kv, &m, NULL) == 0);
+		CHECK(pool_ds_rename(p, "kv2", "kv3") == -EBUSY); /* open */
+		kv_close(kv);
+	}
+	CHECK(pool_ds_create(p, "other", NULL) == 0);
+	CHECK(pool_ds_rename(p, "kv2", "other") == -EEXIST);
+	CHECK(pool_ds_rename(p, "nope", "x") == -ENOENT);
+	CHECK(pool_ds_rename(p, "kv2", "bad name") == -EINVAL);
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out;
+	CHECK(kv_open(p, "kv2", &kv) == 0);
+	if (kv) {
+		CHECK(verify_model(kv, &m, NULL) == 0);
+		kv_close(kv);
+	}
+	CHECK(pool_ds_create(p, "kv", NULL) == 0); /* the old name is free */
+	CHECK(check_pool(p) == 0);
+	CHECK(pool_export(p) == 0);
+out:
+	model_fini(&m);
+	blk_dev_close(d);
+}
+
 /* An unmirrored block that fails its checksum: -EIO for its key alone, the pool keeps working. */
 static void test_bad_block(void)
 {
@@ -2032,6 +2074,7 @@ int main(void)
 	TAP_RUN(test_vdev_lost_log);
 	TAP_RUN(test_vdev_add);
 	TAP_RUN(test_ds_set_compress);
+	TAP_RUN(test_ds_rename);
 	TAP_RUN(test_bad_block);
 	TAP_RUN(test_full_pool);
 	TAP_RUN(test_throttle);
