@@ -158,8 +158,15 @@ static int pool_walk_verify_batch(struct pool *p, struct pool_walk *w)
 			if (blk_vdev_child_faulted(vdev, c))
 				continue; /* written around: stale until the next import's check */
 			wc->wc_buf = blk_buf_alloc(bp->bp_asize);
-			if (!wc->wc_buf)
-				continue; /* counted as a bad copy: not rewritten over a good one */
+			if (!wc->wc_buf) {
+				/* unverified (and not rewritten): a problem, so a stale child's
+				 * mark stays */
+				w->w_problems++;
+				pool_walk_say(w, "block vdev %u offset %" PRIu64 ": leaf %u not "
+				                 "verified: no memory",
+				              bp->bp_vdev, bp->bp_offset, c);
+				continue;
+			}
 			wc->wc_io = (struct blk_io){.bi_op = BLK_IO_READ,
 			                            .bi_dev = blk_vdev_child(vdev, c),
 			                            .bi_offset = bp->bp_offset,
@@ -200,8 +207,8 @@ static int pool_walk_verify_batch(struct pool *p, struct pool_walk *w)
 			continue;
 		}
 		for (unsigned c = 0; c < n; c++) {
-			if (wcs[c].wc_ok || blk_vdev_child_faulted(vdev, c))
-				continue;
+			if (wcs[c].wc_ok || !wcs[c].wc_buf)
+				continue; /* good, or not read: faulted, or no memory */
 			wcs[c].wc_io = (struct blk_io){.bi_op = BLK_IO_WRITE,
 			                               .bi_dev = blk_vdev_child(vdev, c),
 			                               .bi_offset = bp->bp_offset,
