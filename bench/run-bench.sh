@@ -61,7 +61,8 @@
 #   BENCH_WARMUP / BENCH_RUNTIME (seconds per sfs2008 point), BENCH_FILESET_MB,
 #   BENCH_PROCS / BENCH_CONNS / BENCH_DEPTH (sfs2008 load shape), BENCH_PHASE_S and
 #   BENCH_PHASE_WARMUP (varmail's and syncwrite's run and warm-up seconds), BENCH_SEQ_MB (seq file size),
-#   BENCH_META_FILES (meta file count), BENCH_IPERF_S (seconds per iperf3 run),
+#   BENCH_META_FILES (meta file count), BENCH_META_BEFORE (run before each meta run; default
+#   "sync && echo 1 > /proc/sys/vm/drop_caches", empty: nothing), BENCH_IPERF_S (seconds per iperf3 run),
 #   BENCH_POOL_SIZE (the pool's file; default 2 x BENCH_SEQ_MB + BENCH_FILESET_MB + 2 GiB),
 #   BENCH_SHALE_ARC_MB (the compared Shale's --arc-max; the sfs2008 file set + seq's file + 512),
 #   BENCH_ARC_MAX_MB (memory-pool's --arc-max; 256), BENCH_MEM_WRITE_MB (memory-pool's write;
@@ -145,6 +146,15 @@ phase_s=${BENCH_PHASE_S:-$d_phase}
 phase_warmup=${BENCH_PHASE_WARMUP:-$d_phase_warmup}
 seq_mb=${BENCH_SEQ_MB:-$d_seq_mb}
 meta_files=${BENCH_META_FILES:-$d_meta_files}
+# Before each meta run (every round, both servers): write back everything and drop the clean
+# page cache. On ext4 without a journal, a new inode skips each free inode whose cached
+# inode-table block says it was deleted in the last 30 s, or 330 s once that block is dirty
+# again (the kernel's recently_deleted), and the first create into a block dirties it; so
+# without this, each round's creates scanned past the files the rounds before it had removed
+# (Shale 13,360 then 2,014 and 1,669 creates/s in one run, Ganesha 2,195, 4,698 and 2,969).
+# Dropping the cache forgets those blocks; waiting does not help (the window is 330 s).
+meta_before_default='sync && echo 1 > /proc/sys/vm/drop_caches'
+meta_before=${BENCH_META_BEFORE-$meta_before_default}
 iperf_s=${BENCH_IPERF_S:-$d_iperf_s}
 shale_threads=${BENCH_SHALE_THREADS:-1}
 # The pool holds seq's file written twice over (copy on write: the FILE_SYNC pass is new blocks
@@ -372,7 +382,7 @@ cat >"$results/config.txt" <<-EOF
 	sfs2008           rate $rate (ops/s at 100%), $points points, warm-up ${warmup}s, run ${runtime}s, $procs procs x $conns conns x depth $depth, file set $fileset_mb MB
 	varmail           warm-up ${phase_warmup}s, run ${phase_s}s, shale bench's defaults (1,000 files, 16 flows)
 	seq               one file of $seq_mb MB, 1 MiB transfers
-	meta              $meta_files files in one directory
+	meta              $meta_files files in one directory; before each run: ${meta_before:-nothing}
 	syncwrite         4 KiB FILE_SYNC WRITEs, 4 conns x depth 16, 64 files of 4 MB, warm-up ${phase_warmup}s, run ${phase_s}s
 	pool              W-pool: tank/bench in a file of $pool_size in $work/pool, served by the same shale (--arc-max ${shale_arc_mb}M)
 	memory-pool       a second shale (--arc-max ${arc_max_mb}M, pool in a file in $work/pool-mem): sfs2008 at its own peak (3 points), a $mem_write_mb MB write, $mem_files files created and listed; goal peak RSS <= $((arc_max_mb + 64)) MiB
@@ -513,7 +523,8 @@ for w in $workloads; do
 	varmail | varmail-pool) w_args=(--runtime "$phase_s" --warmup "$phase_warmup") ;;
 	syncwrite | syncwrite-pool) w_args=(--runtime "$phase_s" --warmup "$phase_warmup") ;;
 	seq | seq-pool) w_args=(--size-mb "$seq_mb") ;;
-	meta | meta-pool) w_args=(--files "$meta_files") ;;
+	meta | meta-pool) w_args=(--files "$meta_files")
+		[ -n "$meta_before" ] && w_args+=(--before-run "$meta_before") ;;
 	esac
 	cmd=("$shale" bench "$w_tool" "${w_vs[@]}" "${w_args[@]}"
 		--json "$results/$w.json" --svg "$results/$w.svg")

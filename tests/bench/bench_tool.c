@@ -3,9 +3,10 @@
  * JSON report, which must parse), the SVG must be well-formed XML, varmail must print filebench's
  * "IO Summary:" line, syncwrite must report its figures from FILE_SYNC WRITEs only, meta's
  * READDIRPLUS listing must find every file over several calls, seq and meta must run only the
- * phases --phases names (and refuse sets that cannot run), and a run that cannot succeed must
- * exit non-zero. The server exports a posix directory only (the test server has no pool). Needs
- * $SHALE_BIN and $PYTHON3. */
+ * phases --phases names (and refuse sets that cannot run), --before-run's command must run before
+ * each run (and a failing one stop the run), and a run that cannot succeed must exit non-zero.
+ * The server exports a posix directory only (the test server has no pool). Needs $SHALE_BIN and
+ * $PYTHON3. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -254,13 +255,27 @@ int main(void)
 		snprintf(out, sizeof(out), "%s/vs.out", srv.ts_root);
 		snprintf(json, sizeof(json), "%s/vs.json", srv.ts_root);
 		snprintf(pyout, sizeof(pyout), "%s/vs.py.out", srv.ts_root);
+		char before_log[400], before_cmd[600];
+		snprintf(before_log, sizeof(before_log), "%s/before.log", srv.ts_root);
+		snprintf(before_cmd, sizeof(before_cmd), "echo ran >> %s", before_log);
 		char *argv[] = {getenv("SHALE_BIN"), "bench", "meta", "--server", port_arg,
 				"--export", srv.ts_export_path[0], "--label", "first", "--vs", port_arg,
 				"--vs-export", srv.ts_export_path[0], "--vs-label", "second",
-				"--rounds", "2", "--files", "100", "--json", json, NULL};
+				"--rounds", "2", "--files", "100", "--json", json,
+				"--before-run", before_cmd, NULL};
 		int rc = run_cmd(argv, out);
 		tap_check(rc == 0 && file_has(out, "A = first, B = second"), "--vs: exits 0 with a "
 			  "comparison table");
+		unsigned before_runs = 0;
+		FILE *bf = fopen(before_log, "r");
+		char bline[64];
+		while (bf && fgets(bline, sizeof(bline), bf))
+			before_runs += strcmp(bline, "ran\n") == 0;
+		if (bf)
+			fclose(bf);
+		tap_check(before_runs == 4 && file_has(out, "Before the run            echo ran"),
+			  "--before-run: the command ran before each of the 4 runs (%u) and is reported",
+			  before_runs);
 		static const char vs_script[] =
 			"import json, sys\n"
 			"d = json.load(open(sys.argv[1]))\n"
@@ -268,7 +283,8 @@ int main(void)
 			"c = d['comparison']\n"
 			"assert c['a'] == 'first' and c['b'] == 'second'\n"
 			"x = [q for q in c['ratios'] if q['name'] == 'peak throughput'][0]\n"
-			"assert x['rounds'] == 2 and x['median'] > 0, x\n";
+			"assert x['rounds'] == 2 and x['median'] > 0, x\n"
+			"assert all(r['before_run'].startswith('echo ran') for r in d['runs'])\n";
 		tap_check(py_check(vs_script, json, pyout), "--vs: the JSON holds runs and ratios");
 	}
 	/* --rate auto: the peak is measured first and the points are fractions of it. */
@@ -342,6 +358,18 @@ int main(void)
 			int rc = run_cmd(argv, out);
 			tap_check(rc == 2, "%s --phases %s is refused (exit %d)", bad[i][0], bad[i][1], rc);
 		}
+	}
+	/* A failing --before-run command stops the run before it starts. */
+	{
+		char out[400];
+		snprintf(out, sizeof(out), "%s/before-fail.out", srv.ts_root);
+		char *argv[] = {getenv("SHALE_BIN"), "bench", "meta", "--server", port_arg,
+				"--export", srv.ts_export_path[0], "--files", "10", "--before-run",
+				"exit 3", NULL};
+		int rc = run_cmd(argv, out);
+		tap_check(rc != 0 && rc != -1 && file_has(out, "--before-run command failed") &&
+				  !file_has(out, "Throughput"),
+			  "--before-run: a failing command stops the run (exit %d)", rc);
 	}
 	/* A run that cannot succeed says so. */
 	{

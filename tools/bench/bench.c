@@ -86,6 +86,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -329,7 +330,10 @@ static void bench_usage(FILE *out)
 		"  --json FILE  --svg FILE  --quiet\n"
 		"comparison:\n"
 		"  --vs HOST[:PORT] --vs-export PATH [--vs-mount-port N] [--vs-pid PID]\n"
-		"  [--vs-label NAME] [--rounds N (default 3)]: A B A B ... and the A/B ratios\n");
+		"  [--vs-label NAME] [--rounds N (default 3)]: A B A B ... and the A/B ratios\n"
+		"  --before-run CMD       run CMD with /bin/sh before each run (every round and\n"
+		"                         side), e.g. to start each from the same machine state;\n"
+		"                         a failing CMD stops the comparison\n");
 }
 
 static int bench_parse_double(const char *text, double min, double max, double *out)
@@ -407,7 +411,7 @@ enum {
 	OPT_DEPTH, OPT_WARMUP, OPT_RUNTIME, OPT_FILESET_MB, OPT_FILESET_SPEC, OPT_SERVER_PID,
 	OPT_JSON, OPT_SVG, OPT_LABEL, OPT_VS, OPT_VS_EXPORT, OPT_VS_MOUNT_PORT, OPT_VS_PID,
 	OPT_VS_LABEL, OPT_ROUNDS, OPT_FILES, OPT_FLOWS, OPT_SIZE_MB, OPT_XFER, OPT_TIMEOUT, OPT_SPIN,
-	OPT_STABLE, OPT_QUIET, OPT_HELP, OPT_VALID_PCT, OPT_PHASES,
+	OPT_STABLE, OPT_QUIET, OPT_HELP, OPT_VALID_PCT, OPT_PHASES, OPT_BEFORE_RUN,
 };
 
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
@@ -445,6 +449,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 		{"quiet", no_argument, NULL, OPT_QUIET},
 		{"valid-pct", required_argument, NULL, OPT_VALID_PCT},
 		{"phases", required_argument, NULL, OPT_PHASES},
+		{"before-run", required_argument, NULL, OPT_BEFORE_RUN},
 		{"help", no_argument, NULL, OPT_HELP},
 		{NULL, 0, NULL, 0},
 	};
@@ -491,6 +496,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 			else
 				o->bo_b.bt_pid = (pid_t)v;
 			break;
+		case OPT_BEFORE_RUN: o->bo_before_run = arg; break;
 		case OPT_SPIN:
 			if (bench_parse_uint(arg, 1000000, &v) < 0)
 				bad = arg;
@@ -642,6 +648,17 @@ static int bench_run_once(const struct bench_opts *o, const struct bench_target 
 	run->br_connections = o->bo_conns;
 	run->br_depth = o->bo_depth;
 	run->br_valid_fraction = o->bo_valid_fraction;
+	run->br_before_run = o->bo_before_run;
+	if (o->bo_before_run) {
+		int status = system(o->bo_before_run);
+		if (status == -1)
+			return -errno;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			fprintf(stderr, "shale bench: --before-run command failed (status %d): %s\n",
+				status, o->bo_before_run);
+			return -ECANCELED;
+		}
+	}
 	/* seq and meta run each phase to completion: no warm-up, no fixed run time. */
 	bool timed = strcmp(o->bo_workload, "sfs2008") == 0 || strcmp(o->bo_workload, "varmail") == 0 ||
 		     strcmp(o->bo_workload, "syncwrite") == 0;

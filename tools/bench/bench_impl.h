@@ -51,6 +51,7 @@ struct bench_opts {
 	uint32_t bo_phases;     /* seq, meta: bit i runs phase i (bench_wl_phases) */
 	uint32_t bo_timeout_ms; /* per call */
 	uint32_t bo_spin_us;    /* load threads poll this long before sleeping */
+	const char *bo_before_run; /* shell command run before each run (--before-run), or NULL */
 	const char *bo_json;
 	const char *bo_svg;
 	bool bo_quiet;

@@ -492,6 +492,10 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 		fputs("\nLoad points               ", out);
 		text_put(out, run->br_load, TEXT_PLAIN);
 	}
+	if (run->br_before_run) {
+		fputs("\nBefore the run            ", out);
+		text_put(out, run->br_before_run, TEXT_PLAIN);
+	}
 	fprintf(out, "\nLoad processes            %u\n", run->br_processes);
 	fprintf(out, "Connections per process   %u\n", run->br_connections);
 	fprintf(out, "Outstanding per conn.     %u (biod)\n", run->br_depth);
@@ -653,6 +657,8 @@ static void json_run(FILE *out, const struct bench_run *run)
 	json_str(out, run->br_fileset);
 	fputs(",\n   \"load_points\":", out);
 	json_str(out, run->br_load);
+	fputs(",\n   \"before_run\":", out);
+	json_str(out, run->br_before_run);
 	fprintf(out, ",\n   \"processes\":%u,\"connections_per_process\":%u,\"depth\":%u",
 		run->br_processes, run->br_connections, run->br_depth);
 	fputs(",\n   \"warmup_s\":", out);

@@ -84,6 +84,7 @@ struct bench_run {
 	const char *br_export;
 	const char *br_fileset;   /* description, e.g. "120 MB per op/s rule: 2400 MB, 30% accessed" */
 	const char *br_load;      /* how the load points were chosen (sfs2008), or NULL */
+	const char *br_before_run; /* the command run before the run (--before-run), or NULL */
 	unsigned br_processes;
 	unsigned br_connections;  /* per process */
 	unsigned br_depth;        /* outstanding requests per connection */
