@@ -22,29 +22,10 @@ static struct ts_server srv;
 static char port_arg[64];
 static char pid_arg[32];
 
-/* Runs argv with stdout+stderr into out_path; returns the exit status, or -1. */
+/* Runs argv with stdout+stderr into out_path (truncated); returns the exit status, or -1. */
 static int run_cmd(char *const argv[], const char *out_path)
 {
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-			close(fd);
-		}
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	int status;
-	while (waitpid(pid, &status, 0) < 0) {
-		if (errno != EINTR)
-			return -1;
-	}
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	return ts_run_cmd(argv, out_path, false);
 }
 
 static void dump(const char *path, unsigned max_lines)

@@ -448,60 +448,28 @@ static bool frame_message(struct rr_buf *wire, const struct rr_buf *body)
 
 /* ---------------------------------------------------------------- rounds */
 
-static int raw_lookup(const uint8_t *dir, uint32_t dir_len, const char *name, struct handle *out)
+/* Makes a fixture over NFS, through the server itself, so that the same code serves a posix
+ * directory and a pool's file system (SHALE_TS_BACKEND=pool). */
+static int make_fixture(const struct handle *dir, const char *name, const char *text,
+			struct handle *out)
 {
-	int fd = rr_connect_tcp(tgt.mt_srv.ts_port, 0);
-	if (fd < 0)
-		return -1;
-	struct rr_buf b;
-	struct rr_reply rp;
-	uint8_t *rec = NULL;
-	rr_buf_init(&b);
-	rr_put_call(&b, 0x4c4b5550u, 2, RR_PROG_NFS, 3, 3, RR_CRED_SYS, 0, 0);
-	rr_put_opaque(&b, dir, dir_len);
-	rr_put_string(&b, name);
-	int rc = -1;
-	if (rr_call(fd, true, &b, 0x4c4b5550u, &rp, &rec, 10000) == 0 && rp.rp_accept_stat == 0 &&
-	    rr_get_u32(&rp.rp_body) == 0) {
-		const uint8_t *p = rr_get_opaque(&rp.rp_body, 64, &out->h_len);
-		if (p != NULL) {
-			memcpy(out->h_data, p, out->h_len);
-			rc = 0;
-		}
-	}
-	free(rec);
-	rr_buf_fini(&b);
-	close(fd);
-	return rc;
+	return rr_nfs_make(tgt.mt_srv.ts_port, dir->h_data, dir->h_len, name, text,
+			   text != NULL ? 0666 : 0777, out->h_data, &out->h_len);
 }
 
 static void prepare_export(void)
 {
-	const char *dir = tgt.mt_srv.ts_export_path[0];
-	char path[512];
-	for (int i = 0; i < 2; i++) {
-		snprintf(path, sizeof(path), "%s/f%d", dir, i);
-		FILE *f = fopen(path, "w");
-		if (f != NULL) {
-			fputs("some file content\n", f);
-			fclose(f);
-		}
-	}
-	snprintf(path, sizeof(path), "%s/d", dir);
-	mkdir(path, 0777);
-	snprintf(path, sizeof(path), "%s/d/inner", dir);
-	mkdir(path, 0777);
 	memcpy(handles[0].h_data, tgt.mt_root, tgt.mt_root_len);
 	handles[0].h_len = tgt.mt_root_len;
 	nhandles = 1;
-	const char *names[] = { "f0", "f1", "d" };
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (raw_lookup(tgt.mt_root, tgt.mt_root_len, names[i], &handles[nhandles]) == 0)
-			nhandles++;
-	if (raw_lookup(handles[nhandles - 1].h_data, handles[nhandles - 1].h_len, "inner",
-		       &handles[nhandles]) == 0)
-		nhandles++;
-	printf("# %u handles to fuzz with\n", nhandles);
+	const struct handle root = handles[0];
+	const char *text = "some file content\n";
+	bool made = make_fixture(&root, "f0", text, &handles[1]) == 0 &&
+		    make_fixture(&root, "f1", text, &handles[2]) == 0 &&
+		    make_fixture(&root, "d", NULL, &handles[3]) == 0 &&
+		    make_fixture(&handles[3], "inner", NULL, &handles[4]) == 0;
+	nhandles = made ? 5 : 1;
+	tap_check(made, "fixtures made over NFS: %u handles to fuzz with", nhandles);
 }
 
 static void fuzz_round(int round, uint64_t seed, unsigned messages)

@@ -94,26 +94,11 @@ static uint32_t do_write(struct pc_fh *fh, uint64_t off, const void *data, uint3
 	return r.status;
 }
 
-/* A raw NFS call on fd with AUTH_SYS root; the reply's nfsstat3 (first result word), or -1. The
- * caller appends the arguments through put_args. */
+/* A raw NFS call on fd with AUTH_SYS root; the reply's nfsstat3 (first result word), or -1. */
 static int raw_nfs_status(int fd, bool tcp, uint32_t xid, uint32_t proc, const struct rr_buf *args)
 {
-	struct rr_buf b;
-	struct rr_reply rp;
-	uint8_t *rec = NULL;
-	rr_buf_init(&b);
-	rr_put_call(&b, xid, 2, RR_PROG_NFS, 3, proc, RR_CRED_SYS, 0, 0);
-	rr_put_bytes(&b, args->rb_data, args->rb_len);
-	int st = -1;
-	if (rr_call(fd, tcp, &b, xid, &rp, &rec, 10000) == 0 && rp.rp_reply_stat == 0 &&
-	    rp.rp_accept_stat == 0) {
-		uint32_t v = rr_get_u32(&rp.rp_body);
-		if (!rp.rp_body.rd_failed)
-			st = (int)v;
-	}
-	free(rec);
-	rr_buf_fini(&b);
-	return st;
+	uint32_t status;
+	return rr_nfs_call(fd, tcp, xid, proc, args, &status, NULL, NULL) == 0 ? (int)status : -1;
 }
 
 /* ---------------------------------------------------------------- cases */

@@ -464,3 +464,102 @@ out:
 	close(fd);
 	return ok;
 }
+
+int rr_nfs_call(int fd, bool tcp, uint32_t xid, uint32_t proc, const struct rr_buf *args,
+		uint32_t *status, uint8_t *fh_out, uint32_t *fh_len_out)
+{
+	struct rr_buf b;
+	struct rr_reply rp;
+	uint8_t *rec = NULL;
+	rr_buf_init(&b);
+	rr_put_call(&b, xid, 2, RR_PROG_NFS, 3, proc, RR_CRED_SYS, 0, 0);
+	rr_put_bytes(&b, args->rb_data, args->rb_len);
+	int rc = -1;
+	if (!b.rb_failed && !args->rb_failed && rr_call(fd, tcp, &b, xid, &rp, &rec, 10000) == 0 &&
+	    rp.rp_reply_stat == 0 && rp.rp_accept_stat == 0) {
+		*status = rr_get_u32(&rp.rp_body);
+		rc = rp.rp_body.rd_failed ? -1 : 0;
+		if (rc == 0 && *status == 0 && fh_out != NULL) {
+			uint32_t n;
+			const uint8_t *h = rr_get_opaque(&rp.rp_body, 64, &n);
+			if (h != NULL) {
+				memcpy(fh_out, h, n);
+				*fh_len_out = n;
+			} else {
+				rc = -1;
+			}
+		}
+	}
+	free(rec);
+	rr_buf_fini(&b);
+	return rc;
+}
+
+int rr_nfs_simple(uint16_t port, uint32_t proc, const struct rr_buf *args, uint32_t *status,
+		  uint8_t *fh_out, uint32_t *fh_len_out)
+{
+	int fd = rr_connect_tcp(port, 0);
+	if (fd < 0)
+		return -1;
+	int rc = rr_nfs_call(fd, true, 0x46495800u + proc, proc, args, status, fh_out, fh_len_out);
+	close(fd);
+	return rc;
+}
+
+/* sattr3 setting the mode only. */
+static void rr_put_sattr_mode(struct rr_buf *b, uint32_t mode)
+{
+	rr_put_u32(b, 1);
+	rr_put_u32(b, mode);
+	for (int i = 0; i < 5; i++) /* uid, gid, size, atime, mtime: unchanged */
+		rr_put_u32(b, 0);
+}
+
+int rr_nfs_make(uint16_t port, const uint8_t *dir, uint32_t dir_len, const char *name,
+		const char *text, uint32_t mode, uint8_t *fh_out, uint32_t *fh_len_out)
+{
+	struct rr_buf a;
+	uint32_t status = 1;
+	rr_buf_init(&a);
+	rr_put_opaque(&a, dir, dir_len);
+	rr_put_string(&a, name);
+	if (text != NULL)
+		rr_put_u32(&a, 0); /* createhow3: UNCHECKED */
+	rr_put_sattr_mode(&a, mode);
+	int rc = rr_nfs_simple(port, text != NULL ? 8 /* CREATE */ : 9 /* MKDIR */, &a, &status,
+			       NULL, NULL);
+	rr_buf_fini(&a);
+	if (rc != 0 || (status != 0 && status != 17 /* NFS3ERR_EXIST */))
+		return -1;
+	rr_buf_init(&a);
+	rr_put_opaque(&a, dir, dir_len);
+	rr_put_string(&a, name);
+	rc = rr_nfs_simple(port, 3 /* LOOKUP */, &a, &status, fh_out, fh_len_out);
+	rr_buf_fini(&a);
+	if (rc != 0 || status != 0)
+		return -1;
+	if (text == NULL)
+		return 0;
+	rr_buf_init(&a);
+	rr_put_opaque(&a, fh_out, *fh_len_out);
+	rr_put_u64(&a, 0);
+	rr_put_u32(&a, (uint32_t)strlen(text));
+	rr_put_u32(&a, 2); /* FILE_SYNC */
+	rr_put_opaque(&a, text, (uint32_t)strlen(text));
+	rc = rr_nfs_simple(port, 7 /* WRITE */, &a, &status, NULL, NULL);
+	rr_buf_fini(&a);
+	return rc == 0 && status == 0 ? 0 : -1;
+}
+
+int rr_nfs_chmod(uint16_t port, const uint8_t *fh, uint32_t fh_len, uint32_t mode)
+{
+	struct rr_buf a;
+	uint32_t status = 1;
+	rr_buf_init(&a);
+	rr_put_opaque(&a, fh, fh_len);
+	rr_put_sattr_mode(&a, mode);
+	rr_put_u32(&a, 0); /* no guard */
+	int rc = rr_nfs_simple(port, 2 /* SETATTR */, &a, &status, NULL, NULL);
+	rr_buf_fini(&a);
+	return rc == 0 && status == 0 ? 0 : -1;
+}

@@ -94,5 +94,19 @@ int rr_mount(uint16_t port, const char *path, uint8_t *fh, uint32_t *fh_len);
 /* One NFS NULL and one GETATTR of fh over a fresh TCP connection; true if both succeed with
  * NFS3_OK and a well-formed reply. */
 bool rr_server_healthy(uint16_t port, const uint8_t *fh, uint32_t fh_len);
+/* One NFS v3 call as root (AUTH_SYS 0/0) on fd, with the arguments args encodes. *status gets the
+ * NFS status (the first result word); with fh_out, a successful reply's first opaque (LOOKUP's
+ * handle) is copied there (up to 64 bytes). Returns 0 once a reply was parsed, else -1. */
+int rr_nfs_call(int fd, bool tcp, uint32_t xid, uint32_t proc, const struct rr_buf *args,
+		uint32_t *status, uint8_t *fh_out, uint32_t *fh_len_out);
+/* rr_nfs_call over a fresh TCP connection to port. */
+int rr_nfs_simple(uint16_t port, uint32_t proc, const struct rr_buf *args, uint32_t *status,
+		  uint8_t *fh_out, uint32_t *fh_len_out);
+/* Makes name in dir as root with the given mode (an existing one is reused): a file holding text
+ * (written FILE_SYNC), or a directory when text is NULL; its handle goes to fh_out. 0 or -1. */
+int rr_nfs_make(uint16_t port, const uint8_t *dir, uint32_t dir_len, const char *name,
+		const char *text, uint32_t mode, uint8_t *fh_out, uint32_t *fh_len_out);
+/* SETATTR of fh's mode as root. 0 or -1. */
+int rr_nfs_chmod(uint16_t port, const uint8_t *fh, uint32_t fh_len, uint32_t mode);
 
 #endif

@@ -1,5 +1,6 @@
 /* testserver.c: one private `shale serve` per test program (see testserver.h). */
 #include "testserver.h"
+#include "rawrpc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+static int ts_stop_server(struct ts_server *ts);
 
 /* How long a server may take to write its ready file before the test gives up. */
 #define TS_READY_TIMEOUT_MS 20000
@@ -51,6 +54,64 @@ static void ts_remove_tree(const char *root)
 	}
 }
 
+int ts_run_cmd(char *const argv[], const char *out_path, bool append)
+{
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd = open(out_path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			close(fd);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR)
+			return -1;
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool ts_pool_mode(void)
+{
+	const char *b = getenv("SHALE_TS_BACKEND");
+	return b != NULL && strcmp(b, "pool") == 0;
+}
+
+/* Pool mode: a pool "tank" of one file in <root>/pool with a file system exp<i> per export. */
+static int ts_make_pool(struct ts_server *ts, const char *bin, unsigned nexports)
+{
+	char dir[320], img[360], log[320];
+	snprintf(dir, sizeof(dir), "%s/pool", ts->ts_root);
+	snprintf(img, sizeof(img), "%s/tank.img", dir);
+	snprintf(log, sizeof(log), "%s/pool-setup.log", ts->ts_root);
+	if (mkdir(dir, 0700) != 0) {
+		printf("# mkdir %s: %s\n", dir, strerror(errno));
+		return -1;
+	}
+	char *create[] = {(char *)bin, "pool", "create", "tank", img, "--size", "1G", NULL};
+	if (ts_run_cmd(create, log, true) != 0) {
+		printf("# shale pool create failed (see %s)\n", log);
+		return -1;
+	}
+	for (unsigned i = 0; i < nexports; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "tank/exp%u", i);
+		char *fs[] = {(char *)bin, "fs", "create", name, "-d", dir, NULL};
+		if (ts_run_cmd(fs, log, true) != 0) {
+			printf("# shale fs create %s failed (see %s)\n", name, log);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* Reads "port=N" from the ready file once it is complete (ends with a newline). */
 static int ts_read_ready(const char *path, uint16_t *port_out)
 {
@@ -75,7 +136,97 @@ static int ts_read_ready(const char *path, uint16_t *port_out)
 	return found;
 }
 
+/* Starts `shale serve` on <root>/exports and waits for its ready file; sets ts_pid and ts_port.
+ * Returns 0, or -1 (the process, if any, is left in ts_pid for the caller to kill). */
+static int ts_launch(struct ts_server *ts, const char *bin, bool pool)
+{
+	char exports_path[320], state_path[320], ready_path[320], pool_dir[320];
+	snprintf(exports_path, sizeof(exports_path), "%s/exports", ts->ts_root);
+	snprintf(state_path, sizeof(state_path), "%s/state", ts->ts_root);
+	snprintf(ready_path, sizeof(ready_path), "%s/ready", ts->ts_root);
+	snprintf(pool_dir, sizeof(pool_dir), "%s/pool", ts->ts_root);
+	(void)unlink(ready_path);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0) {
+		printf("# fork: %s\n", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		int logfd = open(ts->ts_log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (logfd >= 0) {
+			dup2(logfd, 1);
+			dup2(logfd, 2);
+			close(logfd);
+		}
+		char *argv[] = {(char *)bin, "serve", "--exports", exports_path, "--state",
+				state_path, "--port", "0", "--no-portmap", "--listen", "127.0.0.1",
+				"--ready-file", ready_path, pool ? "--pool-dir" : NULL, pool_dir,
+				"--arc-max", "64M", NULL};
+		execv(bin, argv);
+		_exit(127);
+	}
+	ts->ts_pid = pid;
+	for (int waited_ms = 0; waited_ms < TS_READY_TIMEOUT_MS; waited_ms += 20) {
+		if (ts_read_ready(ready_path, &ts->ts_port) == 0)
+			return 0;
+		if (!ts_alive(ts)) {
+			printf("# server exited before becoming ready\n");
+			ts_dump_log(ts, 30);
+			return -1;
+		}
+		ts_sleep_ms(20);
+	}
+	printf("# server did not write %s within %d ms\n", ready_path, TS_READY_TIMEOUT_MS);
+	ts_dump_log(ts, 30);
+	return -1;
+}
+
+/* SETATTR of the mode of the export at path's root, as root over NFS. */
+static int ts_chmod_root(const struct ts_server *ts, const char *path, uint32_t mode)
+{
+	uint8_t fh[64];
+	uint32_t fh_len = 0;
+	if (rr_mount(ts->ts_port, path, fh, &fh_len) != 0)
+		return -1;
+	return rr_nfs_chmod(ts->ts_port, fh, fh_len, mode);
+}
+
 int ts_start(struct ts_server *ts, const char *const *export_lines, unsigned nexports)
+{
+	return ts_start_with(ts, export_lines, nexports, NULL, 0);
+}
+
+/* A fixture on the host (posix mode): the file with its content and mode. */
+static int ts_fixture_host(const struct ts_server *ts, const struct ts_fixture *f)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/%s", ts->ts_export_path[f->tf_export], f->tf_name);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (fd < 0)
+		return -1;
+	size_t len = strlen(f->tf_content);
+	int rc = write(fd, f->tf_content, len) == (ssize_t)len && fchmod(fd, f->tf_mode) == 0
+			 ? 0
+			 : -1;
+	if (close(fd) != 0)
+		rc = -1;
+	return rc;
+}
+
+/* A fixture over NFS (pool mode), through the set-up server. */
+static int ts_fixture_nfs(const struct ts_server *ts, const struct ts_fixture *f)
+{
+	uint8_t root[64], fh[64];
+	uint32_t root_len = 0, fh_len = 0;
+	if (rr_mount(ts->ts_port, ts->ts_export_path[f->tf_export], root, &root_len) != 0)
+		return -1;
+	return rr_nfs_make(ts->ts_port, root, root_len, f->tf_name, f->tf_content, f->tf_mode, fh,
+			   &fh_len);
+}
+
+int ts_start_with(struct ts_server *ts, const char *const *export_lines, unsigned nexports,
+		  const struct ts_fixture *fixtures, unsigned nfixtures)
 {
 	memset(ts, 0, sizeof(*ts));
 	const char *bin = getenv("SHALE_BIN");
@@ -96,13 +247,24 @@ int ts_start(struct ts_server *ts, const char *const *export_lines, unsigned nex
 	/* The temporary root must be traversable by squashed and unprivileged uids. */
 	chmod(ts->ts_root, 0755);
 
+	bool pool = ts_pool_mode();
+	if (pool && ts_make_pool(ts, bin, nexports) != 0)
+		goto fail;
 	char exports_text[4096] = "";
 	size_t used = 0;
 	for (unsigned i = 0; i < nexports; i++) {
-		snprintf(ts->ts_export_path[i], sizeof(ts->ts_export_path[i]), "%s/exp%u", ts->ts_root, i);
-		if (mkdir(ts->ts_export_path[i], 0777) != 0 || chmod(ts->ts_export_path[i], 0777) != 0) {
-			printf("# mkdir %s: %s\n", ts->ts_export_path[i], strerror(errno));
-			goto fail;
+		if (pool) {
+			/* The exports file names the file system; clients mount "/tank/exp<i>". */
+			char *path = ts->ts_export_path[i];
+			snprintf(path, sizeof(ts->ts_export_path[i]), "/tank/exp%u", i);
+		} else {
+			snprintf(ts->ts_export_path[i], sizeof(ts->ts_export_path[i]), "%s/exp%u",
+				 ts->ts_root, i);
+			if (mkdir(ts->ts_export_path[i], 0777) != 0 ||
+			    chmod(ts->ts_export_path[i], 0777) != 0) {
+				printf("# mkdir %s: %s\n", ts->ts_export_path[i], strerror(errno));
+				goto fail;
+			}
 		}
 		/* Substitute the path for the line's "%s" (done by hand: the line is not a
 		 * compile-time format). */
@@ -112,8 +274,8 @@ int ts_start(struct ts_server *ts, const char *const *export_lines, unsigned nex
 			goto fail;
 		}
 		int n = snprintf(exports_text + used, sizeof(exports_text) - used, "%.*s%s%s\n",
-				 (int)(hole - export_lines[i]), export_lines[i], ts->ts_export_path[i],
-				 hole + 2);
+				 (int)(hole - export_lines[i]), export_lines[i],
+				 ts->ts_export_path[i] + (pool ? 1 : 0), hole + 2);
 		if (n < 0 || (size_t)n >= sizeof(exports_text) - used) {
 			printf("# exports text too long\n");
 			goto fail;
@@ -122,47 +284,57 @@ int ts_start(struct ts_server *ts, const char *const *export_lines, unsigned nex
 	}
 	ts->ts_nexports = nexports;
 
-	char exports_path[320], state_path[320], ready_path[320];
+	char exports_path[320], state_path[320];
 	snprintf(exports_path, sizeof(exports_path), "%s/exports", ts->ts_root);
 	snprintf(state_path, sizeof(state_path), "%s/state", ts->ts_root);
-	snprintf(ready_path, sizeof(ready_path), "%s/ready", ts->ts_root);
 	snprintf(ts->ts_log_path, sizeof(ts->ts_log_path), "%s/server.log", ts->ts_root);
-	if (ts_write_file(exports_path, exports_text) != 0 || mkdir(state_path, 0700) != 0) {
-		printf("# cannot write %s or create %s\n", exports_path, state_path);
+	if (mkdir(state_path, 0700) != 0) {
+		printf("# cannot create %s\n", state_path);
 		goto fail;
 	}
-
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid < 0) {
-		printf("# fork: %s\n", strerror(errno));
-		goto fail;
-	}
-	if (pid == 0) {
-		int logfd = open(ts->ts_log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (logfd >= 0) {
-			dup2(logfd, 1);
-			dup2(logfd, 2);
-			close(logfd);
+	if (pool) {
+		/* A new file system's root is root's, mode 0755; the host directories of the posix
+		 * mode are 0777. Match them over NFS, through a first server whose exports all let
+		 * root in, before the real exports are served. */
+		char setup_text[1024] = "";
+		size_t setup_used = 0;
+		for (unsigned i = 0; i < nexports; i++)
+			setup_used += (size_t)snprintf(
+				setup_text + setup_used, sizeof(setup_text) - setup_used,
+				"tank/exp%u 127.0.0.1(rw,insecure,no_root_squash)\n", i);
+		if (ts_write_file(exports_path, setup_text) != 0 || ts_launch(ts, bin, true) != 0)
+			goto fail;
+		for (unsigned i = 0; i < nexports; i++) {
+			if (ts_chmod_root(ts, ts->ts_export_path[i], 0777) != 0) {
+				printf("# chmod 0777 of %s over NFS failed\n",
+				       ts->ts_export_path[i]);
+				goto fail;
+			}
 		}
-		execl(bin, bin, "serve", "--exports", exports_path, "--state", state_path, "--port", "0",
-		      "--no-portmap", "--listen", "127.0.0.1", "--ready-file", ready_path, (char *)NULL);
-		_exit(127);
-	}
-	ts->ts_pid = pid;
-
-	for (int waited_ms = 0; waited_ms < TS_READY_TIMEOUT_MS; waited_ms += 20) {
-		if (ts_read_ready(ready_path, &ts->ts_port) == 0)
-			return 0;
-		if (!ts_alive(ts)) {
-			printf("# server exited before becoming ready\n");
-			ts_dump_log(ts, 30);
+		for (unsigned i = 0; i < nfixtures; i++) {
+			if (fixtures[i].tf_export >= nexports ||
+			    ts_fixture_nfs(ts, &fixtures[i]) != 0) {
+				printf("# fixture %s over NFS failed\n", fixtures[i].tf_name);
+				goto fail;
+			}
+		}
+		if (ts_stop_server(ts) != 0) {
+			printf("# the set-up server did not stop cleanly\n");
 			goto fail;
 		}
-		ts_sleep_ms(20);
 	}
-	printf("# server did not write %s within %d ms\n", ready_path, TS_READY_TIMEOUT_MS);
-	ts_dump_log(ts, 30);
+	for (unsigned i = 0; !pool && i < nfixtures; i++) {
+		if (fixtures[i].tf_export >= nexports || ts_fixture_host(ts, &fixtures[i]) != 0) {
+			printf("# fixture %s: %s\n", fixtures[i].tf_name, strerror(errno));
+			goto fail;
+		}
+	}
+	if (ts_write_file(exports_path, exports_text) != 0) {
+		printf("# cannot write %s\n", exports_path);
+		goto fail;
+	}
+	if (ts_launch(ts, bin, pool) == 0)
+		return 0;
 fail:
 	if (ts->ts_pid > 0) {
 		kill(ts->ts_pid, SIGKILL);
@@ -191,7 +363,9 @@ bool ts_alive(struct ts_server *ts)
 	return kill(ts->ts_pid, 0) == 0;
 }
 
-int ts_stop(struct ts_server *ts)
+/* Sends SIGTERM and waits for the server (SIGKILL after TS_STOP_TIMEOUT_MS); 0 if it exited
+ * by itself with status 0. The tree stays. */
+static int ts_stop_server(struct ts_server *ts)
 {
 	int rc = -1;
 	if (ts->ts_pid > 0) {
@@ -220,6 +394,12 @@ int ts_stop(struct ts_server *ts)
 		if (rc != 0)
 			ts_dump_log(ts, 30);
 	}
+	return rc;
+}
+
+int ts_stop(struct ts_server *ts)
+{
+	int rc = ts_stop_server(ts);
 	if (ts->ts_root[0] != '\0' && getenv("SHALE_TEST_KEEP") == NULL)
 		ts_remove_tree(ts->ts_root);
 	ts->ts_root[0] = '\0';

@@ -8,7 +8,12 @@
  *
  * Exports: the caller gives one exports(5) line per export, with "%s" where the exported
  * directory's path goes; export i lives in <tmp>/exp<i> and is created before the server starts
- * (mode 0777 so tests can create in it as any uid). */
+ * (mode 0777 so tests can create in it as any uid).
+ *
+ * Pool mode (SHALE_TS_BACKEND=pool in the environment): the exports are file systems of a pool
+ * instead, "tank/exp<i>" of a 1 GiB pool in <tmp>/pool made with `shale pool create` and
+ * `shale fs create`, served with --arc-max 64M; ts_export_path[i] is then the path clients
+ * mount ("/tank/exp<i>"), not a host directory, so fixtures must be made over NFS. */
 #ifndef SHALE_TESTSERVER_H
 #define SHALE_TESTSERVER_H
 
@@ -23,15 +28,30 @@ struct ts_server {
 	pid_t ts_pid;                              /* the server process; 0 once reaped */
 	uint16_t ts_port;                          /* NFS and MOUNT, TCP and UDP */
 	char ts_root[256];                         /* the private temporary directory */
-	char ts_export_path[TS_MAX_EXPORTS][320];  /* host path of each export */
+	char ts_export_path[TS_MAX_EXPORTS][320];  /* each export's path (host's unless pool) */
 	unsigned ts_nexports;
 	char ts_log_path[320];                     /* the server's stderr */
+};
+
+/* A file a test needs in an export before the server serves it: made on the host in the posix
+ * mode, over NFS (by a set-up server with every export writable) in the pool mode. */
+struct ts_fixture {
+	unsigned tf_export;     /* index of the export */
+	const char *tf_name;    /* in the export's root */
+	const char *tf_content; /* the file's bytes (a string) */
+	uint32_t tf_mode;
 };
 
 /* Creates the temporary tree and starts the server. export_lines[i] is an exports(5) line with
  * one "%s" for the directory path (e.g. "%s *(rw,insecure,no_root_squash)"). Returns 0, or -1 after
  * printing a "# ..." diagnostic. On failure nothing is left running. */
 int ts_start(struct ts_server *ts, const char *const *export_lines, unsigned nexports);
+/* ts_start, with the given fixtures made first. */
+int ts_start_with(struct ts_server *ts, const char *const *export_lines, unsigned nexports,
+		  const struct ts_fixture *fixtures, unsigned nfixtures);
+
+/* True when SHALE_TS_BACKEND=pool asks for pool-backed exports (see above). */
+bool ts_pool_mode(void);
 
 /* Sends SIGTERM and waits up to 10 s for the server to exit (then SIGKILL). Returns 0 if it exited
  * by itself after SIGTERM, -1 otherwise. Removes the temporary tree. Safe to call twice. */
@@ -46,6 +66,10 @@ long ts_rss_kib(const struct ts_server *ts);
 /* True if the server runs under AddressSanitizer (libasan is mapped): its quarantine keeps freed
  * memory resident, so memory bounds must be looser. */
 bool ts_under_asan(const struct ts_server *ts);
+
+/* Runs argv (argv[0] a path) with stdout and stderr into out_path (appended to, or truncated
+ * first); returns its exit status, or -1 when it could not run or did not exit. */
+int ts_run_cmd(char *const argv[], const char *out_path, bool append);
 
 /* Prints the last lines of the server's log as TAP comments, for failure diagnosis. */
 void ts_dump_log(const struct ts_server *ts, unsigned max_lines);
