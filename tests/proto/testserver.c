@@ -400,6 +400,25 @@ static int ts_stop_server(struct ts_server *ts)
 int ts_stop(struct ts_server *ts)
 {
 	int rc = ts_stop_server(ts);
+	if (rc == 0 && ts_pool_mode() && ts->ts_root[0] != '\0') {
+		/* Whatever the test sent, the pool it leaves behind must check clean. */
+		const char *bin = getenv("SHALE_BIN");
+		char dir[320], log[320];
+		snprintf(dir, sizeof(dir), "%s/pool", ts->ts_root);
+		snprintf(log, sizeof(log), "%s/pool-check.log", ts->ts_root);
+		char *check[] = {(char *)bin, "pool", "check", "tank", "-d", dir, NULL};
+		int st = bin != NULL ? ts_run_cmd(check, log, false) : -1;
+		printf("# shale pool check after the server stopped: exit %d\n", st);
+		if (st != 0) {
+			FILE *f = fopen(log, "r");
+			char line[256];
+			for (int n = 0; f != NULL && n < 30 && fgets(line, sizeof(line), f); n++)
+				printf("#   %s", line);
+			if (f != NULL)
+				fclose(f);
+			rc = -1;
+		}
+	}
 	if (ts->ts_root[0] != '\0' && getenv("SHALE_TEST_KEEP") == NULL)
 		ts_remove_tree(ts->ts_root);
 	ts->ts_root[0] = '\0';

@@ -54,7 +54,8 @@ int ts_start_with(struct ts_server *ts, const char *const *export_lines, unsigne
 bool ts_pool_mode(void);
 
 /* Sends SIGTERM and waits up to 10 s for the server to exit (then SIGKILL). Returns 0 if it exited
- * by itself after SIGTERM, -1 otherwise. Removes the temporary tree. Safe to call twice. */
+ * by itself after SIGTERM (and, in pool mode, `shale pool check` then found no problem in the
+ * pool), -1 otherwise. Removes the temporary tree. Safe to call twice. */
 int ts_stop(struct ts_server *ts);
 
 /* True while the server process exists and has not exited (kill(pid, 0) and not a zombie). */
