@@ -55,6 +55,11 @@ static void pool_cmd_usage(FILE *out)
 		"  shale pool status NAME [-d DIR]   vdevs, errors, cache and log figures, space;\n"
 		"      live from the server when `shale serve` holds the pool\n"
 		"  shale pool check NAME [-d DIR]    verify every block and the allocator; exit 1 on problems\n"
+		"  shale pool scrub NAME [-d DIR] [--wait] [--stop]\n"
+		"      while `shale serve` holds the pool: verify and repair every block\n"
+		"      online, in the background (`pool status` shows its progress; --wait\n"
+		"      waits for the end and exits 1 on problems; --stop cancels it);\n"
+		"      otherwise the same as check\n"
 		"  shale pool list [-d DIR]          the pools there: size, allocated, free, health\n"
 		"  shale pool destroy NAME [-d DIR]  wipe the labels of the pool's leaves: it is gone\n"
 		"  shale pool attach NAME EXISTING NEW [-d DIR] [--size BYTES] [--force]\n"
@@ -358,6 +363,110 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 	return status;
 }
 
+/* ---- scrub ---- */
+
+/* The "  scan: " line of a served pool's status, into line (empty when there is none). */
+static int pool_cmd_scan_line(const char *dir, const char *name, char *line, size_t cap)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	if (!mem)
+		return -ENOMEM;
+	int rc = pool_statsock_request(dir, name, "status", mem);
+	if (fclose(mem) != 0 && rc == 0)
+		rc = -ENOMEM;
+	line[0] = '\0';
+	const char *scan = rc == 0 && text ? strstr(text, "\n  scan: ") : NULL;
+	if (scan) {
+		scan++;
+		size_t n = strcspn(scan, "\n");
+		snprintf(line, cap, "%.*s", (int)n, scan);
+	}
+	free(text); /* open_memstream's buffer comes from malloc */
+	return rc;
+}
+
+/* The N of a scan line's "N problem(s)" at its end, or -1. */
+static long long pool_cmd_scan_problems(const char *line)
+{
+	const char *word = strstr(line, " problem");
+	const char *next;
+	while (word && (next = strstr(word + 1, " problem")) != NULL)
+		word = next;
+	if (!word || word == line)
+		return -1;
+	const char *num = word;
+	while (num > line && num[-1] >= '0' && num[-1] <= '9')
+		num--;
+	return num == word ? -1 : strtoll(num, NULL, 10);
+}
+
+static int pool_cmd_scrub(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"wait", no_argument, NULL, 'w'},
+		{"stop", no_argument, NULL, 's'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = POOL_CMD_DEFAULT_DIR;
+	bool wait = false, stop = false;
+	int opt;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "d:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'd': dir = optarg; break;
+		case 'w': wait = true; break;
+		case 's': stop = true; break;
+		case 'h': pool_cmd_usage(stdout); return 0;
+		default: pool_cmd_usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc || (wait && stop)) {
+		pool_cmd_usage(stderr);
+		return 2;
+	}
+	const char *name = argv[optind];
+	char before[512] = "";
+	if (wait)
+		(void)pool_cmd_scan_line(dir, name, before, sizeof(before));
+	int rc = pool_statsock_request(dir, name, stop ? "scrub stop" : "scrub", stdout);
+	if (rc != 0) {
+		if (stop) {
+			fprintf(stderr, "shale pool scrub: no server holds pool %s in %s\n", name,
+			        dir);
+			return 1;
+		}
+		/* Not served: the pool is ours alone, and the check is the scrub. */
+		printf("pool %s is not served: checking it (shale pool check)\n", name);
+		char *check_argv[] = {"check", "-d", (char *)dir, (char *)name, NULL};
+		return pool_cmd_named("check", 4, check_argv);
+	}
+	if (!wait)
+		return 0;
+	char line[512];
+	for (;;) {
+		struct timespec ts = {.tv_nsec = 200 * 1000000L};
+		nanosleep(&ts, NULL);
+		rc = pool_cmd_scan_line(dir, name, line, sizeof(line));
+		if (rc != 0) {
+			fprintf(stderr, "shale pool scrub: the server went away: %s\n",
+			        sh_strerror(rc));
+			return 1;
+		}
+		if (!strstr(line, "scrub in progress"))
+			break;
+	}
+	printf("%s\n", line);
+	if (!strstr(line, "last scrub") || strcmp(line, before) == 0) {
+		fprintf(stderr, "shale pool scrub: the scrub did not finish (stopped?)\n");
+		return 1;
+	}
+	return pool_cmd_scan_problems(line) == 0 ? 0 : 1;
+}
+
 /* ---- list, destroy ---- */
 
 /* -d DIR and the operands that follow; -1 after printing usage. */
@@ -548,6 +657,8 @@ int shale_pool_main(int argc, char **argv)
 		return pool_cmd_named(verb, argc - 1, argv + 1);
 	if (strcmp(verb, "list") == 0)
 		return pool_cmd_list(argc - 1, argv + 1);
+	if (strcmp(verb, "scrub") == 0)
+		return pool_cmd_scrub(argc - 1, argv + 1);
 	if (strcmp(verb, "destroy") == 0)
 		return pool_cmd_destroy(argc - 1, argv + 1);
 	if (strcmp(verb, "attach") == 0 || strcmp(verb, "detach") == 0 || strcmp(verb, "replace") == 0 ||

@@ -121,9 +121,10 @@
  *      records are changed only under p_lock. Owners run operations under it on their own
  *      threads, fast and without I/O; a block not in memory makes the operation return
  *      -SH_ENEEDBLOCK and the caller loads it asynchronously (pool_block_load) and retries.
- *   R2 (no waiting under p_lock) The pool never waits for I/O holding p_lock, except pool_check
- *      and a destroy step (pool_destroy.c, on the sync thread, bounded), which read
- *      synchronously under it (documented there). No callback
+ *   R2 (no waiting under p_lock) The pool never waits for I/O holding p_lock, except pool_check,
+ *      a slice of the online scrub (pool_check.c, bounded by its slice size) and a destroy step
+ *      (pool_destroy.c, on the sync thread, bounded), which read synchronously under it
+ *      (documented there). No callback
  *      that runs on the blk engine thread takes p_lock: the engine thread therefore never waits
  *      for a thread that holds p_lock, and synchronous reads under p_lock cannot deadlock.
  *   R3 (writes only at sync) Blocks are allocated and written only in phase 1, by btree_sync's
@@ -1562,6 +1563,7 @@ int pool_import(const char *const *paths, unsigned npaths, const struct pool_ope
 
 static void pool_close_impl(struct pool *p, int waiting_status)
 {
+	pool_scrub_stop(p);
 	pool_sync_thread_stop(p);
 	pool_wake_throttled(p, -ECANCELED);
 	/* Records still waiting for log space: after a successful export their changes are in the
@@ -1575,6 +1577,7 @@ static void pool_close_impl(struct pool *p, int waiting_status)
 
 int pool_export(struct pool *p)
 {
+	pool_scrub_stop(p); /* before the last txg: a scrub's record goes into it */
 	int rc = pool_txg_wait_synced(p, 0);
 	if (rc == 0 && pool_is_suspended(p))
 		rc = -EIO;

@@ -402,6 +402,11 @@ SH_MUST_CHECK int pool_status_serve_start(struct pool *p, const char *dir,
                                           struct pool_statsock **out);
 void pool_status_serve_stop(struct pool_statsock *ss);
 SH_MUST_CHECK int pool_status_remote(const char *dir, const char *name, FILE *out);
+/* Sends one request line ("status", "scrub", "scrub stop") to the status socket of the process
+ * that holds pool name in dir and copies its answer to out. Returns 0, or a negative errno
+ * (-ENOENT or -ECONNREFUSED: nobody serves the pool there). */
+SH_MUST_CHECK int pool_statsock_request(const char *dir, const char *name, const char *request,
+                                        FILE *out);
 SH_MUST_CHECK int pool_status_socket_path(const char *dir, const char *name, char *out,
                                           size_t cap);
 
@@ -421,6 +426,31 @@ typedef void (*pool_report_fn)(void *arg, const char *line);
  * pool_status_print shows as its scan line. Returns the number of problems (0: the pool is sound) or a
  * negative errno that stopped the check. report may be NULL. */
 SH_MUST_CHECK int64_t pool_check(struct pool *p, pool_report_fn report, void *arg);
+
+/* The online scrub: every copy of every block the trees and the owners' entries name, read and
+ * verified against its checksum, a bad copy with a good one elsewhere rewritten (as pool_check
+ * does), while the pool goes on serving. It works in slices: each holds the pool lock while no
+ * transaction group's writes are in flight (so every block the trees name is on disk), walks on
+ * from where the last slice stopped in the trees as they are now, and stops once about
+ * slice_bytes of copies are verified; between slices it lets go of the lock for pause_ms. A
+ * block changed after the walk passed it is new, written whole, and left for the next scrub.
+ * It does not check the trees' structure or the allocator, and it clears no stale mark (both
+ * need the whole pool at one instant: pool_check). A scrub that ran to its end records its
+ * outcome in "last_check" as "scrub ...". Returns the problems found (0: none) or a negative
+ * errno that stopped it (-ECANCELED: pool_scrub_cancel). report may be NULL. */
+struct pool_scrub_opts {
+	uint64_t so_slice_bytes; /* copies verified per slice; 0: 2 MiB */
+	unsigned so_pause_ms;    /* between slices; 0: none */
+};
+SH_MUST_CHECK int64_t pool_scrub(struct pool *p, const struct pool_scrub_opts *opts,
+                                 pool_report_fn report, void *arg);
+/* Runs pool_scrub on a thread of its own (2 MiB slices, 5 ms apart), its lines logged. Returns
+ * 0, or -EALREADY when one runs. */
+SH_MUST_CHECK int pool_scrub_start(struct pool *p);
+/* Asks a running scrub to stop after its slice. Returns 0, or -ENOENT when none runs. */
+SH_MUST_CHECK int pool_scrub_cancel(struct pool *p);
+/* Whether a scrub runs now. */
+bool pool_scrub_running(struct pool *p);
 
 /* ---------------------------------------------------------------------------------------------
  * Pool properties: short text values kept in the metadata tree, durable with the next txg. */

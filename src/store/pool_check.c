@@ -15,6 +15,20 @@
  * waits for the writes of a sync in progress (under p_lock no new one can start), so every block
  * the in-memory trees reference is on disk.
  *
+ * The online scrub (pool_scrub) is the same walk in slices: each slice takes p_lock at a moment
+ * when no txg's writes are in flight (waiting for them first without the lock), sets p_walk,
+ * scans one dataset's tree on from the key where the last slice stopped (btree_scan's resume,
+ * which a check also uses after each load) until about a slice's worth of copies is verified,
+ * runs the queued verifications, clears p_walk and lets the lock go. Under p_lock the trees are
+ * the current ones and every block they name is on disk and live (R4: nothing they name can have
+ * been freed, let alone reused), so a copy found bad there is truly bad and rewriting it from a
+ * good copy writes what every reader expects. The walk cache and the set of blocks seen survive
+ * from slice to slice: a block is named by its pointer, checksum included, and never changes.
+ * Between slices the trees change; entries added before the resume key are new blocks, written
+ * whole, and the next scrub reads them. A dataset being destroyed is left (its tree is being
+ * freed). The scrub checks no tree structure and no allocator (that needs the whole pool at one
+ * instant), and clears no stale mark: pool_check does both.
+ *
  * What pool_check counts as a problem: a tree that fails btree_check; a block with no good copy
  * (or a bad copy that cannot be rewritten); an entry an owner cannot parse or that names an
  * impossible block; the allocator's disagreements (double references, references to free space,
@@ -49,6 +63,7 @@ struct pool_walk {
 	struct blk_dev *w_unflushed[(POOL_MAX_TOPS + 1) * BLK_MIRROR_MAX];
 	unsigned w_nunflushed;
 	uint64_t w_blocks;
+	uint64_t w_slice_bytes; /* scrub: copies queued or read in this slice */
 	/* blocks queued for verification (pool_walk_verify) */
 	struct blk_ptr w_batch[POOL_WALK_BATCH_BLOCKS];
 	unsigned w_nbatch;
@@ -92,6 +107,8 @@ static void pool_walk_fini(struct pool_walk *w)
 static int pool_walk_live_add(struct pool_walk *w, const struct blk_ptr *bp)
 {
 	w->w_nlive++;
+	if (!w->w_space)
+		return 0; /* a scrub: no allocator check */
 	return space_check_mark(w->w_space, bp->bp_vdev, bp->bp_offset, bp->bp_asize);
 }
 
@@ -283,6 +300,7 @@ static int pool_walk_verify(struct pool *p, struct pool_walk *w, const struct bl
 		(void)pool_walk_verify_batch(p, w); /* its blocks' problems are reported */
 	w->w_batch[w->w_nbatch++] = *bp;
 	w->w_batch_bytes += bytes;
+	w->w_slice_bytes += bytes;
 	return now ? pool_walk_verify_batch(p, w) : 0;
 }
 
@@ -384,6 +402,8 @@ struct pool_walk_scan {
 	uint32_t ws_last_len;
 	bool ws_have_last;
 	int ws_err;
+	uint64_t ws_budget; /* scrub: stop after the entry that brings w_slice_bytes to this */
+	bool ws_paused;     /* the scan stopped for its budget, not at the tree's end */
 };
 
 static bool pool_walk_scan_visit(void *arg, const void *key, uint32_t klen, const void *val,
@@ -400,8 +420,13 @@ static bool pool_walk_scan_visit(void *arg, const void *key, uint32_t klen, cons
 	ws->ws_have_last = true;
 	int rc = ws->ws_ds->ds_ops->do_visit_blocks(ws->ws_ds->ds_owner, key, klen, val, vlen,
 	                                            pool_walk_data_bp, ws->ws_pool);
-	if (rc == 0)
+	if (rc == 0) {
+		if (ws->ws_budget > 0 && w->w_slice_bytes >= ws->ws_budget) {
+			ws->ws_paused = true;
+			return false;
+		}
 		return true;
+	}
 	if (rc == -EIO && w->w_verify) {
 		w->w_problems++;
 		pool_walk_say(w, "dataset %s: an entry does not parse", ws->ws_ds->ds_name);
@@ -411,22 +436,37 @@ static bool pool_walk_scan_visit(void *arg, const void *key, uint32_t klen, cons
 	return false;
 }
 
-/* Every entry of ds's tree through its owner's visitor, loading what is missing. */
-static int pool_walk_entries(struct pool *p, struct pool_ds *ds)
+/* The entries of ws's dataset through its owner's visitor, from after ws_last (all of them for a
+ * fresh ws), loading what is missing; with a budget, until ws_paused. */
+static int pool_walk_scan_run(struct pool *p, struct pool_walk_scan *ws)
 {
-	struct pool_walk_scan ws = {.ws_pool = p, .ws_ds = ds};
+	ws->ws_paused = false;
 	for (;;) {
 		struct blk_ptr missing;
-		int rc =
-		    btree_scan(ds->ds_tree, ws.ws_have_last ? ws.ws_last : NULL, ws.ws_last_len,
-		               ws.ws_have_last, pool_walk_scan_visit, &ws, &missing);
+		int rc = btree_scan(ws->ws_ds->ds_tree, ws->ws_have_last ? ws->ws_last : NULL,
+		                    ws->ws_last_len, ws->ws_have_last, pool_walk_scan_visit, ws,
+		                    &missing);
 		if (rc == -SH_ENEEDBLOCK) {
 			rc = pool_walk_load(p, &missing);
 			if (rc == 0)
 				continue;
 		}
-		return rc != 0 ? rc : ws.ws_err;
+		return rc != 0 ? rc : ws->ws_err;
 	}
+}
+
+/* A walk of ds's entries that stopped on rc: a problem, reported. */
+static void pool_walk_entries_failed(struct pool_walk *w, const struct pool_ds *ds, int rc)
+{
+	w->w_problems++;
+	pool_walk_say(w, "dataset %s: walking its entries: %s", ds->ds_name, sh_strerror(rc));
+}
+
+/* Every entry of ds's tree through its owner's visitor, loading what is missing. */
+static int pool_walk_entries(struct pool *p, struct pool_ds *ds)
+{
+	struct pool_walk_scan ws = {.ws_pool = p, .ws_ds = ds};
+	return pool_walk_scan_run(p, &ws);
 }
 
 void pool_walk_wait_writes(struct pool *p)
@@ -516,9 +556,7 @@ static int pool_check_walk_all(void *arg, struct space *sp)
 			if (rc == -ENOMEM)
 				return rc;
 			if (rc != 0) {
-				w->w_problems++;
-				pool_walk_say(w, "dataset %s: walking its entries: %s", ds->ds_name,
-				              sh_strerror(rc));
+				pool_walk_entries_failed(w, ds, rc);
 				cw->cw_leaks_countable = false;
 			}
 		} else if (btree_is_dirty(ds->ds_tree) || !blk_ptr_is_hole(&ds->ds_root)) {
@@ -559,8 +597,8 @@ void pool_fmt_bytes(char *buf, size_t cap, uint64_t b)
 
 /* Records a finished check in POOL_CHECK_PROP (durable with the next txg). A failure to record
  * it is only logged: the check's result stands. */
-static void pool_check_record(struct pool *p, const struct pool_walk *w, uint64_t started_ns,
-                              uint64_t elapsed_ns)
+static void pool_check_record(struct pool *p, const struct pool_walk *w, const char *kind,
+                              uint64_t started_ns, uint64_t elapsed_ns)
 {
 	time_t at = (time_t)(started_ns / 1000000000u);
 	struct tm tm;
@@ -571,9 +609,9 @@ static void pool_check_record(struct pool *p, const struct pool_walk *w, uint64_
 	pool_fmt_bytes(bytes, sizeof(bytes), w->w_resilvered_bytes);
 	char text[POOL_PROP_VALUE_MAX + 1];
 	snprintf(text, sizeof(text),
-	         "%s, %.1f s: %" PRIu64 " blocks, %" PRIu64 " copies repaired, %" PRIu64
+	         "%s%s, %.1f s: %" PRIu64 " blocks, %" PRIu64 " copies repaired, %" PRIu64
 	         " resilvered (%s), %" PRId64 " problem%s",
-	         when, (double)elapsed_ns / 1e9, w->w_blocks, w->w_repaired, w->w_resilvered,
+	         kind, when, (double)elapsed_ns / 1e9, w->w_blocks, w->w_repaired, w->w_resilvered,
 	         bytes, w->w_problems, w->w_problems == 1 ? "" : "s");
 	int rc = pool_prop_set(p, POOL_CHECK_PROP, text);
 	if (rc != 0)
@@ -581,23 +619,18 @@ static void pool_check_record(struct pool *p, const struct pool_walk *w, uint64_
 		         sh_strerror(rc));
 }
 
-int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
+/* Every dataset of the pool, held (*held_out, mem_free'd by the caller after
+ * pool_walk_rele_all_locked), with its owner attached where one can be: those named in the
+ * metadata tree and those being destroyed (loaded, with their owners, until done). A dataset that
+ * cannot be loaded is a problem, reported. */
+static int pool_walk_hold_all(struct pool *p, struct pool_walk *w, struct pool_ds ***held_out,
+                              size_t *nheld_out)
 {
-	uint64_t started_ns = clock_realtime_ns(), started_mono = clock_monotonic_ns();
-	struct pool_walk *w = mem_zalloc(sizeof(*w));
 	struct pool_names pn = {0};
 	struct pool_ds **held = NULL;
 	size_t nheld = 0;
-	int64_t result;
-	int rc;
-	if (!w)
-		return -ENOMEM;
-	rc = pool_walk_init(w, true, report, arg);
-	if (rc != 0)
-		goto out;
-	/* 1. Every dataset, held and with its owner where one can be attached. */
 	pool_lock(p);
-	rc = btree_scan(p->p_mos, "ds/", 3, false, pool_names_visit, &pn, NULL);
+	int rc = btree_scan(p->p_mos, "ds/", 3, false, pool_names_visit, &pn, NULL);
 	if (rc == 0)
 		rc = pn.pn_err;
 	size_t nqueued = 0;
@@ -606,7 +639,6 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 	held = rc == 0 ? mem_zalloc((pn.pn_n + nqueued + 1) * sizeof(*held)) : NULL;
 	if (rc == 0 && !held)
 		rc = -ENOMEM;
-	/* Datasets being destroyed (pool_destroy.c): loaded, with their owners, until done. */
 	for (struct pool_ds *ds = p->p_datasets; rc == 0 && ds; ds = ds->ds_next) {
 		if (ds->ds_queued) {
 			ds->ds_refs++;
@@ -614,9 +646,7 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 		}
 	}
 	pool_unlock(p);
-	if (rc != 0)
-		goto out;
-	for (size_t i = 0; i < pn.pn_n; i++) {
+	for (size_t i = 0; rc == 0 && i < pn.pn_n; i++) {
 		struct pool_ds *ds;
 		int r = pool_ds_open(p, pn.pn_names[i], &ds);
 		if (r == -EBUSY)
@@ -630,6 +660,35 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 		held[nheld++] = ds;
 		(void)pool_ds_attach_owner(p, ds);
 	}
+	mem_free(pn.pn_names);
+	*held_out = held;
+	*nheld_out = nheld;
+	return rc;
+}
+
+static void pool_walk_rele_all_locked(struct pool_ds **held, size_t nheld)
+{
+	for (size_t i = 0; i < nheld; i++)
+		pool_ds_rele_locked(held[i]);
+}
+
+int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
+{
+	uint64_t started_ns = clock_realtime_ns(), started_mono = clock_monotonic_ns();
+	struct pool_walk *w = mem_zalloc(sizeof(*w));
+	struct pool_ds **held = NULL;
+	size_t nheld = 0;
+	int64_t result;
+	int rc;
+	if (!w)
+		return -ENOMEM;
+	rc = pool_walk_init(w, true, report, arg);
+	if (rc != 0)
+		goto out;
+	/* 1. Every dataset, held and with its owner where one can be attached. */
+	rc = pool_walk_hold_all(p, w, &held, &nheld);
+	if (rc != 0)
+		goto out;
 	/* 2. The walk, under the lock. */
 	pool_lock(p);
 	pool_walk_wait_writes(p);
@@ -677,18 +736,238 @@ int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 	rc = 0;
 out_locked:
 	p->p_walk = NULL;
-	for (size_t i = 0; i < nheld; i++)
-		pool_ds_rele_locked(held[i]);
+	pool_walk_rele_all_locked(held, nheld);
 	pool_unlock(p);
 	if (rc == 0)
-		pool_check_record(p, w, started_ns, clock_monotonic_ns() - started_mono);
+		pool_check_record(p, w, "", started_ns, clock_monotonic_ns() - started_mono);
 out:
 	result = rc != 0 ? rc : w->w_problems;
 	mem_free(held);
-	mem_free(pn.pn_names);
 	pool_walk_fini(w);
 	mem_free(w);
 	return result;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The online scrub */
+
+#define POOL_SCRUB_SLICE_BYTES (2ull << 20)
+#define POOL_SCRUB_THREAD_PAUSE_MS 5u
+
+/* Takes p_lock at a moment when no txg's writes are in flight: every block the trees name is
+ * then on disk, and none can start before the lock is let go (phase 1 needs it). */
+static void pool_scrub_lock(struct pool *p)
+{
+	for (;;) {
+		pool_lock(p);
+		pthread_mutex_lock(&p->p_state_lock);
+		bool writing = p->p_writes_pending > 0;
+		pthread_mutex_unlock(&p->p_state_lock);
+		if (!writing)
+			return;
+		pool_unlock(p);
+		pool_walk_wait_writes(p);
+	}
+}
+
+/* Publishes the walk's figures for pool_status_print. */
+static void pool_scrub_progress(struct pool *p, const struct pool_walk *w)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	p->p_scrub_blocks = w->w_blocks;
+	p->p_scrub_repaired = w->w_repaired;
+	p->p_scrub_problems = w->w_problems;
+	pthread_mutex_unlock(&p->p_state_lock);
+}
+
+static void pool_scrub_pause(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000u, .tv_nsec = (long)(ms % 1000u) * 1000000L};
+	while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+	}
+}
+
+/* The metadata tree and the allocator's own blocks: small, in one slice. */
+static int pool_scrub_meta(struct pool *p, struct pool_walk *w)
+{
+	char why[256];
+	pool_scrub_lock(p);
+	p->p_walk = w;
+	int rc = btree_check(p->p_mos, pool_walk_load, p, why, sizeof(why));
+	if (rc != 0 && rc != -ENOMEM) {
+		w->w_problems++;
+		pool_walk_say(w, "metadata tree: %s", why);
+		rc = 0;
+	}
+	for (size_t b = 0; rc == 0 && b < p->p_space_blocks.bm_nbuckets; b++) {
+		for (struct pool_bpent *e = p->p_space_blocks.bm_buckets[b]; e; e = e->be_next) {
+			if (pool_bp_valid(p, &e->be_bp))
+				(void)pool_walk_verify(p, w, &e->be_bp, false); /* reported */
+		}
+	}
+	(void)pool_walk_verify_batch(p, w);
+	p->p_walk = NULL;
+	pool_unlock(p);
+	return rc;
+}
+
+/* One dataset's entries, a slice at a time. Returns 0, -ECANCELED or -ENOMEM. */
+static int pool_scrub_ds(struct pool *p, struct pool_walk *w, struct pool_ds *ds,
+                         const struct pool_scrub_opts *o)
+{
+	struct pool_walk_scan ws = {.ws_pool = p, .ws_ds = ds, .ws_budget = o->so_slice_bytes};
+	for (;;) {
+		if (atomic_load(&p->p_scrub_cancel))
+			return -ECANCELED;
+		pool_scrub_lock(p);
+		if (ds->ds_destroying || !ds->ds_ops || !ds->ds_ops->do_visit_blocks) {
+			pool_unlock(p); /* being destroyed, or no owner to name its data blocks */
+			return 0;
+		}
+		p->p_walk = w;
+		w->w_slice_bytes = 0;
+		int rc = pool_walk_scan_run(p, &ws);
+		(void)pool_walk_verify_batch(p, w); /* reported */
+		p->p_walk = NULL;
+		pool_unlock(p);
+		pool_scrub_progress(p, w);
+		if (rc == -ENOMEM)
+			return rc;
+		if (rc != 0) {
+			pool_walk_entries_failed(w, ds, rc);
+			return 0;
+		}
+		if (!ws.ws_paused)
+			return 0;
+		pool_scrub_pause(o->so_pause_ms);
+	}
+}
+
+int64_t pool_scrub(struct pool *p, const struct pool_scrub_opts *opts, pool_report_fn report,
+                   void *arg)
+{
+	struct pool_scrub_opts o = opts ? *opts : (struct pool_scrub_opts){0};
+	if (o.so_slice_bytes == 0)
+		o.so_slice_bytes = POOL_SCRUB_SLICE_BYTES;
+	uint64_t started_ns = clock_realtime_ns(), started_mono = clock_monotonic_ns();
+	struct pool_walk *w = mem_zalloc(sizeof(*w));
+	struct pool_ds **held = NULL;
+	size_t nheld = 0;
+	if (!w)
+		return -ENOMEM;
+	int rc = pool_walk_init(w, true, report, arg);
+	if (rc == 0)
+		rc = pool_walk_hold_all(p, w, &held, &nheld);
+	if (rc == 0)
+		rc = pool_scrub_meta(p, w);
+	pool_scrub_progress(p, w);
+	for (size_t i = 0; rc == 0 && i < nheld; i++)
+		rc = pool_scrub_ds(p, w, held[i], &o);
+	pool_lock(p);
+	pool_walk_flush(p, w); /* copies rewritten on stale children */
+	pool_walk_rele_all_locked(held, nheld);
+	pool_unlock(p);
+	pool_scrub_progress(p, w);
+	if (rc == 0) {
+		pool_walk_say(w,
+		              "scrubbed %" PRIu64 " blocks, repaired %" PRIu64 " copies, %" PRId64
+		              " problems",
+		              w->w_blocks, w->w_repaired, w->w_problems);
+		pool_check_record(p, w, "scrub ", started_ns, clock_monotonic_ns() - started_mono);
+	}
+	int64_t result = rc != 0 ? rc : w->w_problems;
+	mem_free(held);
+	pool_walk_fini(w);
+	mem_free(w);
+	return result;
+}
+
+static void pool_scrub_log_line(void *arg, const char *line)
+{
+	struct pool *p = arg;
+	log_info("pool %s: scrub: %s", p->p_name, line);
+}
+
+static void *pool_scrub_main(void *arg)
+{
+	struct pool *p = arg;
+	sh_thread_setup("shale-scrub", SH_THREAD_BACKGROUND);
+	struct pool_scrub_opts o = {.so_pause_ms = POOL_SCRUB_THREAD_PAUSE_MS};
+	int64_t r = pool_scrub(p, &o, pool_scrub_log_line, p);
+	if (r < 0)
+		log_warn("pool %s: the scrub stopped: %s", p->p_name, sh_strerror((int)r));
+	else
+		log_info("pool %s: the scrub is done: %" PRId64 " problems", p->p_name, r);
+	pthread_mutex_lock(&p->p_state_lock);
+	p->p_scrub_running = false;
+	pthread_cond_broadcast(&p->p_state_cv);
+	pthread_mutex_unlock(&p->p_state_lock);
+	return NULL;
+}
+
+/* Joins a scrub thread that has ended (or, with wait, waits for the running one to end). */
+static void pool_scrub_reap(struct pool *p, bool wait)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	while (wait && p->p_scrub_running)
+		pthread_cond_wait(&p->p_state_cv, &p->p_state_lock);
+	bool join = p->p_scrub_thread_started && !p->p_scrub_running;
+	if (join)
+		p->p_scrub_thread_started = false;
+	pthread_mutex_unlock(&p->p_state_lock);
+	if (join)
+		VERIFY(pthread_join(p->p_scrub_thread, NULL) == 0);
+}
+
+int pool_scrub_start(struct pool *p)
+{
+	pool_scrub_reap(p, false);
+	pthread_mutex_lock(&p->p_state_lock);
+	int rc = 0;
+	if (p->p_scrub_running || p->p_scrub_thread_started) {
+		rc = -EALREADY;
+	} else if (p->p_closing || p->p_stopping) {
+		rc = -ESHUTDOWN;
+	} else {
+		atomic_store(&p->p_scrub_cancel, false);
+		p->p_scrub_running = true;
+		p->p_scrub_started_ns = clock_realtime_ns();
+		p->p_scrub_blocks = p->p_scrub_repaired = 0;
+		p->p_scrub_problems = 0;
+		rc = -pthread_create(&p->p_scrub_thread, NULL, pool_scrub_main, p);
+		if (rc == 0)
+			p->p_scrub_thread_started = true;
+		else
+			p->p_scrub_running = false;
+	}
+	pthread_mutex_unlock(&p->p_state_lock);
+	return rc;
+}
+
+int pool_scrub_cancel(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	bool running = p->p_scrub_running;
+	if (running)
+		atomic_store(&p->p_scrub_cancel, true);
+	pthread_mutex_unlock(&p->p_state_lock);
+	return running ? 0 : -ENOENT;
+}
+
+bool pool_scrub_running(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	bool running = p->p_scrub_running;
+	pthread_mutex_unlock(&p->p_state_lock);
+	return running;
+}
+
+void pool_scrub_stop(struct pool *p)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	atomic_store(&p->p_scrub_cancel, true); /* a scrub starting now stops at its first slice */
+	pthread_mutex_unlock(&p->p_state_lock);
+	pool_scrub_reap(p, true);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -922,8 +1201,29 @@ int pool_status_print(struct pool *p, FILE *out)
 	        (double)st->ps_build_last_us / 1000.0, (double)st->ps_build_max_us / 1000.0,
 	        st->ps_sealed_writes);
 	char last_check[POOL_PROP_VALUE_MAX + 1];
-	if (pool_prop_get(p, POOL_CHECK_PROP, last_check, sizeof(last_check)) == 0)
-		fprintf(out, "  scan: last check %s\n", last_check);
+	pthread_mutex_lock(&p->p_state_lock);
+	bool scrubbing = p->p_scrub_running;
+	uint64_t scrub_started = p->p_scrub_started_ns, scrub_blocks = p->p_scrub_blocks;
+	uint64_t scrub_repaired = p->p_scrub_repaired;
+	int64_t scrub_problems = p->p_scrub_problems;
+	pthread_mutex_unlock(&p->p_state_lock);
+	if (scrubbing) {
+		time_t at = (time_t)(scrub_started / 1000000000u);
+		struct tm tm;
+		char when[32] = "?";
+		if (gmtime_r(&at, &tm))
+			strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+		fprintf(out,
+		        "  scan: scrub in progress since %s: %" PRIu64 " blocks verified, %" PRIu64
+		        " copies repaired, %" PRId64 " problems\n",
+		        when, scrub_blocks, scrub_repaired, scrub_problems);
+	} else if (pool_prop_get(p, POOL_CHECK_PROP, last_check, sizeof(last_check)) == 0) {
+		/* a scrub's record starts with "scrub ", a check's with its date */
+		if (strncmp(last_check, "scrub ", 6) == 0)
+			fprintf(out, "  scan: last scrub %s\n", last_check + 6);
+		else
+			fprintf(out, "  scan: last check %s\n", last_check);
+	}
 	fprintf(out, "config:\n\n");
 	fprintf(out, "\t%-30s %-9s %5s %5s %5s %8s\n", "NAME", "STATE", "IOERR", "CKSUM", "REPAIR",
 	        "IOS");

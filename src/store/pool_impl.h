@@ -417,7 +417,7 @@ struct pool {
 	struct ilog_waiter p_space_waiter;
 	bool p_space_waiting;     /* p_space_waiter is queued with the log */
 	uint8_t *p_log_frame;     /* ILOG_PAYLOAD_MAX bytes for framing a record */
-	struct pool_walk *p_walk; /* a check or destroy walk is running (its own block cache) */
+	struct pool_walk *p_walk; /* a check, scrub slice or destroy walk runs (its own cache) */
 	uint64_t p_destroy_step_txg; /* sync thread: the txg of the last destroy step */
 	uint64_t p_stale_digest;     /* pool_stale_leaves's digest as the last uberblock holds it */
 	uint64_t p_free_errors;
@@ -458,6 +458,14 @@ struct pool {
 	struct ilog_waiter *p_commit_ready; /* commits to hand to the log (sync thread) */
 	bool p_log_space_ready;             /* the log freed space: drain p_logq */
 	struct pool_waiter *p_throttled;
+	/* The online scrub (pool_check.c): its thread, and its progress for pool_status_print. */
+	bool p_scrub_thread_started; /* p_scrub_thread exists and is not joined yet */
+	bool p_scrub_running;
+	atomic_bool p_scrub_cancel;
+	pthread_t p_scrub_thread;
+	uint64_t p_scrub_started_ns; /* CLOCK_REALTIME */
+	uint64_t p_scrub_blocks, p_scrub_repaired;
+	int64_t p_scrub_problems;
 	uint64_t p_last_sync_ns;
 	uint64_t p_trim_ns; /* sync thread only: the last return of free heap pages (pool_txg.c) */
 };
@@ -634,6 +642,8 @@ void pool_walk_free(struct pool_walk *w); /* NULL is a no-op */
 int pool_walk_load(void *arg, const struct blk_ptr *bp);
 /* Under p_lock: waits for the block writes of a sync in progress. */
 void pool_walk_wait_writes(struct pool *p);
+/* Cancels a running scrub and joins its thread (pool_check.c); before a pool closes. */
+void pool_scrub_stop(struct pool *p);
 
 /* pool_destroy.c */
 /* The metadata key "dq/<id as 16 hex digits>" of a dataset queued for destruction (key holds

@@ -4,9 +4,12 @@
  * imported again (its leaves are locked), so without help an administrator could not see the
  * live figures (cache hit rates, the log's group commits, the datasets being served) of exactly
  * the pools that matter. The holder therefore answers on a Unix socket next to the pool's leaves,
- * <dir>/.<pool>.status (mode 0600): whoever connects gets pool_status_print's text once, and the
- * connection is closed. The socket path is derived from the leaf directory and the pool name, so
- * the command finds it from the same -d DIR it uses to find the leaves.
+ * <dir>/.<pool>.status (mode 0600). A client sends one request line and shuts its writing side
+ * down: "status" (or nothing) gets pool_status_print's text, "scrub" starts the online scrub
+ * (pool_scrub_start) and "scrub stop" cancels it, each answered with one line; then the connection
+ * is closed. A request not complete within 2 s counts as "status". The socket path is derived
+ * from the leaf directory and the pool name, so the command finds it from the same -d DIR it
+ * uses to find the leaves.
  *
  * One thread per served pool, blocked in accept(2); pool_status_print takes the pool's locks only
  * to copy the figures, and the text is formatted in memory and then sent (MSG_NOSIGNAL: a reader
@@ -52,6 +55,19 @@ static int pool_statsock_addr(const char *path, struct sockaddr_un *sa)
 	return 0;
 }
 
+static int pool_statsock_send(int fd, const char *text, size_t len)
+{
+	for (size_t sent = 0; sent < len;) {
+		ssize_t n = send(fd, text + sent, len - sent, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		sent += (size_t)n;
+	}
+	return 0;
+}
+
 /* Sends the status text to fd: formatted in memory first, then sent with MSG_NOSIGNAL, so a
  * reader that hung up costs an error, not the process (a SIGPIPE). */
 static int pool_statsock_answer(struct pool_statsock *ss, int fd)
@@ -65,17 +81,49 @@ static int pool_statsock_answer(struct pool_statsock *ss, int fd)
 	int rc = pool_status_print(ss->ss_pool, out);
 	if (fclose(out) != 0 && rc == 0)
 		rc = -ENOMEM;
-	for (size_t sent = 0; rc == 0 && sent < len;) {
-		ssize_t n = send(fd, text + sent, len - sent, MSG_NOSIGNAL);
+	if (rc == 0)
+		rc = pool_statsock_send(fd, text, len);
+	free(text); /* open_memstream's buffer comes from malloc */
+	return rc;
+}
+
+/* The request line (up to its newline, the end of the client's writing, or the timeout). */
+static void pool_statsock_read_request(int fd, char *req, size_t cap)
+{
+	size_t len = 0;
+	while (len + 1 < cap) {
+		ssize_t n = recv(fd, req + len, cap - 1 - len, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
-			rc = n < 0 ? -errno : -EIO;
-		else
-			sent += (size_t)n;
+			break;
+		len += (size_t)n;
+		if (memchr(req, '\n', len))
+			break;
 	}
-	free(text); /* open_memstream's buffer comes from malloc */
-	return rc;
+	req[len] = '\0';
+	req[strcspn(req, "\r\n")] = '\0';
+}
+
+static int pool_statsock_serve(struct pool_statsock *ss, int fd)
+{
+	char req[64];
+	pool_statsock_read_request(fd, req, sizeof(req));
+	const char *answer = NULL;
+	if (strcmp(req, "scrub") == 0) {
+		int rc = pool_scrub_start(ss->ss_pool);
+		answer = rc == 0              ? "scrub started\n"
+		         : rc == -EALREADY    ? "a scrub is already running\n"
+		                              : "the scrub could not start\n";
+	} else if (strcmp(req, "scrub stop") == 0) {
+		answer = pool_scrub_cancel(ss->ss_pool) == 0 ? "scrub stopping\n"
+		                                             : "no scrub is running\n";
+	} else if (req[0] != '\0' && strcmp(req, "status") != 0) {
+		answer = "unknown request\n";
+	}
+	if (answer)
+		return pool_statsock_send(fd, answer, strlen(answer));
+	return pool_statsock_answer(ss, fd);
 }
 
 static void *pool_statsock_main(void *arg)
@@ -89,9 +137,10 @@ static void *pool_statsock_main(void *arg)
 				continue;
 			break; /* shut down (EINVAL) or broken: stop serving */
 		}
-		struct timeval tv = {.tv_sec = 5};
+		struct timeval tv = {.tv_sec = 5}, rtv = {.tv_sec = 2};
 		(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		if (pool_statsock_answer(ss, fd) != 0)
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rtv, sizeof(rtv));
+		if (pool_statsock_serve(ss, fd) != 0)
 			log_debug("pool %s: a status reader went away", pool_name(ss->ss_pool));
 		close(fd);
 	}
@@ -166,6 +215,11 @@ void pool_status_serve_stop(struct pool_statsock *ss)
 
 int pool_status_remote(const char *dir, const char *name, FILE *out)
 {
+	return pool_statsock_request(dir, name, "status", out);
+}
+
+int pool_statsock_request(const char *dir, const char *name, const char *request, FILE *out)
+{
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	struct sockaddr_un sa;
 	int rc = pool_status_socket_path(dir, name, path, sizeof(path));
@@ -183,6 +237,14 @@ int pool_status_remote(const char *dir, const char *name, FILE *out)
 	}
 	struct timeval tv = {.tv_sec = 10};
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char line[64];
+	int n_line = snprintf(line, sizeof(line), "%s\n", request);
+	if (n_line < 0 || (size_t)n_line >= sizeof(line) ||
+	    send(fd, line, (size_t)n_line, MSG_NOSIGNAL) != n_line) {
+		close(fd);
+		return -EIO;
+	}
+	(void)shutdown(fd, SHUT_WR);
 	char buf[4096];
 	size_t total = 0;
 	for (;;) {

@@ -4,7 +4,9 @@
 # the server, every copy that nfs-cp reported complete is there after a restart, byte-exact, and
 # `shale pool check` finds no problem. Then a device's replacement: a leaf attached (and
 # resilvered), the first leaf lost and replaced, the pool served from the new leaf alone with
-# every file byte-exact. Also that the server's threads are named and that the
+# every file byte-exact. Then the online scrub: a mirror with one side overwritten with garbage,
+# scrubbed while served (`shale pool scrub --wait`), its files byte-exact, nothing left for an
+# offline check to repair. Also that the server's threads are named and that the
 # ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs
 # $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
@@ -112,4 +114,42 @@ check "tank2.img alone (tank0.img back, but no longer the pool's) serves every f
 	rc=$?; kill "$pid"; wait "$pid"; exit $rc'
 check "and the pool checks clean from it" \
 	bash -c '"$SHALE_BIN" pool check tank -d var/pool 2>&1 | grep -q "pool tank: 0 problems"'
+# The online scrub: a mirror whose first side is overwritten with garbage (labels aside) while
+# the server is stopped, then scrubbed while it serves; the files stay byte-exact and nothing is
+# left for an offline check to repair.
+"$SHALE_BIN" pool create mir mirror var/pool/mir0.img var/pool/mir1.img --size 128M >/dev/null 2>&1
+"$SHALE_BIN" fs create mir/data -d var/pool >/dev/null 2>&1
+echo "mir/data 127.0.0.1(rw,insecure,no_root_squash)" >>var/exports
+murl() { echo "nfs://127.0.0.1/mir/data/$1$url_q"; }
+check "serve with the mirror pool, and files copied into mir/data" bash -c '
+	'"$(declare -f start murl)"'
+	SHALE_BIN='"$SHALE_BIN"' start || exit 1
+	nfs-cp big.bin "$(murl big.bin)" >/dev/null && for i in $(seq 1 20); do
+		nfs-cp small.bin "$(murl "f$i.bin")" >/dev/null || break; done
+	rc=$?; kill "$pid"; wait "$pid"; exit $rc'
+check "the first side of the mirror overwritten with garbage (labels aside)" \
+	dd if=/dev/urandom of=var/pool/mir0.img bs=1M seek=1 count=126 conv=notrunc status=none
+check "serve starts again" start
+check "pool scrub --wait on the served pool: copies repaired, 0 problems" \
+	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool --wait) || { echo "$o"; exit 1; }
+		grep -Eq "^  scan: last scrub .* [1-9][0-9]* copies repaired, .* 0 problems$" <<<"$o" || { echo "$o"; exit 1; }'
+check "pool scrub without --wait starts another and says so" \
+	bash -c '"$SHALE_BIN" pool scrub mir -d var/pool | grep -Eq "^(scrub started|a scrub is already running)$"'
+check "pool status shows it running or, once it ends, its outcome" bash -c '
+	for _ in $(seq 100); do o=$("$SHALE_BIN" pool status mir -d var/pool) || exit 1
+		grep -Eq "^  scan: scrub in progress since " <<<"$o" && { sleep 0.1; continue; }
+		grep -Eq "^  scan: last scrub [0-9-]+ [0-9:]+ UTC, .* 0 copies repaired, .* 0 problems$" <<<"$o"; exit; done; exit 1'
+check "pool scrub --stop with no scrub running says so" \
+	bash -c '"$SHALE_BIN" pool scrub mir -d var/pool --stop | grep -q "^no scrub is running$"'
+check "every file reads back byte-exact after the scrub" bash -c '
+	for i in $(seq 1 20); do rm -f got.bin; nfs-cp "$(echo "nfs://127.0.0.1/mir/data/f$i.bin'"$url_q"'")" got.bin >/dev/null &&
+		cmp small.bin got.bin || exit 1; done
+	rm -f got.bin; nfs-cp "nfs://127.0.0.1/mir/data/big.bin'"$url_q"'" got.bin >/dev/null && cmp big.bin got.bin'
+kill "$pid" && wait "$pid"
+check "offline, the check finds nothing left to repair" \
+	bash -c 'o=$("$SHALE_BIN" pool check mir -d var/pool 2>&1); grep -q "pool mir: 0 problems" <<<"$o" &&
+		grep -q "repaired 0 copies" <<<"$o" || { echo "$o"; exit 1; }'
+check "pool scrub of a pool nobody serves is the offline check" \
+	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool 2>&1); grep -q "is not served: checking it" <<<"$o" &&
+		grep -q "pool mir: 0 problems" <<<"$o"'
 tap_finish serve_pool
