@@ -9,6 +9,7 @@
  *   shale fs list NAME [-d DIR]
  *   shale fs rename NAME/FS NAME/NEW [-d DIR]
  *   shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]
+ *   shale fs set quota=SIZE|none NAME/FS [-d DIR]
  *
  * Model: there is no resident daemon holding pools between commands. Each command finds the pool's
  * leaves (the files in DIR, default ./var/pool, whose labels name the pool; or the leaves given to
@@ -81,6 +82,9 @@ static void fs_cmd_usage(FILE *out)
 		"  shale fs list NAME [-d DIR]\n"
 		"  shale fs rename NAME/FS NAME/NEW [-d DIR]\n"
 		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
+		"  shale fs set quota=SIZE|none NAME/FS [-d DIR]   the most it may hold\n"
+		"      (suffix K, M, G, T); over it, writes and creates fail with\n"
+		"      NFS3ERR_DQUOT; df shows it as the size\n"
 		"  shale fs destroy NAME/FS [-d DIR]\n"
 		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n");
 }
@@ -682,8 +686,12 @@ static int fs_cmd_list_one(void *arg, const struct pool_ds_info *info)
 	const char *c = (unsigned)info->di_compress < SH_ARRAY_SIZE(compress_names)
 				? compress_names[info->di_compress]
 				: "?";
-	printf("%s/%-30s %14" PRIu64 " %10" PRIu64 " %9" PRIu32 "  %s\n", pool, info->di_name, info->di_used_bytes,
-	       info->di_entries, info->di_record_bytes, c);
+	char quota[24] = "none";
+	if (info->di_quota_bytes)
+		snprintf(quota, sizeof(quota), "%" PRIu64, info->di_quota_bytes);
+	printf("%s/%-30s %14" PRIu64 " %10" PRIu64 " %9" PRIu32 "  %-8s %s\n", pool,
+	       info->di_name, info->di_used_bytes, info->di_entries, info->di_record_bytes, c,
+	       quota);
 	return 0;
 }
 
@@ -748,6 +756,8 @@ int shale_fs_main(int argc, char **argv)
 	}
 	/* set: PROPERTY=VALUE comes before the file system, as in zfs set */
 	enum pool_compress set_compress = POOL_COMPRESS_DEFAULT;
+	bool set_quota = false;
+	uint64_t quota_bytes = 0;
 	if (set) {
 		if (optind + 2 != argc) {
 			fs_cmd_usage(stderr);
@@ -759,14 +769,23 @@ int shale_fs_main(int argc, char **argv)
 					"created (its files' blocks are laid out by it)\n");
 			return 2;
 		}
-		if (strcmp(pv, "compression=off") == 0)
+		if (strncmp(pv, "quota=", 6) == 0) {
+			set_quota = true;
+			if (strcmp(pv + 6, "none") != 0 &&
+			    (shale_parse_bytes(pv + 6, &quota_bytes) < 0 || quota_bytes == 0)) {
+				fprintf(stderr, "shale fs set: quota is a size (suffix K, M, "
+						"G or T) or none\n");
+				return 2;
+			}
+		} else if (strcmp(pv, "compression=off") == 0)
 			set_compress = POOL_COMPRESS_OFF;
 		else if (strcmp(pv, "compression=lz4") == 0)
 			set_compress = POOL_COMPRESS_LZ4;
 		else if (strcmp(pv, "compression=zstd") == 0)
 			set_compress = POOL_COMPRESS_ZSTD;
 		else {
-			fprintf(stderr, "shale fs set: the property is compression=off|lz4|zstd\n");
+			fprintf(stderr, "shale fs set: the property is compression=off|lz4|zstd or "
+					"quota=SIZE|none\n");
 			return 2;
 		}
 	}
@@ -828,13 +847,18 @@ int shale_fs_main(int argc, char **argv)
 		rc = pool_ds_rename(p, ds, new_ds);
 		if (rc == 0)
 			printf("renamed %s/%s to %s/%s\n", pool_name_buf, ds, pool_name_buf, new_ds);
+	} else if (set && set_quota) {
+		rc = pool_ds_set_quota(p, ds, quota_bytes);
+		if (rc == 0)
+			printf("set %s on %s/%s\n", argv[optind - 1], pool_name_buf, ds);
 	} else if (set) {
 		rc = pool_ds_set_compress(p, ds, set_compress);
 		if (rc == 0)
 			printf("set %s on %s/%s (blocks written from now on)\n", argv[optind - 1],
 			       pool_name_buf, ds);
 	} else {
-		printf("%-36s %14s %10s %9s  %s\n", "NAME", "USED(bytes)", "ENTRIES", "RECORD", "COMPRESS");
+		printf("%-36s %14s %10s %9s  %-8s %s\n", "NAME", "USED(bytes)", "ENTRIES", "RECORD",
+		       "COMPRESS", "QUOTA(bytes)");
 		rc = pool_ds_list(p, fs_cmd_list_one, pool_name_buf);
 	}
 	if (rc < 0) {

@@ -259,7 +259,9 @@
  *       16     8  txg the dataset was created in
  *       24     8  used bytes (its tree's and data blocks' allocated bytes)
  *       32     1  compression (enum blk_compress)
- *       33    31  reserved, zero
+ *       33     7  reserved, zero
+ *       40     8  quota in bytes (0: none; records written before quotas hold 0 here)
+ *       48    16  reserved, zero
  *       64    64  its tree's root block pointer (blk_ptr_encode; a hole when empty)
  *   "dq/<id, 16 lower-case hex digits>" -> the record of a dataset being destroyed (the same
  *       128 bytes; its root names what is left to free: pool_destroy.c)

@@ -291,7 +291,19 @@ struct pool_ds_info {
 	uint64_t di_entries;    /* entries in its tree as of the last txg */
 	uint32_t di_record_bytes;
 	enum blk_compress di_compress;
+	uint64_t di_quota_bytes; /* 0: none */
 };
+/* Limits what dataset `name` may hold (zfs set quota; 0 removes the limit): its allocated bytes
+ * plus the data it has dirty. A change that would take it over the limit fails with -EDQUOT
+ * (removes and truncations still work), and FSSTAT reports the limit as the file system's size.
+ * Durable when it returns. Returns 0, -ENOENT, -EIO. */
+SH_MUST_CHECK int pool_ds_set_quota(struct pool *p, const char *name, uint64_t bytes);
+/* Under the pool lock: whether bytes more fit under ds's quota (true without one). */
+bool pool_ds_quota_would_fit(const struct pool_ds *ds, uint64_t bytes);
+/* Under the pool lock: the pool's space figures narrowed to ds's quota, if it has one. */
+void pool_ds_quota_space(const struct pool_ds *ds, uint64_t *total, uint64_t *free_bytes,
+                         uint64_t *avail);
+
 /* Calls fn(arg, info) for each dataset in name order; fn returning non-zero stops the walk and
  * that value is returned. fn runs without the pool lock and may call the pool. Returns 0, fn's
  * value, or -ENOMEM. */

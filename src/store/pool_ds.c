@@ -34,6 +34,7 @@ int pool_ds_record_encode(const struct pool_ds *ds, uint8_t *out, uint32_t cap)
 	pool_put_le64(out + 16, ds->ds_created_txg);
 	pool_put_le64(out + 24, ds->ds_used_bytes < 0 ? 0 : (uint64_t)ds->ds_used_bytes);
 	out[32] = (uint8_t)ds->ds_compress;
+	pool_put_le64(out + 40, ds->ds_quota_bytes);
 	blk_ptr_encode(&ds->ds_root, out + 64);
 	return (int)POOL_DS_RECORD_BYTES;
 }
@@ -48,6 +49,7 @@ static int pool_ds_record_decode(struct pool_ds *ds, const uint8_t *in, uint32_t
 	ds->ds_created_txg = pool_get_le64(in + 16);
 	ds->ds_used_bytes = (int64_t)SH_MIN(pool_get_le64(in + 24), (uint64_t)INT64_MAX);
 	ds->ds_compress = (enum blk_compress)in[32];
+	ds->ds_quota_bytes = pool_get_le64(in + 40);
 	if (ds->ds_id == 0 || in[32] > BLK_COMPRESS_ZSTD || ds->ds_record_bytes < 4096 ||
 	    ds->ds_record_bytes > BLK_MAX_BLOCK_BYTES ||
 	    (ds->ds_record_bytes & (ds->ds_record_bytes - 1)) != 0)
@@ -273,6 +275,51 @@ int pool_ds_set_compress(struct pool *p, const char *name, enum pool_compress c)
 	return rc;
 }
 
+int pool_ds_set_quota(struct pool *p, const char *name, uint64_t bytes)
+{
+	struct pool_ds *ds = NULL;
+	int rc = pool_ds_open(p, name, &ds);
+	if (rc == 0) {
+		pool_lock(p);
+		ds->ds_quota_bytes = bytes;
+		ds->ds_record_dirty = true; /* the next txg writes the record */
+		pool_ds_rele_locked(ds);
+		pool_unlock(p);
+		rc = pool_txg_wait_synced(p, 0);
+	}
+	return rc;
+}
+
+/* What counts against a dataset's quota: its allocated bytes as of the last txg plus its owner's
+ * dirty data, which the next txg writes. Under p_lock. */
+static uint64_t pool_ds_charged_locked(const struct pool_ds *ds)
+{
+	uint64_t used = ds->ds_used_bytes < 0 ? 0 : (uint64_t)ds->ds_used_bytes;
+	if (ds->ds_ops && ds->ds_ops->do_dirty_bytes)
+		used += ds->ds_ops->do_dirty_bytes(ds->ds_owner);
+	return used;
+}
+
+bool pool_ds_quota_would_fit(const struct pool_ds *ds, uint64_t bytes)
+{
+	if (ds->ds_quota_bytes == 0)
+		return true;
+	uint64_t used = pool_ds_charged_locked(ds);
+	return used <= ds->ds_quota_bytes && bytes <= ds->ds_quota_bytes - used;
+}
+
+void pool_ds_quota_space(const struct pool_ds *ds, uint64_t *total, uint64_t *free_bytes,
+                         uint64_t *avail)
+{
+	if (ds->ds_quota_bytes == 0)
+		return;
+	uint64_t used = pool_ds_charged_locked(ds);
+	uint64_t left = used < ds->ds_quota_bytes ? ds->ds_quota_bytes - used : 0;
+	*total = SH_MIN(*total, ds->ds_quota_bytes);
+	*free_bytes = SH_MIN(*free_bytes, left);
+	*avail = SH_MIN(*avail, left);
+}
+
 uint32_t pool_ds_record_bytes(const struct pool_ds *ds)
 {
 	return ds->ds_record_bytes;
@@ -484,6 +531,7 @@ static bool pool_ds_list_visit(void *arg, const void *key, uint32_t klen, const 
 	di->di_entries = tmp.ds_root.bp_fill;
 	di->di_record_bytes = tmp.ds_record_bytes;
 	di->di_compress = tmp.ds_compress;
+	di->di_quota_bytes = tmp.ds_quota_bytes;
 	return true;
 }
 

@@ -22,7 +22,8 @@
  *   1. Under the pool lock. A change (SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE,
  *      RMDIR, RENAME, LINK) first passes pool_tx_throttle: POOL_THROTTLED parks the request until
  *      pw_done (then it starts over), -EIO (suspended pool) fails it. WRITE and the creates then
- *      need pool_space_would_fit(their bytes plus one tree node) or fail with -ENOSPC; removes
+ *      need pool_space_would_fit(their bytes plus one tree node) or fail with -ENOSPC, and the
+ *      dataset's quota room (pool_ds_quota_would_fit) or fail with -EDQUOT; removes
  *      always go on, so a full pool can be emptied.
  *   2. zpl_execute. -SH_ENEEDBLOCK: unlock, pool_block_load; POOL_LOADED starts over at once; 0
  *      means the load callback (blk engine thread, where the pool lock may not be taken) starts
@@ -446,6 +447,7 @@ static int pfs_env_space(void *ctx, uint64_t *total_bytes, uint64_t *free_bytes,
 {
 	struct pfs_owner *o = ctx;
 	pool_space_held(o->po_pool, total_bytes, free_bytes, avail_bytes);
+	pool_ds_quota_space(o->po_ds, total_bytes, free_bytes, avail_bytes);
 	return 0;
 }
 
@@ -1707,6 +1709,10 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 			uint64_t space = pfs_space_need(req);
 			if (space != 0 && !pool_space_would_fit(p, space)) {
 				pfs_fail_locked(pf, req, c, -ENOSPC);
+				return;
+			}
+			if (space != 0 && !pool_ds_quota_would_fit(o->po_ds, space)) {
+				pfs_fail_locked(pf, req, c, -EDQUOT);
 				return;
 			}
 		}

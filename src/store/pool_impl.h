@@ -360,6 +360,7 @@ struct pool_ds {
 	uint64_t ds_created_txg;
 	uint32_t ds_record_bytes;
 	enum blk_compress ds_compress;
+	uint64_t ds_quota_bytes; /* 0: none (pool_ds_set_quota) */
 	int64_t ds_used_bytes;
 	struct btree *ds_tree;
 	struct blk_ptr ds_root; /* as the metadata tree records it */

@@ -56,6 +56,12 @@ check "fs rename tank/home tank/house, and back" \
 		 "$SHALE_BIN" fs list tank | grep -q "^tank/house " && ! "$SHALE_BIN" fs list tank | grep -q "^tank/home " &&
 		 "$SHALE_BIN" fs rename tank/house tank/home >/dev/null 2>&1 && "$SHALE_BIN" fs list tank | grep -q "^tank/home "'
 check "fs rename onto an existing file system is refused" fails_with "File exists" shale fs rename tank/home tank/src
+check "fs set quota=10M: fs list shows it in bytes; quota=none takes it away" \
+	bash -c '"$SHALE_BIN" fs set quota=10M tank/home 2>/dev/null | grep -q "set quota=10M on tank/home" &&
+		 "$SHALE_BIN" fs list tank | grep -Eq "^tank/home .* lz4 +10485760$" &&
+		 "$SHALE_BIN" fs set quota=none tank/home >/dev/null 2>&1 &&
+		 "$SHALE_BIN" fs list tank | grep -Eq "^tank/home .* lz4 +none$"'
+check "fs set quota=lots is refused" fails_with "quota is a size" shale fs set quota=lots tank/home
 check "fs set recordsize is refused: fixed at creation" \
 	fails_with "fixed when a file system is created" shale fs set recordsize=64K tank/home
 check "pool status: online, a mirror of the two leaves and the log" \

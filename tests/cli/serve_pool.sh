@@ -6,7 +6,8 @@
 # resilvered), the first leaf lost and replaced, the pool served from the new leaf alone with
 # every file byte-exact. Then the online scrub: a mirror with one side overwritten with garbage,
 # scrubbed while served (`shale pool scrub --wait`), its files byte-exact, nothing left for an
-# offline check to repair. Also that the server's threads are named and that the
+# offline check to repair; and a file system's quota refusing a file that would exceed it. Also
+# that the server's threads are named and that the
 # ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs
 # $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
@@ -119,7 +120,12 @@ check "and the pool checks clean from it" \
 # left for an offline check to repair.
 "$SHALE_BIN" pool create mir mirror var/pool/mir0.img var/pool/mir1.img --size 128M >/dev/null 2>&1
 "$SHALE_BIN" fs create mir/data -d var/pool >/dev/null 2>&1
-echo "mir/data 127.0.0.1(rw,insecure,no_root_squash)" >>var/exports
+"$SHALE_BIN" fs create mir/q -d var/pool >/dev/null 2>&1
+check "a file system with a quota of 2 MiB" bash -c '"$SHALE_BIN" fs set quota=2M mir/q -d var/pool >/dev/null'
+{
+	echo "mir/data 127.0.0.1(rw,insecure,no_root_squash)"
+	echo "mir/q 127.0.0.1(rw,insecure,no_root_squash)"
+} >>var/exports
 murl() { echo "nfs://127.0.0.1/mir/data/$1$url_q"; }
 check "serve with the mirror pool, and files copied into mir/data" bash -c '
 	'"$(declare -f start murl)"'
@@ -130,6 +136,11 @@ check "serve with the mirror pool, and files copied into mir/data" bash -c '
 check "the first side of the mirror overwritten with garbage (labels aside)" \
 	dd if=/dev/urandom of=var/pool/mir0.img bs=1M seek=1 count=126 conv=notrunc status=none
 check "serve starts again" start
+check "under the quota, a 5 KB file is written" \
+	nfs-cp small.bin "nfs://127.0.0.1/mir/q/small.bin$url_q"
+check "over it, the 3 MB file is refused (NFS3ERR_DQUOT)" \
+	bash -c '! nfs-cp big.bin "nfs://127.0.0.1/mir/q/big.bin'"$url_q"'" >out.txt 2>&1 &&
+		grep -q "Failed to write" out.txt'
 check "pool scrub --wait on the served pool: copies repaired, 0 problems" \
 	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool --wait) || { echo "$o"; exit 1; }
 		grep -Eq "^  scan: last scrub .* [1-9][0-9]* copies repaired, .* 0 problems$" <<<"$o" || { echo "$o"; exit 1; }'

@@ -2,7 +2,8 @@
  * through fs_submit with fr_loop = NULL: every operation once, durability of acknowledged changes
  * across a close without export and an import that replays through pool_fs_attach, restarts on
  * cache misses with a tiny ARC, the REMOVE of a file whose extent leaves outgrow the cache,
- * ENOSPC on a small pool, the dirty-data throttle, and concurrent clients. */
+ * ENOSPC on a small pool, a file system's quota (EDQUOT), the dirty-data throttle, and concurrent
+ * clients. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -742,6 +743,89 @@ out:
 	pool_done(p, d);
 }
 
+static int quota_of(void *arg, const struct pool_ds_info *info)
+{
+	if (strcmp(info->di_name, "fs") == 0)
+		*(uint64_t *)arg = info->di_quota_bytes;
+	return 0;
+}
+
+/* A quota (zfs set quota): FSSTAT's free space is what is left under it; writes stop with EDQUOT
+ * near it while the pool has room; a remove still works, and its space comes back under the
+ * quota after a txg; the quota is durable; without it, the same writes go through. */
+static void test_quota(void)
+{
+	struct blk_dev *d = mem_dev(96 * MIB);
+	struct pool_open_opts o = opts_fs(0);
+	o.po_compress = POOL_COMPRESS_OFF;
+	struct pool *p = pool_new(d, &o);
+	const uint64_t quota = 6 * MIB;
+	CHECK(pool_ds_set_quota(p, "fs", quota) == 0);
+	struct fs *fs = fs_open_ok(p);
+	static uint8_t data[256 * 1024];
+	if (!fs)
+		goto out;
+	struct fs_obj_id root, f;
+	CHECK(fs_root(fs, &root) == 0);
+	uint64_t free_bytes = 0;
+	CHECK(op_fsstat_free(fs, &root, &free_bytes) == 0);
+	CHECKF(free_bytes > 0 && free_bytes <= quota, "free %" PRIu64 " under a quota of %" PRIu64,
+	       free_bytes, quota);
+	int rc = 0;
+	uint64_t written = 0;
+	int nfiles = 0;
+	for (; nfiles < 100 && rc == 0; nfiles++) {
+		char name[32];
+		snprintf(name, sizeof(name), "q%03d", nfiles);
+		rc = op_create(fs, FS_OP_CREATE, &root, name, NULL, 0, &f);
+		for (int k = 0; k < 4 && rc == 0; k++) {
+			fill(data, sizeof(data), (uint64_t)nfiles * 4 + (uint64_t)k);
+			rc = op_write(fs, &f, (uint64_t)k * sizeof(data), data, sizeof(data),
+			              FS_UNSTABLE, NULL);
+			if (rc == 0)
+				written += sizeof(data);
+		}
+		if (rc == 0)
+			rc = op_commit(fs, &f);
+	}
+	CHECKF(rc == -EDQUOT && written >= quota / 2 && written <= quota,
+	       "stopped with %s after %" PRIu64 " bytes under a quota of %" PRIu64, sh_strerror(rc),
+	       written, quota);
+	CHECK(op_fsstat_free(fs, &root, &free_bytes) == 0);
+	CHECKF(free_bytes < 1 * MIB, "free %" PRIu64 " at the quota", free_bytes);
+	/* a remove is not refused; after a txg its space is under the quota again */
+	CHECK(op_remove(fs, FS_OP_REMOVE, &root, "q000") == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "again", NULL, 0, &f) == 0);
+	CHECK(op_write(fs, &f, 0, data, sizeof(data), FS_FILE_SYNC, NULL) == 0);
+	fs_destroy(fs);
+	CHECK(pool_export(p) == 0);
+	p = NULL;
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p) {
+		blk_dev_close(d);
+		return;
+	}
+	uint64_t q = 0;
+	CHECK(pool_ds_list(p, quota_of, &q) == 0 && q == quota);
+	CHECK(pool_ds_set_quota(p, "fs", 0) == 0);
+	fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "free", NULL, 0, &f) == 0);
+	rc = 0;
+	for (int k = 0; k < 32 && rc == 0; k++)
+		rc = op_write(fs, &f, (uint64_t)k * sizeof(data), data, sizeof(data), FS_UNSTABLE,
+		              NULL);
+	CHECKF(rc == 0, "8 MiB more without the quota: %s", sh_strerror(rc));
+	CHECK(pool_ds_set_quota(p, "nosuch", MIB) == -ENOENT);
+	fs_destroy(fs);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+out:
+	pool_done(p, d);
+}
+
 /* Dirty data far above the limit: UNSTABLE writes are throttled until a txg, and all land. */
 static void test_throttle(void)
 {
@@ -1389,6 +1473,7 @@ int main(void)
 	TAP_RUN(test_remove_big_crash);
 	TAP_RUN(test_truncate_big_cold);
 	TAP_RUN(test_enospc);
+	TAP_RUN(test_quota);
 	TAP_RUN(test_throttle);
 	TAP_RUN(test_concurrency);
 	TAP_RUN(test_commit_through_log);
