@@ -456,9 +456,9 @@ struct pool_scrub_opts {
 };
 SH_MUST_CHECK int64_t pool_scrub(struct pool *p, const struct pool_scrub_opts *opts,
                                  pool_report_fn report, void *arg);
-/* Runs pool_scrub on a thread of its own (2 MiB slices, 5 ms apart), its lines logged. Returns
- * 0, or -EALREADY when one runs. */
-SH_MUST_CHECK int pool_scrub_start(struct pool *p);
+/* Runs pool_scrub on a thread of its own, its lines logged; opts NULL: 2 MiB slices 5 ms apart.
+ * Returns 0, or -EALREADY when one runs. */
+SH_MUST_CHECK int pool_scrub_start(struct pool *p, const struct pool_scrub_opts *opts);
 /* Asks a running scrub to stop after its slice. Returns 0, or -ENOENT when none runs. */
 SH_MUST_CHECK int pool_scrub_cancel(struct pool *p);
 /* Whether a scrub runs now. */

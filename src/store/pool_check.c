@@ -892,8 +892,7 @@ static void *pool_scrub_main(void *arg)
 {
 	struct pool *p = arg;
 	sh_thread_setup("shale-scrub", SH_THREAD_BACKGROUND);
-	struct pool_scrub_opts o = {.so_pause_ms = POOL_SCRUB_THREAD_PAUSE_MS};
-	int64_t r = pool_scrub(p, &o, pool_scrub_log_line, p);
+	int64_t r = pool_scrub(p, &p->p_scrub_opts, pool_scrub_log_line, p);
 	if (r < 0)
 		log_warn("pool %s: the scrub stopped: %s", p->p_name, sh_strerror((int)r));
 	else
@@ -919,7 +918,7 @@ static void pool_scrub_reap(struct pool *p, bool wait)
 		VERIFY(pthread_join(p->p_scrub_thread, NULL) == 0);
 }
 
-int pool_scrub_start(struct pool *p)
+int pool_scrub_start(struct pool *p, const struct pool_scrub_opts *opts)
 {
 	pool_scrub_reap(p, false);
 	pthread_mutex_lock(&p->p_state_lock);
@@ -930,6 +929,8 @@ int pool_scrub_start(struct pool *p)
 		rc = -ESHUTDOWN;
 	} else {
 		atomic_store(&p->p_scrub_cancel, false);
+		const struct pool_scrub_opts dflt = {.so_pause_ms = POOL_SCRUB_THREAD_PAUSE_MS};
+		p->p_scrub_opts = opts ? *opts : dflt;
 		p->p_scrub_running = true;
 		p->p_scrub_started_ns = clock_realtime_ns();
 		p->p_scrub_blocks = p->p_scrub_repaired = 0;

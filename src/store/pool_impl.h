@@ -464,6 +464,7 @@ struct pool {
 	bool p_scrub_running;
 	atomic_bool p_scrub_cancel;
 	pthread_t p_scrub_thread;
+	struct pool_scrub_opts p_scrub_opts; /* the running scrub's */
 	uint64_t p_scrub_started_ns; /* CLOCK_REALTIME */
 	uint64_t p_scrub_blocks, p_scrub_repaired;
 	int64_t p_scrub_problems;

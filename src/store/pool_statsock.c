@@ -111,7 +111,7 @@ static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 	pool_statsock_read_request(fd, req, sizeof(req));
 	const char *answer = NULL;
 	if (strcmp(req, "scrub") == 0) {
-		int rc = pool_scrub_start(ss->ss_pool);
+		int rc = pool_scrub_start(ss->ss_pool, NULL);
 		answer = rc == 0              ? "scrub started\n"
 		         : rc == -EALREADY    ? "a scrub is already running\n"
 		                              : "the scrub could not start\n";
