@@ -264,8 +264,7 @@ static void bench_engine_done(void *arg, int status, struct xdr_dec *dec)
 	if (measured) {
 		struct bench_stat *st = &t->bt_stats[op->op_stat];
 		bench_hist_record(&st->bs_hist, now > op->op_start_ns ? now - op->op_start_ns : 0);
-		st->bs_sent_sum_ns += now > op->op_sent_ns ? now - op->op_sent_ns : 0;
-		st->bs_sent_count++;
+		bench_hist_record(&st->bs_sent_hist, now > op->op_sent_ns ? now - op->op_sent_ns : 0);
 		if (unanswered)
 			st->bs_unanswered++;
 		else if (rc < 0)
@@ -564,8 +563,7 @@ int bench_engine_run(struct bench_engine *eng)
 			eng->be_error = t->bt_error;
 		for (unsigned s = 0; s < eng->be_nstats; s++) {
 			bench_hist_merge(&eng->be_total[s].bs_hist, &t->bt_stats[s].bs_hist);
-			eng->be_total[s].bs_sent_sum_ns += t->bt_stats[s].bs_sent_sum_ns;
-			eng->be_total[s].bs_sent_count += t->bt_stats[s].bs_sent_count;
+			bench_hist_merge(&eng->be_total[s].bs_sent_hist, &t->bt_stats[s].bs_sent_hist);
 			eng->be_total[s].bs_failed += t->bt_stats[s].bs_failed;
 			eng->be_total[s].bs_unanswered += t->bt_stats[s].bs_unanswered;
 			eng->be_failed += t->bt_stats[s].bs_failed;
@@ -604,8 +602,8 @@ void bench_engine_point(const struct bench_engine *eng, double requested_ops, st
 	unsigned n = 0;
 	uint64_t sent_sum = 0, sent_count = 0;
 	for (unsigned s = 0; s < eng->be_nstats; s++) {
-		sent_sum += eng->be_total[s].bs_sent_sum_ns;
-		sent_count += eng->be_total[s].bs_sent_count;
+		sent_sum += eng->be_total[s].bs_sent_hist.bh_sum_ns;
+		sent_count += eng->be_total[s].bs_sent_hist.bh_count;
 	}
 	pt->bp_mean_sent_ms = sent_count > 0 ? (double)sent_sum / (double)sent_count / 1e6 : 0.0;
 	for (unsigned s = 0; s < eng->be_nstats && n < BENCH_MAX_PROCS; s++) {
@@ -618,6 +616,8 @@ void bench_engine_point(const struct bench_engine *eng, double requested_ops, st
 		pr->bpr_failed = st->bs_failed + st->bs_unanswered;
 		pr->bpr_mean_ms = bench_hist_mean_ms(&st->bs_hist);
 		pr->bpr_p99_ms = bench_hist_percentile_ms(&st->bs_hist, 99.0);
+		pr->bpr_resp_mean_ms = bench_hist_mean_ms(&st->bs_sent_hist);
+		pr->bpr_resp_p99_ms = bench_hist_percentile_ms(&st->bs_sent_hist, 99.0);
 		if (all)
 			bench_hist_merge(all, &st->bs_hist);
 	}

@@ -117,8 +117,7 @@ struct bench_conn {
 
 struct bench_stat {
 	struct bench_hist bs_hist;     /* latency from the intended start */
-	uint64_t bs_sent_sum_ns;       /* response time from the send, summed over bs_sent_count */
-	uint64_t bs_sent_count;
+	struct bench_hist bs_sent_hist; /* response time, from the send */
 	uint64_t bs_failed;
 	uint64_t bs_unanswered;
 };

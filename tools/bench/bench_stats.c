@@ -512,17 +512,20 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 			have_peak ? "peak" : "busiest (not valid)", shown + 1, run->br_npoints,
 			p->bp_achieved_ops);
 		fputs("=============================================================\n", out);
-		/* Column widths: 12, 1+11, 8, 13, 13, 12. */
-		fprintf(out, "%-12s %11s%8s%13s%13s%12s\n", "Procedure", "Count", "%",
-			"Queued mean", "Queued p99", "Failed");
-		fprintf(out, "%-12s %11s%8s%13s%13s%12s\n", "------------", "-----------",
-			"-------", "------------", "------------", "-----------");
+		/* Column widths: 12, 1+11, 8, 11, 11, 13, 13, 12. */
+		fprintf(out, "%-12s %11s%8s%11s%11s%13s%13s%12s\n", "Procedure", "Count", "%",
+			"Resp. mean", "Resp. p99", "Queued mean", "Queued p99", "Failed");
+		fprintf(out, "%-12s %11s%8s%11s%11s%13s%13s%12s\n", "------------", "-----------",
+			"-------", "----------", "----------", "------------", "------------",
+			"-----------");
 		for (unsigned i = 0; i < p->bp_nprocs && i < BENCH_MAX_PROCS; i++) {
 			const struct bench_proc_result *r = &p->bp_procs[i];
 			fprintf(out, "%-12.12s %11llu", or_dash(r->bpr_name),
 				(unsigned long long)r->bpr_count);
 			text_num(out, 8, 1,
 				 total > 0 ? 100.0 * (double)r->bpr_count / (double)total : 0.0);
+			text_num(out, 11, 3, r->bpr_resp_mean_ms);
+			text_num(out, 11, 3, r->bpr_resp_p99_ms);
 			text_num(out, 13, 3, r->bpr_mean_ms);
 			text_num(out, 13, 3, r->bpr_p99_ms);
 			fprintf(out, " %11llu\n", (unsigned long long)r->bpr_failed);
@@ -638,6 +641,10 @@ static void json_point(FILE *out, const struct bench_point *p, double min_fracti
 		json_num(out, r->bpr_mean_ms);
 		fputs(",\"p99_ms\":", out);
 		json_num(out, r->bpr_p99_ms);
+		fputs(",\"response_mean_ms\":", out);
+		json_num(out, r->bpr_resp_mean_ms);
+		fputs(",\"response_p99_ms\":", out);
+		json_num(out, r->bpr_resp_p99_ms);
 		fputc('}', out);
 	}
 	fputs("]}", out);

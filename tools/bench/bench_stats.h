@@ -48,8 +48,10 @@ struct bench_proc_result {
 	const char *bpr_name;   /* "GETATTR", ...; static string */
 	uint64_t bpr_count;     /* completed operations (including failed ones) */
 	uint64_t bpr_failed;    /* replies with an error the workload did not expect */
-	double bpr_mean_ms;
+	double bpr_mean_ms;      /* latency from each call's intended start (client backlog included) */
 	double bpr_p99_ms;
+	double bpr_resp_mean_ms; /* response time, from each call's send to its reply */
+	double bpr_resp_p99_ms;
 };
 
 /* A load point of an open-loop run is valid when it achieved at least this fraction of its

@@ -390,6 +390,8 @@ static void fill_sample_run(struct bench_run *run, const char *label, double sca
 			p->bp_procs[k].bpr_count = (uint64_t)(mix[k] * (double)p->bp_ops);
 			p->bp_procs[k].bpr_mean_ms = p->bp_mean_ms * (0.5 + 0.25 * k);
 			p->bp_procs[k].bpr_p99_ms = 4.0 * p->bp_mean_ms;
+			p->bp_procs[k].bpr_resp_mean_ms = 0.125 * (k + 1);
+			p->bp_procs[k].bpr_resp_p99_ms = 0.5 * (k + 1);
 		}
 	}
 	run->br_workload = "sfs2008";
@@ -553,6 +555,9 @@ static void test_report_json(void)
 		"assert r[0]['points'][9]['ops']==int(sys.argv[3])\n"
 		"assert [p['name'] for p in r[0]['points'][0]['procs']]=="
 		"['GETATTR','LOOKUP','READ','ACCESS','WRITE']\n"
+		"assert [p['response_mean_ms'] for p in r[0]['points'][0]['procs']]=="
+		"[0.125,0.25,0.375,0.5,0.625]\n"
+		"assert r[0]['points'][0]['procs'][4]['response_p99_ms']==2.5\n"
 		"assert r[0]['server_peak_rss_kib']==20480 and r[0]['valid'] is True\n"
 		"assert 'comparison' not in d\n";
 	const char *args[] = { path, peak, nvalue };
