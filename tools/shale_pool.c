@@ -16,7 +16,8 @@
  * create), imports it (replaying its intent log if the last user did not export it), does its work
  * and exports it again, so that every command leaves the pool clean and fully synced. A leaf is
  * locked while open (blk.h), so a command refuses, with "in use", a pool that `shale serve` or
- * another command has open.
+ * another command has open. The exceptions ask the holder through the pool's status socket
+ * (pool_statsock.c): `pool status`, `pool scrub`, `fs list` and `fs set`.
  *
  * VDEV is a file or a block device. With --size, files that do not exist are created at that size
  * (suffixes K, M, G, T); existing ones are used as they are. */
@@ -679,20 +680,36 @@ int shale_pool_main(int argc, char **argv)
 
 /* ---- shale fs ---- */
 
-static int fs_cmd_list_one(void *arg, const struct pool_ds_info *info)
+/* `fs list` and `fs set` on a pool a server holds: sent to the server (pool_statsock.c), which
+ * answers with the table, "ok" or "error: TEXT". Returns the exit status, or -1 when nobody
+ * serves the pool (the caller imports it then). */
+static int fs_cmd_remote(const char *dir, const char *pool, const char *request, const char *cmd,
+			 const char *done_line)
 {
-	const char *pool = arg;
-	static const char *const compress_names[] = {"off", "lz4", "zstd"};
-	const char *c = (unsigned)info->di_compress < SH_ARRAY_SIZE(compress_names)
-				? compress_names[info->di_compress]
-				: "?";
-	char quota[24] = "none";
-	if (info->di_quota_bytes)
-		snprintf(quota, sizeof(quota), "%" PRIu64, info->di_quota_bytes);
-	printf("%s/%-30s %14" PRIu64 " %10" PRIu64 " %9" PRIu32 "  %-8s %s\n", pool,
-	       info->di_name, info->di_used_bytes, info->di_entries, info->di_record_bytes, c,
-	       quota);
-	return 0;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	if (!mem)
+		return -1;
+	int rc = pool_statsock_request(dir, pool, request, mem);
+	if (fclose(mem) != 0 && rc == 0)
+		rc = -ENOMEM;
+	int status = -1;
+	if (rc == 0) {
+		const char *answer = text ? text : "";
+		if (strncmp(answer, "error: ", 7) == 0) {
+			fprintf(stderr, "%s: %s", cmd, answer + 7);
+			status = 1;
+		} else if (done_line && strcmp(answer, "ok\n") != 0) {
+			fprintf(stderr, "%s: unexpected answer from the server: %s", cmd, answer);
+			status = 1;
+		} else {
+			fputs(done_line ? done_line : answer, stdout);
+			status = 0;
+		}
+	}
+	free(text); /* open_memstream's buffer comes from malloc */
+	return status;
 }
 
 int shale_fs_main(int argc, char **argv)
@@ -831,6 +848,26 @@ int shale_fs_main(int argc, char **argv)
 	}
 	char cmd[64];
 	snprintf(cmd, sizeof(cmd), "shale fs %s", verb);
+	if (list || set) {
+		/* A served pool is changed and listed by its server. */
+		char request[160] = "fs list", done_line[160] = "";
+		if (set && ds) {
+			const char *value = strchr(argv[optind - 1], '=') + 1;
+			if (set_quota)
+				snprintf(request, sizeof(request), "fs set %s quota %" PRIu64, ds,
+					 quota_bytes);
+			else
+				snprintf(request, sizeof(request), "fs set %s compression %s", ds,
+					 value);
+			snprintf(done_line, sizeof(done_line), "set %s on %s/%s%s\n",
+				 argv[optind - 1], pool_name_buf, ds,
+				 set_quota ? "" : " (blocks written from now on)");
+		}
+		int remote = fs_cmd_remote(dir, pool_name_buf, request, cmd,
+					   list ? NULL : done_line);
+		if (remote >= 0)
+			return remote;
+	}
 	struct pool *p = NULL;
 	if (pool_cmd_import(cmd, dir, pool_name_buf, &p) < 0)
 		return 1;
@@ -857,9 +894,7 @@ int shale_fs_main(int argc, char **argv)
 			printf("set %s on %s/%s (blocks written from now on)\n", argv[optind - 1],
 			       pool_name_buf, ds);
 	} else {
-		printf("%-36s %14s %10s %9s  %-8s %s\n", "NAME", "USED(bytes)", "ENTRIES", "RECORD",
-		       "COMPRESS", "QUOTA(bytes)");
-		rc = pool_ds_list(p, fs_cmd_list_one, pool_name_buf);
+		rc = pool_ds_list_print(p, stdout);
 	}
 	if (rc < 0) {
 		fprintf(stderr, "%s: %s\n", cmd, sh_strerror(rc));

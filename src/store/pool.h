@@ -309,6 +309,10 @@ void pool_ds_quota_space(const struct pool_ds *ds, uint64_t *total, uint64_t *fr
  * value, or -ENOMEM. */
 SH_MUST_CHECK int pool_ds_list(struct pool *p,
                                int (*fn)(void *arg, const struct pool_ds_info *info), void *arg);
+/* `shale fs list`'s table: a header, then one line per dataset (NAME as POOL/FS, used bytes,
+ * entries, record size, compression, quota). Returns 0, -EIO (the stream), or pool_ds_list's
+ * errors. */
+SH_MUST_CHECK int pool_ds_list_print(struct pool *p, FILE *out);
 /* Renames dataset `from` to `to` (zfs rename, within the pool: its record moves to the new name
  * in one txg; its id and its files' object ids stay) and waits until that is durable. Returns 0, -EINVAL (a name), -ENOENT (no `from`), -EEXIST (`to` exists), -EBUSY (open,
  * or being destroyed), -EIO. */
@@ -414,7 +418,8 @@ SH_MUST_CHECK int pool_status_serve_start(struct pool *p, const char *dir,
                                           struct pool_statsock **out);
 void pool_status_serve_stop(struct pool_statsock *ss);
 SH_MUST_CHECK int pool_status_remote(const char *dir, const char *name, FILE *out);
-/* Sends one request line ("status", "scrub", "scrub stop") to the status socket of the process
+/* Sends one request line ("status", "scrub", "scrub stop", "fs list", "fs set FS quota BYTES",
+ * "fs set FS compression off|lz4|zstd"; pool_statsock.c) to the status socket of the process
  * that holds pool name in dir and copies its answer to out. Returns 0, or a negative errno
  * (-ENOENT or -ECONNREFUSED: nobody serves the pool there). */
 SH_MUST_CHECK int pool_statsock_request(const char *dir, const char *name, const char *request,

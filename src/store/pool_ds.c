@@ -266,7 +266,9 @@ int pool_ds_set_compress(struct pool *p, const char *name, enum pool_compress c)
 	int rc = pool_ds_open(p, name, &ds);
 	if (rc == 0) {
 		pool_lock(p);
-		ds->ds_compress = pool_compress_resolve(p, c);
+		/* Read without the lock by writers of blocks (pool_ds_compress), as the served
+		 * pool may change it at any time. */
+		__atomic_store_n(&ds->ds_compress, pool_compress_resolve(p, c), __ATOMIC_RELAXED);
 		ds->ds_record_dirty = true; /* the next txg writes the record */
 		pool_ds_rele_locked(ds);
 		pool_unlock(p);
@@ -327,7 +329,7 @@ uint32_t pool_ds_record_bytes(const struct pool_ds *ds)
 
 enum blk_compress pool_ds_compress(const struct pool_ds *ds)
 {
-	return ds->ds_compress;
+	return __atomic_load_n(&ds->ds_compress, __ATOMIC_RELAXED);
 }
 
 int pool_ds_set_owner(struct pool_ds *ds, const struct pool_ds_owner *ops, void *owner)
@@ -533,6 +535,37 @@ static bool pool_ds_list_visit(void *arg, const void *key, uint32_t klen, const 
 	di->di_compress = tmp.ds_compress;
 	di->di_quota_bytes = tmp.ds_quota_bytes;
 	return true;
+}
+
+struct pool_ds_print_ctx {
+	const char *pc_pool;
+	FILE *pc_out;
+};
+
+static int pool_ds_list_print_one(void *arg, const struct pool_ds_info *info)
+{
+	const struct pool_ds_print_ctx *pc = arg;
+	static const char *const compress_names[] = {"off", "lz4", "zstd"};
+	const char *c = (unsigned)info->di_compress < SH_ARRAY_SIZE(compress_names)
+				? compress_names[info->di_compress]
+				: "?";
+	char quota[24] = "none";
+	if (info->di_quota_bytes)
+		snprintf(quota, sizeof(quota), "%" PRIu64, info->di_quota_bytes);
+	if (fprintf(pc->pc_out, "%s/%-30s %14" PRIu64 " %10" PRIu64 " %9" PRIu32 "  %-8s %s\n",
+		    pc->pc_pool, info->di_name, info->di_used_bytes, info->di_entries,
+		    info->di_record_bytes, c, quota) < 0)
+		return -EIO;
+	return 0;
+}
+
+int pool_ds_list_print(struct pool *p, FILE *out)
+{
+	if (fprintf(out, "%-36s %14s %10s %9s  %-8s %s\n", "NAME", "USED(bytes)", "ENTRIES",
+		    "RECORD", "COMPRESS", "QUOTA(bytes)") < 0)
+		return -EIO;
+	struct pool_ds_print_ctx pc = {.pc_pool = p->p_name, .pc_out = out};
+	return pool_ds_list(p, pool_ds_list_print_one, &pc);
 }
 
 int pool_ds_list(struct pool *p, int (*fn)(void *arg, const struct pool_ds_info *info), void *arg)

@@ -650,7 +650,7 @@ int pool_sync_write(struct pool *p, const void *data, uint32_t lsize, uint8_t ty
                     uint64_t fill, struct blk_ptr *bp_out)
 {
 	struct pool_ds *ds = p->p_sync_ds;
-	enum blk_compress c = ds ? ds->ds_compress : p->p_compress;
+	enum blk_compress c = ds ? pool_ds_compress(ds) : p->p_compress;
 	int rc = pool_write_block(p, data, lsize, c, SPACE_CLASS_NORMAL, type, level, fill, true,
 	                          bp_out);
 	if (rc == 0)
@@ -847,7 +847,7 @@ static int pool_dst_write(void *ctx, const void *image, uint32_t image_bytes, ui
 {
 	struct pool_ds *ds = ctx;
 	struct pool *p = ds->ds_pool;
-	int rc = pool_write_block(p, image, image_bytes, ds->ds_compress, SPACE_CLASS_NORMAL,
+	int rc = pool_write_block(p, image, image_bytes, pool_ds_compress(ds), SPACE_CLASS_NORMAL,
 	                          POOL_BT_DS_NODE, level, fill, true, bp_out);
 	if (rc == 0)
 		pool_ds_charge(ds, bp_out);

@@ -6,10 +6,14 @@
  * the pools that matter. The holder therefore answers on a Unix socket next to the pool's leaves,
  * <dir>/.<pool>.status (mode 0600). A client sends one request line and shuts its writing side
  * down: "status" (or nothing) gets pool_status_print's text, "scrub" starts the online scrub
- * (pool_scrub_start) and "scrub stop" cancels it, each answered with one line; then the connection
- * is closed. A request not complete within 2 s counts as "status". The socket path is derived
- * from the leaf directory and the pool name, so the command finds it from the same -d DIR it
- * uses to find the leaves.
+ * (pool_scrub_start) and "scrub stop" cancels it, each answered with one line; "fs list" gets
+ * pool_ds_list_print's table, and "fs set FS quota BYTES" or "fs set FS compression off|lz4|zstd"
+ * changes a file system's property (as `shale fs set` does on a pool nobody serves: the change
+ * is durable before the answer, and the file system's next request sees it), answered "ok" or
+ * "error: TEXT"; anything else gets "error: unknown request". Then the connection is closed. A
+ * request not complete within 2 s counts as "status". The socket path is derived from the leaf
+ * directory and the pool name, so the command finds it from the same -d DIR it uses to find the
+ * leaves. A set runs on this thread and waits for its txg: other clients wait meanwhile.
  *
  * One thread per served pool, blocked in accept(2); pool_status_print takes the pool's locks only
  * to copy the figures, and the text is formatted in memory and then sent (MSG_NOSIGNAL: a reader
@@ -105,12 +109,86 @@ static void pool_statsock_read_request(int fd, char *req, size_t cap)
 	req[strcspn(req, "\r\n")] = '\0';
 }
 
+/* Sends the text a function prints: formatted in memory first, as pool_statsock_answer does. */
+static int pool_statsock_print_answer(struct pool_statsock *ss, int fd,
+				      int (*print)(struct pool *p, FILE *out))
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	if (!out)
+		return -ENOMEM;
+	int rc = print(ss->ss_pool, out);
+	if (fclose(out) != 0 && rc == 0)
+		rc = -ENOMEM;
+	if (rc != 0) {
+		free(text);
+		char line[128];
+		snprintf(line, sizeof(line), "error: %s\n", sh_strerror(rc));
+		return pool_statsock_send(fd, line, strlen(line));
+	}
+	rc = pool_statsock_send(fd, text, len);
+	free(text); /* open_memstream's buffer comes from malloc */
+	return rc;
+}
+
+/* "fs set FS PROPERTY VALUE" (args: what follows "fs set "): 0 or a negative errno, with -EINVAL
+ * for a request that does not parse. fs receives the file system's name. */
+static int pool_statsock_fs_set(struct pool_statsock *ss, const char *args,
+				char fs[POOL_DS_NAME_MAX + 2])
+{
+	char prop[16], value[24];
+	char extra;
+	if (sscanf(args, "%65s %15s %23s %c", fs, prop, value, &extra) != 3)
+		return -EINVAL;
+	if (strcmp(prop, "quota") == 0) {
+		char *end = NULL;
+		errno = 0;
+		unsigned long long bytes = strtoull(value, &end, 10);
+		if (errno != 0 || end == value || *end != '\0' || value[0] == '-')
+			return -EINVAL;
+		return pool_ds_set_quota(ss->ss_pool, fs, bytes);
+	}
+	if (strcmp(prop, "compression") == 0) {
+		enum pool_compress c;
+		if (strcmp(value, "off") == 0)
+			c = POOL_COMPRESS_OFF;
+		else if (strcmp(value, "lz4") == 0)
+			c = POOL_COMPRESS_LZ4;
+		else if (strcmp(value, "zstd") == 0)
+			c = POOL_COMPRESS_ZSTD;
+		else
+			return -EINVAL;
+		return pool_ds_set_compress(ss->ss_pool, fs, c);
+	}
+	return -EINVAL;
+}
+
 static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 {
-	char req[64];
+	char req[160];
 	pool_statsock_read_request(fd, req, sizeof(req));
 	const char *answer = NULL;
-	if (strcmp(req, "scrub") == 0) {
+	char line[128];
+	if (strcmp(req, "fs list") == 0)
+		return pool_statsock_print_answer(ss, fd, pool_ds_list_print);
+	if (strncmp(req, "fs set ", 7) == 0) {
+		char fs[POOL_DS_NAME_MAX + 2] = "";
+		int rc = pool_statsock_fs_set(ss, req + 7, fs);
+		if (rc == 0)
+			answer = "ok\n";
+		else if (rc == -EINVAL)
+			answer = "error: the request does not parse, or names no valid property\n";
+		else if (rc == -ENOENT)
+			snprintf(line, sizeof(line), "error: pool %s has no file system %s\n",
+				 pool_name(ss->ss_pool), fs);
+		else
+			snprintf(line, sizeof(line), "error: %s\n", sh_strerror(rc));
+		if (rc != 0 && rc != -EINVAL)
+			answer = line;
+		log_info("pool %s: %s: %s", pool_name(ss->ss_pool), req,
+			 rc == 0 ? "done" : sh_strerror(rc));
+	} else if (strcmp(req, "scrub") == 0) {
 		int rc = pool_scrub_start(ss->ss_pool, NULL);
 		answer = rc == 0              ? "scrub started\n"
 		         : rc == -EALREADY    ? "a scrub is already running\n"
@@ -119,7 +197,7 @@ static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 		answer = pool_scrub_cancel(ss->ss_pool) == 0 ? "scrub stopping\n"
 		                                             : "no scrub is running\n";
 	} else if (req[0] != '\0' && strcmp(req, "status") != 0) {
-		answer = "unknown request\n";
+		answer = "error: unknown request\n";
 	}
 	if (answer)
 		return pool_statsock_send(fd, answer, strlen(answer));
@@ -237,7 +315,7 @@ int pool_statsock_request(const char *dir, const char *name, const char *request
 	}
 	struct timeval tv = {.tv_sec = 10};
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	char line[64];
+	char line[160];
 	int n_line = snprintf(line, sizeof(line), "%s\n", request);
 	if (n_line < 0 || (size_t)n_line >= sizeof(line) ||
 	    send(fd, line, (size_t)n_line, MSG_NOSIGNAL) != n_line) {

@@ -6,7 +6,9 @@
 # resilvered), the first leaf lost and replaced, the pool served from the new leaf alone with
 # every file byte-exact. Then the online scrub: a mirror with one side overwritten with garbage,
 # scrubbed while served (`shale pool scrub --wait`), its files byte-exact, nothing left for an
-# offline check to repair; and a file system's quota refusing a file that would exceed it. Also
+# offline check to repair; and a file system's quota refusing a file that would exceed it, then
+# `shale fs list` and `shale fs set` on the served pool (the server makes the change: a quota
+# removed lets the file in, the values outlive the server, bad requests are refused). Also
 # that the server's threads are named and that the
 # ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs
 # $SHALE_BIN, nfs-cp and nfs-ls.
@@ -141,6 +143,43 @@ check "under the quota, a 5 KB file is written" \
 check "over it, the 3 MB file is refused (NFS3ERR_DQUOT)" \
 	bash -c '! nfs-cp big.bin "nfs://127.0.0.1/mir/q/big.bin'"$url_q"'" >out.txt 2>&1 &&
 		grep -q "Failed to write" out.txt'
+check "fs list on the served pool: mir/q with its quota, from the server" bash -c '
+	o=$("$SHALE_BIN" fs list mir -d var/pool) || exit 1
+	grep -q "^NAME .*QUOTA(bytes)$" <<<"$o" && grep -Eq "^mir/q +[0-9]+ +[0-9]+ +131072  lz4 +2097152$" <<<"$o" &&
+		grep -Eq "^mir/data .* none$" <<<"$o" || { echo "$o"; exit 1; }'
+check "fs set quota=none on the served pool" \
+	bash -c '"$SHALE_BIN" fs set quota=none mir/q -d var/pool | grep -q "^set quota=none on mir/q$"'
+check "without the quota, the 3 MB file is written" \
+	nfs-cp big.bin "nfs://127.0.0.1/mir/q/big2.bin$url_q"
+check "fs set quota=8M and compression=zstd on the served pool; fs list shows both" bash -c '
+	"$SHALE_BIN" fs set quota=8M mir/q -d var/pool >/dev/null &&
+	"$SHALE_BIN" fs set compression=zstd mir/q -d var/pool |
+		grep -q "^set compression=zstd on mir/q (blocks written from now on)$" &&
+	"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +131072  zstd +8388608$"'
+check "fs set on a file system the served pool lacks fails, naming it" bash -c '
+	! "$SHALE_BIN" fs set quota=1M mir/nope -d var/pool 2>err.txt && grep -q "pool mir has no file system nope" err.txt'
+check "the status socket refuses malformed fs requests and keeps serving" python3 -c '
+import socket, sys
+def ask(req):
+    s = socket.socket(socket.AF_UNIX); s.connect("var/pool/.mir.status"); s.sendall(req)
+    s.shutdown(socket.SHUT_WR); out = b""
+    while True:
+        b = s.recv(4096)
+        if not b: return out
+        out += b
+for req in [b"fs set\n", b"fs set q quota\n", b"fs set q quota -1\n", b"fs set q quota 12x\n",
+            b"fs set q quota 99999999999999999999999\n", b"fs set q recordsize 4096\n",
+            b"fs set q compression gzip\n", b"fs set q quota 1 extra\n", b"fs set ../q quota 1\n",
+            b"fs set q\x00 quota 1\n"]:
+    a = ask(req)
+    assert a.startswith(b"error: "), (req, a)
+try:  # longer than a request may be: refused, or the connection reset with the rest unread
+    a = ask(b"fs set " + b"a" * 300 + b" quota 1\n")
+    assert a.startswith(b"error: "), a
+except ConnectionResetError:
+    pass
+assert ask(b"fs list\n").startswith(b"NAME ")
+'
 check "pool scrub --wait on the served pool: copies repaired, 0 problems" \
 	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool --wait) || { echo "$o"; exit 1; }
 		grep -Eq "^  scan: last scrub .* [1-9][0-9]* copies repaired, .* 0 problems$" <<<"$o" || { echo "$o"; exit 1; }'
@@ -160,6 +199,8 @@ kill "$pid" && wait "$pid"
 check "offline, the check finds nothing left to repair" \
 	bash -c 'o=$("$SHALE_BIN" pool check mir -d var/pool 2>&1); grep -q "pool mir: 0 problems" <<<"$o" &&
 		grep -q "repaired 0 copies" <<<"$o" || { echo "$o"; exit 1; }'
+check "offline, fs list shows the quota and compression set while served" \
+	bash -c '"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +131072  zstd +8388608$"'
 check "pool scrub of a pool nobody serves is the offline check" \
 	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool 2>&1); grep -q "is not served: checking it" <<<"$o" &&
 		grep -q "pool mir: 0 problems" <<<"$o"'
