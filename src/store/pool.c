@@ -866,6 +866,20 @@ void pool_stale_clear_locked(struct pool *p)
 	pool_each_mirror(p, pool_stale_clear_top, NULL);
 }
 
+static void pool_stale_find_top(const struct pool_top *t, void *arg)
+{
+	bool *found = arg;
+	for (unsigned c = 0; c < blk_vdev_children(t->pt_vdev); c++)
+		*found = *found || blk_vdev_child_stale(t->pt_vdev, c);
+}
+
+bool pool_has_stale_locked(struct pool *p)
+{
+	bool found = false;
+	pool_each_mirror(p, pool_stale_find_top, &found);
+	return found;
+}
+
 /* Decodes and checks the payload against the region the configuration implies. */
 static int pool_ub_payload_decode(struct pool *p, const uint8_t in[BLK_UB_PAYLOAD_BYTES],
                                   struct ilog_position *pos, uint64_t *next_ds_id)

@@ -27,7 +27,21 @@
  * Between slices the trees change; entries added before the resume key are new blocks, written
  * whole, and the next scrub reads them. A dataset being destroyed is left (its tree is being
  * freed). The scrub checks no tree structure and no allocator (that needs the whole pool at one
- * instant), and clears no stale mark: pool_check does both.
+ * instant): pool_check does.
+ *
+ * The online resilver. A scrub that ends with no problem, having left no dataset out, clears
+ * the stale marks (as a check does), so a served pool's leaf that came back from missing writes
+ * becomes current without stopping the service. Why every block it then holds is good: marks
+ * are set only at import, so each stale child was stale, and written like any other (blk_vdev.c),
+ * since before the scrub began. A block live at the end was either written after that, hence to
+ * the stale child too, or live throughout, hence named by the same entry of the same tree from
+ * before the scrub to its end (a block pointer never moves to another key: trees change by
+ * copying nodes, which are new blocks, and entries keep their keys), and that entry was under or
+ * after the resume key when the scrub's slice reached it, so the block was read on every child
+ * and rewritten where bad; the rewrites on stale children are flushed before the marks go. The
+ * metadata tree and the allocator's blocks are verified in the first slice, under the same
+ * rule. The intent log's blocks are not walked: those written before the import are no longer
+ * needed once a txg has been written since, and later ones went to every child.
  *
  * What pool_check counts as a problem: a tree that fails btree_check; a block with no good copy
  * (or a bad copy that cannot be rewritten); an entry an owner cannot parse or that names an
@@ -64,6 +78,7 @@ struct pool_walk {
 	unsigned w_nunflushed;
 	uint64_t w_blocks;
 	uint64_t w_slice_bytes; /* scrub: copies queued or read in this slice */
+	bool w_partial;         /* scrub: a dataset's tree was left (being destroyed, no owner) */
 	/* blocks queued for verification (pool_walk_verify) */
 	struct blk_ptr w_batch[POOL_WALK_BATCH_BLOCKS];
 	unsigned w_nbatch;
@@ -822,6 +837,7 @@ static int pool_scrub_ds(struct pool *p, struct pool_walk *w, struct pool_ds *ds
 		pool_scrub_lock(p);
 		if (ds->ds_destroying || !ds->ds_ops || !ds->ds_ops->do_visit_blocks) {
 			pool_unlock(p); /* being destroyed, or no owner to name its data blocks */
+			w->w_partial = true;
 			return 0;
 		}
 		p->p_walk = w;
@@ -865,10 +881,22 @@ int64_t pool_scrub(struct pool *p, const struct pool_scrub_opts *opts, pool_repo
 		rc = pool_scrub_ds(p, w, held[i], &o);
 	pool_lock(p);
 	pool_walk_flush(p, w); /* copies rewritten on stale children */
+	/* The online resilver: every stale child is as good as a current one now (see the
+	 * header), so the marks go, and the next txg records it. */
+	bool resilvered =
+	    rc == 0 && w->w_problems == 0 && !w->w_partial && pool_has_stale_locked(p);
+	if (resilvered)
+		pool_stale_clear_locked(p);
 	pool_walk_rele_all_locked(held, nheld);
 	pool_unlock(p);
 	pool_scrub_progress(p, w);
 	if (rc == 0) {
+		if (w->w_resilvered > 0 || resilvered)
+			pool_walk_say(w,
+			              "resilvered: %" PRIu64 " copies (%" PRIu64
+			              " bytes) rewritten on stale leaves%s",
+			              w->w_resilvered, w->w_resilvered_bytes,
+			              resilvered ? "; they are current now" : "");
 		pool_walk_say(w,
 		              "scrubbed %" PRIu64 " blocks, repaired %" PRIu64 " copies, %" PRId64
 		              " problems",
@@ -1186,8 +1214,9 @@ int pool_status_print(struct pool *p, FILE *out)
 		fprintf(out, "status: One or more devices are missing, faulted or stale. The pool "
 		             "continues without redundancy there. A faulted device's copies may be "
 		             "stale: export the pool, mend the device and import it (it is then "
-		             "STALE, read last); `shale pool check` rewrites a stale device's "
-		             "copies and makes it ONLINE. `shale pool replace` puts a new device in "
+		             "STALE, read last); `shale pool scrub` (while served) or `shale pool "
+		             "check` rewrites a stale device's copies and makes it ONLINE. `shale "
+		             "pool replace` puts a new device in "
 		             "the place of a missing or failing one.\n");
 	else if (st->ps_state == POOL_STATE_SUSPENDED)
 		fprintf(out, "status: A transaction group could not be written. Changes are "

@@ -516,6 +516,8 @@ unsigned pool_ub_stale_decode(const uint8_t in[BLK_UB_PAYLOAD_BYTES],
 /* After a check that found no problem: every present child is current again (blk_vdev_set_stale
  * false); the next txg records it. Under p_lock. */
 void pool_stale_clear_locked(struct pool *p);
+/* Under p_lock: whether some mirror child is marked stale. */
+bool pool_has_stale_locked(struct pool *p);
 /* The uberblock payload of the open state (table in pool.c); returns the digest of the list of
  * leaves that missed writes it holds (pool_stale_leaves). */
 uint64_t pool_ub_payload_encode(const struct pool *p, const struct ilog_position *pos,

@@ -6,7 +6,9 @@
 # resilvered), the first leaf lost and replaced, the pool served from the new leaf alone with
 # every file byte-exact. Then the online scrub: a mirror with one side overwritten with garbage,
 # scrubbed while served (`shale pool scrub --wait`), its files byte-exact, nothing left for an
-# offline check to repair; and a file system's quota refusing a file that would exceed it, then
+# offline check to repair; a side missing while files are written, back as STALE, resilvered by
+# a scrub while served and then holding every file alone; and a file system's quota refusing a
+# file that would exceed it, then
 # `shale fs list` and `shale fs set` on the served pool (the server makes the change: a quota
 # removed lets the file in, the values outlive the server, bad requests are refused). Also
 # that the server's threads are named and that the
@@ -204,4 +206,37 @@ check "offline, fs list shows the quota and compression set while served" \
 check "pool scrub of a pool nobody serves is the offline check" \
 	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool 2>&1); grep -q "is not served: checking it" <<<"$o" &&
 		grep -q "pool mir: 0 problems" <<<"$o"'
+# The online resilver: a mirror side missing while files are written, back as STALE, made
+# current by a scrub while served; then it alone holds every file.
+mv var/pool/mir1.img away.img
+check "served without mir1.img, files written to mir0.img alone" bash -c '
+	'"$(declare -f start murl)"'
+	SHALE_BIN='"$SHALE_BIN"' start || exit 1
+	for i in $(seq 1 10); do nfs-cp small.bin "$(murl "late$i.bin")" >/dev/null || break; done
+	rc=$?; kill "$pid"; wait "$pid"; exit $rc'
+mv away.img var/pool/mir1.img
+check "mir1.img back: STALE while served" bash -c '
+	'"$(declare -f start)"'
+	SHALE_BIN='"$SHALE_BIN"' start || exit 1
+	o=$("$SHALE_BIN" pool status mir -d var/pool); kill "$pid"; wait "$pid"
+	grep -Eq "mir1.img +STALE" <<<"$o" || { echo "$o"; exit 1; }'
+check "serve starts again" start
+check "pool scrub --wait resilvers it while served: copies rewritten on it, 0 problems" \
+	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool --wait) || { echo "$o"; exit 1; }
+		grep -Eq "^  scan: last scrub .* [1-9][0-9]* resilvered \(.*\), 0 problems$" <<<"$o" || { echo "$o"; exit 1; }'
+check "then pool status shows it ONLINE, the pool too" bash -c '
+	o=$("$SHALE_BIN" pool status mir -d var/pool); grep -q "state: ONLINE" <<<"$o" && ! grep -q STALE <<<"$o" &&
+		grep -Eq "mir1.img +ONLINE" <<<"$o" || { echo "$o"; exit 1; }'
+kill "$pid" && wait "$pid"
+mv var/pool/mir0.img away.img
+check "mir1.img alone: the check finds every block good on it" \
+	bash -c 'o=$("$SHALE_BIN" pool check mir -d var/pool 2>&1); grep -q "pool mir: 0 problems" <<<"$o" || { echo "$o"; exit 1; }'
+check "and serves every file byte-exact" bash -c '
+	'"$(declare -f start murl)"'
+	SHALE_BIN='"$SHALE_BIN"' start || exit 1
+	for f in $(seq -f "f%g.bin" 1 20) $(seq -f "late%g.bin" 1 10); do rm -f got.bin
+		nfs-cp "$(murl "$f")" got.bin >/dev/null && cmp small.bin got.bin || { kill "$pid"; exit 1; }; done
+	rm -f got.bin; nfs-cp "$(murl big.bin)" got.bin >/dev/null && cmp big.bin got.bin
+	rc=$?; kill "$pid"; wait "$pid"; exit $rc'
+mv away.img var/pool/mir0.img
 tap_finish serve_pool

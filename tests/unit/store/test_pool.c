@@ -780,12 +780,16 @@ struct scrub_run {
 	struct pool *sr_pool;
 	int64_t sr_result;
 	unsigned long long sr_blocks; /* from its last line */
+	unsigned long long sr_resilvered; /* from its "resilvered:" line */
+	bool sr_current;                  /* that line said the stale leaves are current now */
 };
 
 static void scrub_report(void *arg, const char *line)
 {
 	struct scrub_run *sr = arg;
-	if (sscanf(line, "scrubbed %llu blocks", &sr->sr_blocks) != 1)
+	if (sscanf(line, "resilvered: %llu copies", &sr->sr_resilvered) == 1)
+		sr->sr_current = strstr(line, "; they are current now") != NULL;
+	else if (sscanf(line, "scrubbed %llu blocks", &sr->sr_blocks) != 1)
 		report_count_repairs(NULL, line);
 }
 
@@ -884,28 +888,27 @@ out:
  * pool's record, and read after their partners), replays the log from the good log child, and a
  * check rewrites every stale copy and makes them ONLINE for good, so that the once faulted leaves
  * alone then hold the whole pool. */
-static void test_mirror_write_around(void)
+/* The first part of test_mirror_write_around: a mirror pool with a mirrored log whose second
+ * children fail (faulted, written around) under a workload, then a crash (the pool is closed
+ * without an export) and the failed children mended. Returns whether the pool was created. */
+static bool write_around_crash(struct blk_dev *d[2], struct blk_dev *l[2],
+			       const struct pool_open_opts *o, struct model *m)
 {
-	struct blk_dev *d[2] = {mem_dev(48 * MIB), mem_dev(48 * MIB)};
-	struct blk_dev *l[2] = {mem_dev(8 * MIB), mem_dev(8 * MIB)};
-	struct pool_open_opts o = opts_kv();
 	struct pool_create_args a = {
-	    .pc_name = "wa", .pc_layout = POOL_LAYOUT_MIRROR, .pc_opts = &o};
+	    .pc_name = "wa", .pc_layout = POOL_LAYOUT_MIRROR, .pc_opts = o};
 	struct pool *p;
-	struct model m;
-	model_init(&m, 300);
 	CHECK(pool_create_on_devs(&a, d, 2, l, 2, &p) == 0);
 	if (!p)
-		goto out;
+		return false;
 	CHECK(pool_ds_create(p, "kv", NULL) == 0);
 	struct kv *kv = NULL;
 	CHECK(kv_open(p, "kv", &kv) == 0);
-	CHECK(workload(kv, &m, 600, 200, true, 51) == 0);
+	CHECK(workload(kv, m, 600, 200, true, 51) == 0);
 	CHECK(pool_txg_wait_synced(p, 0) == 0);
 	blk_dev_inject_errors(d[1], -1, 1 << 30);
 	blk_dev_set_pulled(l[1], true);
 	/* synced and logged changes go on */
-	CHECK(workload(kv, &m, 900, 150, true, 52) == 0);
+	CHECK(workload(kv, m, 900, 150, true, 52) == 0);
 	CHECK(pool_txg_wait_synced(p, 0) == 0);
 	CHECK(!pool_is_suspended(p));
 	struct pool_status *st = mem_alloc(sizeof(*st));
@@ -923,12 +926,55 @@ static void test_mirror_write_around(void)
 	CHECK(strstr(out, "state: DEGRADED") != NULL && strstr(out, "FAULTED") != NULL);
 	CHECK(check_pool(p) == 0); /* the faulted child is not counted against the pool */
 	/* a tail that lives in the log only, then a crash */
-	CHECK(workload(kv, &m, 300, 0, true, 53) == 0);
+	CHECK(workload(kv, m, 300, 0, true, 53) == 0);
 	kv_close(kv);
 	pool_close(p);
 	/* the stale children come back */
 	blk_dev_inject_errors(d[1], -1, -1);
 	blk_dev_set_pulled(l[1], false);
+	return true;
+}
+
+static void release_write_around(struct blk_dev *d[2], struct blk_dev *l[2], struct model *m)
+{
+	model_fini(m);
+	for (int i = 0; i < 2; i++) {
+		blk_dev_close(d[i]);
+		blk_dev_close(l[i]);
+	}
+}
+
+/* The end of the write-around tests: the once faulted leaves d[1] and l[1] alone import and hold
+ * everything; then the devices and the model are released. */
+static void alone_hold_all_and_close(struct blk_dev *d[2], struct blk_dev *l[2],
+				     const struct pool_open_opts *o, struct model *m)
+{
+	struct pool *p = NULL;
+	struct kv *kv = NULL;
+	CHECK(pool_import_devs((struct blk_dev *[]){d[1], l[1]}, 2, o, &p) == 0);
+	if (p) {
+		CHECK(kv_open(p, "kv", &kv) == 0);
+		CHECK(verify_model(kv, m, NULL) == 0);
+		kv_close(kv);
+		CHECK(check_pool(p) == 0);
+		CHECK(pool_export(p) == 0);
+	}
+	release_write_around(d, l, m);
+}
+
+static void test_mirror_write_around(void)
+{
+	struct blk_dev *d[2] = {mem_dev(48 * MIB), mem_dev(48 * MIB)};
+	struct blk_dev *l[2] = {mem_dev(8 * MIB), mem_dev(8 * MIB)};
+	struct pool_open_opts o = opts_kv();
+	struct pool *p = NULL;
+	struct kv *kv = NULL;
+	struct model m;
+	model_init(&m, 300);
+	char out[4096];
+	FILE *f;
+	if (!write_around_crash(d, l, &o, &m))
+		goto out;
 	CHECK(pool_import_devs((struct blk_dev *[]){d[0], d[1], l[0], l[1]}, 4, &o, &p) == 0);
 	if (!p)
 		goto out;
@@ -960,21 +1006,57 @@ static void test_mirror_write_around(void)
 		goto out;
 	CHECK(child_state(p, 0, 1, &ps) == 'O' && ps == POOL_STATE_ONLINE);
 	CHECK(pool_export(p) == 0);
-	/* resilvered: the once faulted leaves alone hold everything */
-	CHECK(pool_import_devs((struct blk_dev *[]){d[1], l[1]}, 2, &o, &p) == 0);
+	/* resilvered */
+	alone_hold_all_and_close(d, l, &o, &m);
+	return;
+out:
+	release_write_around(d, l, &m);
+}
+
+/* The online resilver: the same stale children, but made current by a scrub that runs in slices
+ * while a workload changes the pool, instead of by an offline check. Afterwards the once faulted
+ * leaves alone hold everything, as after the check. */
+static void test_scrub_resilver(void)
+{
+	struct blk_dev *d[2] = {mem_dev(48 * MIB), mem_dev(48 * MIB)};
+	struct blk_dev *l[2] = {mem_dev(8 * MIB), mem_dev(8 * MIB)};
+	struct pool_open_opts o = opts_kv();
+	struct pool *p = NULL;
+	struct kv *kv = NULL;
+	struct model m;
+	model_init(&m, 3000);
+	if (!write_around_crash(d, l, &o, &m))
+		goto out;
+	CHECK(pool_import_devs((struct blk_dev *[]){d[0], d[1], l[0], l[1]}, 4, &o, &p) == 0);
 	if (!p)
 		goto out;
+	enum pool_state ps;
+	CHECK(child_state(p, 0, 1, &ps) == 'S' && ps == POOL_STATE_DEGRADED);
+	CHECK(child_state(p, UINT32_MAX, 1, NULL) == 'S');
 	CHECK(kv_open(p, "kv", &kv) == 0);
+	g_repaired_lines = 0;
+	struct scrub_run sr = {.sr_pool = p, .sr_result = -1};
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, scrub_thread, &sr) == 0);
+	CHECK(workload(kv, &m, 2000, 200, true, 54) == 0);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECKF(sr.sr_result == 0, "scrub: %" PRId64, sr.sr_result);
+	CHECKF(sr.sr_blocks > 200, "the scrub saw %llu blocks", sr.sr_blocks);
+	CHECK(child_state(p, 0, 1, &ps) == 'O' && ps == POOL_STATE_ONLINE);
+	CHECK(child_state(p, UINT32_MAX, 1, NULL) == 'O');
+	CHECKF(sr.sr_resilvered > 0 && sr.sr_current, "resilvered %llu, current %d",
+	       sr.sr_resilvered, sr.sr_current);
 	CHECK(verify_model(kv, &m, NULL) == 0);
 	kv_close(kv);
-	CHECK(check_pool(p) == 0);
+	/* a check finds nothing left to resilver or repair */
+	g_repaired_lines = 0;
+	CHECK(pool_check(p, report_count_repairs, NULL) == 0);
+	CHECKF(g_repaired_lines == 0, "the check after the scrub repaired %u", g_repaired_lines);
 	CHECK(pool_export(p) == 0);
+	alone_hold_all_and_close(d, l, &o, &m);
+	return;
 out:
-	model_fini(&m);
-	for (int i = 0; i < 2; i++) {
-		blk_dev_close(d[i]);
-		blk_dev_close(l[i]);
-	}
+	release_write_around(d, l, &m);
 }
 
 /* The guid of child c of top-level vdev t, as a decimal leaf name. */
@@ -2188,6 +2270,7 @@ int main(void)
 	TAP_RUN(test_ds_destroy_steps);
 	TAP_RUN(test_mirror_repair);
 	TAP_RUN(test_scrub_online);
+	TAP_RUN(test_scrub_resilver);
 	TAP_RUN(test_mirror_write_around);
 	TAP_RUN(test_vdev_attach_detach);
 	TAP_RUN(test_vdev_lost_log);
