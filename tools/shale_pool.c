@@ -888,6 +888,12 @@ int shale_fs_main(int argc, char **argv)
 		rc = pool_ds_set_quota(p, ds, quota_bytes);
 		if (rc == 0)
 			printf("set %s on %s/%s\n", argv[optind - 1], pool_name_buf, ds);
+		if (rc == -ENOSPC) {
+			fprintf(stderr, "%s: the quota is less than what %s/%s holds now\n", cmd,
+				pool_name_buf, ds);
+			status = 1;
+			rc = 0;
+		}
 	} else if (set) {
 		rc = pool_ds_set_compress(p, ds, set_compress);
 		if (rc == 0)

@@ -296,7 +296,8 @@ struct pool_ds_info {
 /* Limits what dataset `name` may hold (zfs set quota; 0 removes the limit): its allocated bytes
  * plus the data it has dirty. A change that would take it over the limit fails with -EDQUOT
  * (removes and truncations still work), and FSSTAT reports the limit as the file system's size.
- * Durable when it returns. Returns 0, -ENOENT, -EIO. */
+ * Durable when it returns. Returns 0, -ENOSPC (bytes is less than what it holds now, which zfs
+ * refuses too), -ENOENT, -EIO. */
 SH_MUST_CHECK int pool_ds_set_quota(struct pool *p, const char *name, uint64_t bytes);
 /* Under the pool lock: whether bytes more fit under ds's quota (true without one). */
 bool pool_ds_quota_would_fit(const struct pool_ds *ds, uint64_t bytes);

@@ -277,21 +277,6 @@ int pool_ds_set_compress(struct pool *p, const char *name, enum pool_compress c)
 	return rc;
 }
 
-int pool_ds_set_quota(struct pool *p, const char *name, uint64_t bytes)
-{
-	struct pool_ds *ds = NULL;
-	int rc = pool_ds_open(p, name, &ds);
-	if (rc == 0) {
-		pool_lock(p);
-		ds->ds_quota_bytes = bytes;
-		ds->ds_record_dirty = true; /* the next txg writes the record */
-		pool_ds_rele_locked(ds);
-		pool_unlock(p);
-		rc = pool_txg_wait_synced(p, 0);
-	}
-	return rc;
-}
-
 /* What counts against a dataset's quota: its allocated bytes as of the last txg plus its owner's
  * dirty data, which the next txg writes. Under p_lock. */
 static uint64_t pool_ds_charged_locked(const struct pool_ds *ds)
@@ -301,6 +286,28 @@ static uint64_t pool_ds_charged_locked(const struct pool_ds *ds)
 		used += ds->ds_ops->do_dirty_bytes(ds->ds_owner);
 	return used;
 }
+
+int pool_ds_set_quota(struct pool *p, const char *name, uint64_t bytes)
+{
+	struct pool_ds *ds = NULL;
+	int rc = pool_ds_open(p, name, &ds);
+	if (rc == 0) {
+		pool_lock(p);
+		/* As zfs set quota: not below what the dataset holds now. */
+		if (bytes != 0 && bytes < pool_ds_charged_locked(ds)) {
+			rc = -ENOSPC;
+		} else {
+			ds->ds_quota_bytes = bytes;
+			ds->ds_record_dirty = true; /* the next txg writes the record */
+		}
+		pool_ds_rele_locked(ds);
+		pool_unlock(p);
+		if (rc == 0)
+			rc = pool_txg_wait_synced(p, 0);
+	}
+	return rc;
+}
+
 
 bool pool_ds_quota_would_fit(const struct pool_ds *ds, uint64_t bytes)
 {

@@ -158,6 +158,10 @@ check "fs set quota=8M and compression=zstd on the served pool; fs list shows bo
 	"$SHALE_BIN" fs set compression=zstd mir/q -d var/pool |
 		grep -q "^set compression=zstd on mir/q (blocks written from now on)$" &&
 	"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +131072  zstd +8388608$"'
+check "fs set of a quota below what the file system holds is refused" bash -c '
+	! "$SHALE_BIN" fs set quota=1M mir/q -d var/pool 2>err.txt &&
+		grep -q "the quota is less than what mir/q holds now" err.txt &&
+		"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q .* 8388608$"'
 check "fs set on a file system the served pool lacks fails, naming it" bash -c '
 	! "$SHALE_BIN" fs set quota=1M mir/nope -d var/pool 2>err.txt && grep -q "pool mir has no file system nope" err.txt'
 check "the status socket refuses malformed fs requests and keeps serving" python3 -c '

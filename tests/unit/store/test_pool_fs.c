@@ -752,7 +752,8 @@ static int quota_of(void *arg, const struct pool_ds_info *info)
 
 /* A quota (zfs set quota): FSSTAT's free space is what is left under it; writes stop with EDQUOT
  * near it while the pool has room; a remove still works, and its space comes back under the
- * quota after a txg; the quota is durable; without it, the same writes go through. */
+ * quota after a txg; the quota is durable; without it, the same writes go through; a quota below
+ * what the file system holds is refused. */
 static void test_quota(void)
 {
 	struct blk_dev *d = mem_dev(96 * MIB);
@@ -819,6 +820,11 @@ static void test_quota(void)
 		rc = op_write(fs, &f, (uint64_t)k * sizeof(data), data, sizeof(data), FS_UNSTABLE,
 		              NULL);
 	CHECKF(rc == 0, "8 MiB more without the quota: %s", sh_strerror(rc));
+	/* as zfs: no quota below what the file system holds; one above it is taken */
+	CHECK(pool_ds_set_quota(p, "fs", MIB) == -ENOSPC);
+	CHECK(pool_ds_list(p, quota_of, &q) == 0 && q == 0);
+	CHECK(pool_ds_set_quota(p, "fs", 64 * MIB) == 0);
+	CHECK(pool_ds_list(p, quota_of, &q) == 0 && q == 64 * MIB);
 	CHECK(pool_ds_set_quota(p, "nosuch", MIB) == -ENOENT);
 	fs_destroy(fs);
 	CHECK(pool_check(p, report_print, NULL) == 0);
