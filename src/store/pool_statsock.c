@@ -183,8 +183,9 @@ static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 			snprintf(line, sizeof(line), "error: pool %s has no file system %s\n",
 				 pool_name(ss->ss_pool), fs);
 		else if (rc == -ENOSPC)
-			snprintf(line, sizeof(line), "error: the quota is less than what %s/%s holds "
-				 "now\n", pool_name(ss->ss_pool), fs);
+			snprintf(line, sizeof(line),
+				 "error: the quota is less than what %s/%s holds now\n",
+				 pool_name(ss->ss_pool), fs);
 		else
 			snprintf(line, sizeof(line), "error: %s\n", sh_strerror(rc));
 		if (rc != 0 && rc != -EINVAL)
