@@ -17,7 +17,7 @@
  * and exports it again, so that every command leaves the pool clean and fully synced. A leaf is
  * locked while open (blk.h), so a command refuses, with "in use", a pool that `shale serve` or
  * another command has open. The exceptions ask the holder through the pool's status socket
- * (pool_statsock.c): `pool status`, `pool scrub`, `fs list` and `fs set`.
+ * (pool_statsock.c): `pool status`, `pool scrub` and every `shale fs` verb.
  *
  * VDEV is a file or a block device. With --size, files that do not exist are created at that size
  * (suffixes K, M, G, T); existing ones are used as they are. */
@@ -848,10 +848,28 @@ int shale_fs_main(int argc, char **argv)
 	}
 	char cmd[64];
 	snprintf(cmd, sizeof(cmd), "shale fs %s", verb);
-	if (list || set) {
+	{
 		/* A served pool is changed and listed by its server. */
-		char request[160] = "fs list", done_line[160] = "";
-		if (set && ds) {
+		static const char *const compress_names[] = {"default", "off", "lz4", "zstd"};
+		char request[200] = "fs list", done_line[200] = "";
+		if (create && ds) {
+			snprintf(request, sizeof(request), "fs create %s %" PRIu32 " %s", ds,
+				 props.dp_record_bytes,
+				 compress_names[(unsigned)props.dp_compress %
+						SH_ARRAY_SIZE(compress_names)]);
+			snprintf(done_line, sizeof(done_line), "created %s/%s\n", pool_name_buf,
+				 ds);
+		} else if (destroy && ds) {
+			snprintf(request, sizeof(request), "fs destroy %s", ds);
+			snprintf(done_line, sizeof(done_line),
+				 "destroyed %s/%s (its blocks are freed in the background: see "
+				 "shale pool status)\n",
+				 pool_name_buf, ds);
+		} else if (rename && ds) {
+			snprintf(request, sizeof(request), "fs rename %s %s", ds, new_ds);
+			snprintf(done_line, sizeof(done_line), "renamed %s/%s to %s/%s\n",
+				 pool_name_buf, ds, pool_name_buf, new_ds);
+		} else if (set && ds) {
 			const char *value = strchr(argv[optind - 1], '=') + 1;
 			if (set_quota)
 				snprintf(request, sizeof(request), "fs set %s quota %" PRIu64, ds,

@@ -7,13 +7,15 @@
  * <dir>/.<pool>.status (mode 0600). A client sends one request line and shuts its writing side
  * down: "status" (or nothing) gets pool_status_print's text, "scrub" starts the online scrub
  * (pool_scrub_start) and "scrub stop" cancels it, each answered with one line; "fs list" gets
- * pool_ds_list_print's table, and "fs set FS quota BYTES" or "fs set FS compression off|lz4|zstd"
- * changes a file system's property (as `shale fs set` does on a pool nobody serves: the change
- * is durable before the answer, and the file system's next request sees it), answered "ok" or
- * "error: TEXT"; anything else gets "error: unknown request". Then the connection is closed. A
- * request not complete within 2 s counts as "status". The socket path is derived from the leaf
- * directory and the pool name, so the command finds it from the same -d DIR it uses to find the
- * leaves. A set runs on this thread and waits for its txg: other clients wait meanwhile.
+ * pool_ds_list_print's table; "fs set", "fs create", "fs destroy" and "fs rename" (forms at
+ * pool_statsock_fs_change) change the pool's file systems as `shale fs` does on a pool nobody
+ * serves (durable before the answer; a property set is seen by the file system's next request;
+ * a file system the server has open, being exported, is neither destroyed nor renamed), each
+ * answered "ok" or "error: TEXT"; anything else gets "error: unknown request". Then the
+ * connection is closed. A request not complete within 2 s counts as "status". The socket path is
+ * derived from the leaf directory and the pool name, so the command finds it from the same -d DIR
+ * it uses to find the leaves. A change runs on this thread and waits for its txg: other clients
+ * wait meanwhile.
  *
  * One thread per served pool, blocked in accept(2); pool_status_print takes the pool's locks only
  * to copy the figures, and the text is formatted in memory and then sent (MSG_NOSIGNAL: a reader
@@ -132,64 +134,110 @@ static int pool_statsock_print_answer(struct pool_statsock *ss, int fd,
 	return rc;
 }
 
-/* "fs set FS PROPERTY VALUE" (args: what follows "fs set "): 0 or a negative errno, with -EINVAL
- * for a request that does not parse. fs receives the file system's name. */
-static int pool_statsock_fs_set(struct pool_statsock *ss, const char *args,
-				char fs[POOL_DS_NAME_MAX + 2])
+/* The compression a request names ("default" too, for create), or -1. */
+static int pool_statsock_compress(const char *value, bool allow_default)
 {
-	char prop[16], value[24];
-	char extra;
-	if (sscanf(args, "%65s %15s %23s %c", fs, prop, value, &extra) != 3)
+	if (allow_default && strcmp(value, "default") == 0)
+		return POOL_COMPRESS_DEFAULT;
+	if (strcmp(value, "off") == 0)
+		return POOL_COMPRESS_OFF;
+	if (strcmp(value, "lz4") == 0)
+		return POOL_COMPRESS_LZ4;
+	if (strcmp(value, "zstd") == 0)
+		return POOL_COMPRESS_ZSTD;
+	return -1;
+}
+
+/* A decimal count from a request, or -EINVAL. */
+static int pool_statsock_u64(const char *text, uint64_t *out)
+{
+	char *end = NULL;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 10);
+	if (errno != 0 || end == text || *end != '\0' || text[0] == '-')
 		return -EINVAL;
-	if (strcmp(prop, "quota") == 0) {
-		char *end = NULL;
-		errno = 0;
-		unsigned long long bytes = strtoull(value, &end, 10);
-		if (errno != 0 || end == value || *end != '\0' || value[0] == '-')
-			return -EINVAL;
-		return pool_ds_set_quota(ss->ss_pool, fs, bytes);
+	*out = v;
+	return 0;
+}
+
+/* One "fs ..." change (req: what follows "fs "): "set FS quota BYTES", "set FS compression
+ * off|lz4|zstd", "create FS RECORD_BYTES default|off|lz4|zstd" (0: the pool's record size),
+ * "destroy FS" (the name goes at once, the blocks are freed in the background) or "rename FS
+ * NEW". Returns 0 or a negative errno, -EINVAL for a request that does not parse. fs receives
+ * the file system's name. */
+static int pool_statsock_fs_change(struct pool_statsock *ss, const char *req,
+				   char fs[POOL_DS_NAME_MAX + 2])
+{
+	char verb[8], a[POOL_DS_NAME_MAX + 2], b[24], extra;
+	a[0] = b[0] = '\0';
+	int n = sscanf(req, "%7s %65s %65s %23s %c", verb, fs, a, b, &extra);
+	struct pool *p = ss->ss_pool;
+	if (n == 4 && strcmp(verb, "set") == 0 && strcmp(a, "quota") == 0) {
+		uint64_t bytes;
+		int rc = pool_statsock_u64(b, &bytes);
+		return rc != 0 ? rc : pool_ds_set_quota(p, fs, bytes);
 	}
-	if (strcmp(prop, "compression") == 0) {
-		enum pool_compress c;
-		if (strcmp(value, "off") == 0)
-			c = POOL_COMPRESS_OFF;
-		else if (strcmp(value, "lz4") == 0)
-			c = POOL_COMPRESS_LZ4;
-		else if (strcmp(value, "zstd") == 0)
-			c = POOL_COMPRESS_ZSTD;
-		else
-			return -EINVAL;
-		return pool_ds_set_compress(ss->ss_pool, fs, c);
+	if (n == 4 && strcmp(verb, "set") == 0 && strcmp(a, "compression") == 0) {
+		int c = pool_statsock_compress(b, false);
+		return c < 0 ? -EINVAL : pool_ds_set_compress(p, fs, (enum pool_compress)c);
 	}
+	if (n == 4 && strcmp(verb, "create") == 0) {
+		uint64_t record;
+		int c = pool_statsock_compress(b, true);
+		if (pool_statsock_u64(a, &record) != 0 || record > UINT32_MAX || c < 0)
+			return -EINVAL;
+		struct pool_ds_props props = {.dp_record_bytes = (uint32_t)record,
+					      .dp_compress = (enum pool_compress)c};
+		return pool_ds_create(p, fs, &props);
+	}
+	if (n == 2 && strcmp(verb, "destroy") == 0)
+		return pool_ds_destroy_start(p, fs, false);
+	if (n == 3 && strcmp(verb, "rename") == 0)
+		return pool_ds_rename(p, fs, a);
 	return -EINVAL;
+}
+
+/* The answer to an "fs ..." change: "ok", or "error: TEXT" (into line). */
+static const char *pool_statsock_fs_answer(struct pool_statsock *ss, const char *fs, int rc,
+					   char *line, size_t cap)
+{
+	const char *pool = pool_name(ss->ss_pool);
+	switch (rc) {
+	case 0: return "ok\n";
+	case -EINVAL:
+		return "error: the request does not parse, or names no valid file system or "
+		       "property\n";
+	case -ENOENT:
+		snprintf(line, cap, "error: pool %s has no file system %s\n", pool, fs);
+		break;
+	case -EEXIST: snprintf(line, cap, "error: %s/%s exists\n", pool, fs); break;
+	case -ENOSPC:
+		snprintf(line, cap, "error: the quota is less than what %s/%s holds now\n", pool,
+			 fs);
+		break;
+	case -EBUSY:
+		snprintf(line, cap,
+			 "error: %s/%s is in use (exported, or being destroyed): take it out of "
+			 "the exports and restart the server first\n",
+			 pool, fs);
+		break;
+	default: snprintf(line, cap, "error: %s\n", sh_strerror(rc)); break;
+	}
+	return line;
 }
 
 static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 {
-	char req[160];
+	char req[200];
 	pool_statsock_read_request(fd, req, sizeof(req));
 	const char *answer = NULL;
-	char line[128];
+	char line[256];
 	if (strcmp(req, "fs list") == 0)
 		return pool_statsock_print_answer(ss, fd, pool_ds_list_print);
-	if (strncmp(req, "fs set ", 7) == 0) {
+	if (strncmp(req, "fs ", 3) == 0) {
 		char fs[POOL_DS_NAME_MAX + 2] = "";
-		int rc = pool_statsock_fs_set(ss, req + 7, fs);
-		if (rc == 0)
-			answer = "ok\n";
-		else if (rc == -EINVAL)
-			answer = "error: the request does not parse, or names no valid property\n";
-		else if (rc == -ENOENT)
-			snprintf(line, sizeof(line), "error: pool %s has no file system %s\n",
-				 pool_name(ss->ss_pool), fs);
-		else if (rc == -ENOSPC)
-			snprintf(line, sizeof(line),
-				 "error: the quota is less than what %s/%s holds now\n",
-				 pool_name(ss->ss_pool), fs);
-		else
-			snprintf(line, sizeof(line), "error: %s\n", sh_strerror(rc));
-		if (rc != 0 && rc != -EINVAL)
-			answer = line;
+		int rc = pool_statsock_fs_change(ss, req + 3, fs);
+		answer = pool_statsock_fs_answer(ss, fs, rc, line, sizeof(line));
 		log_info("pool %s: %s: %s", pool_name(ss->ss_pool), req,
 			 rc == 0 ? "done" : sh_strerror(rc));
 	} else if (strcmp(req, "scrub") == 0) {
@@ -319,7 +367,7 @@ int pool_statsock_request(const char *dir, const char *name, const char *request
 	}
 	struct timeval tv = {.tv_sec = 10};
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	char line[160];
+	char line[200];
 	int n_line = snprintf(line, sizeof(line), "%s\n", request);
 	if (n_line < 0 || (size_t)n_line >= sizeof(line) ||
 	    send(fd, line, (size_t)n_line, MSG_NOSIGNAL) != n_line) {

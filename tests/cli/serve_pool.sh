@@ -9,8 +9,9 @@
 # offline check to repair; a side missing while files are written, back as STALE, resilvered by
 # a scrub while served and then holding every file alone; and a file system's quota refusing a
 # file that would exceed it, then
-# `shale fs list` and `shale fs set` on the served pool (the server makes the change: a quota
-# removed lets the file in, the values outlive the server, bad requests are refused). Also
+# `shale fs list`, `set`, `create`, `rename` and `destroy` on the served pool (the server makes
+# the change: a quota removed lets the file in, the values outlive the server, an exported file
+# system is not renamed or destroyed, bad requests are refused). Also
 # that the server's threads are named and that the
 # ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs
 # $SHALE_BIN, nfs-cp and nfs-ls.
@@ -164,6 +165,21 @@ check "fs set of a quota below what the file system holds is refused" bash -c '
 		"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q .* 8388608$"'
 check "fs set on a file system the served pool lacks fails, naming it" bash -c '
 	! "$SHALE_BIN" fs set quota=1M mir/nope -d var/pool 2>err.txt && grep -q "pool mir has no file system nope" err.txt'
+check "fs create on the served pool, with its properties; a second create fails" bash -c '
+	"$SHALE_BIN" fs create mir/new --compression zstd --recordsize 64K -d var/pool | grep -q "^created mir/new$" &&
+	"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/new +0 +0 +65536  zstd +none$" &&
+	! "$SHALE_BIN" fs create mir/new -d var/pool 2>err.txt && grep -q "mir/new exists" err.txt'
+check "fs rename of it on the served pool" bash -c '
+	"$SHALE_BIN" fs rename mir/new mir/newer -d var/pool | grep -q "^renamed mir/new to mir/newer$" &&
+	"$SHALE_BIN" fs list mir -d var/pool | grep -q "^mir/newer " &&
+	! "$SHALE_BIN" fs list mir -d var/pool | grep -q "^mir/new "'
+check "an exported file system is neither renamed nor destroyed while served" bash -c '
+	! "$SHALE_BIN" fs rename mir/data mir/other -d var/pool 2>err.txt && grep -q "mir/data is in use" err.txt &&
+	! "$SHALE_BIN" fs destroy mir/data -d var/pool 2>err.txt && grep -q "mir/data is in use" err.txt &&
+	"$SHALE_BIN" fs list mir -d var/pool | grep -q "^mir/data "'
+check "fs destroy of the unexported one on the served pool" bash -c '
+	"$SHALE_BIN" fs destroy mir/newer -d var/pool | grep -q "^destroyed mir/newer" &&
+	! "$SHALE_BIN" fs list mir -d var/pool | grep -q "^mir/newer "'
 check "the status socket refuses malformed fs requests and keeps serving" python3 -c '
 import socket, sys
 def ask(req):
@@ -176,7 +192,11 @@ def ask(req):
 for req in [b"fs set\n", b"fs set q quota\n", b"fs set q quota -1\n", b"fs set q quota 12x\n",
             b"fs set q quota 99999999999999999999999\n", b"fs set q recordsize 4096\n",
             b"fs set q compression gzip\n", b"fs set q quota 1 extra\n", b"fs set ../q quota 1\n",
-            b"fs set q\x00 quota 1\n"]:
+            b"fs set q\x00 quota 1\n", b"fs create\n", b"fs create x 4096\n",
+            b"fs create x 4096 gzip\n", b"fs create x -1 lz4\n", b"fs create x 3000 lz4\n",
+            b"fs create x 99999999999 lz4\n", b"fs destroy\n", b"fs destroy a b\n",
+            b"fs rename q\n", b"fs rename q a b\n", b"fs rename q ../x\n", b"fs frob q\n",
+            b"fs destroy ../../x\n"]:
     a = ask(req)
     assert a.startswith(b"error: "), (req, a)
 try:  # longer than a request may be: refused, or the connection reset with the rest unread
@@ -205,8 +225,9 @@ kill "$pid" && wait "$pid"
 check "offline, the check finds nothing left to repair" \
 	bash -c 'o=$("$SHALE_BIN" pool check mir -d var/pool 2>&1); grep -q "pool mir: 0 problems" <<<"$o" &&
 		grep -q "repaired 0 copies" <<<"$o" || { echo "$o"; exit 1; }'
-check "offline, fs list shows the quota and compression set while served" \
-	bash -c '"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +131072  zstd +8388608$"'
+check "offline, fs list shows the quota and compression set while served, no mir/newer" \
+	bash -c '"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +131072  zstd +8388608$" &&
+		! "$SHALE_BIN" fs list mir -d var/pool | grep -q "^mir/new"'
 check "pool scrub of a pool nobody serves is the offline check" \
 	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool 2>&1); grep -q "is not served: checking it" <<<"$o" &&
 		grep -q "pool mir: 0 problems" <<<"$o"'
