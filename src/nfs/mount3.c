@@ -144,6 +144,7 @@ struct mount3_walk {
 	struct fs_req mw_req;
 	struct rpc_call *mw_call;
 	struct nfs_service *mw_svc;
+	struct nfs_table *mw_table; /* the exports the path was found in, held */
 	const struct nfs_export_rt *mw_rt;
 	struct fs_cred mw_cred;
 	size_t mw_path_len;
@@ -165,6 +166,7 @@ static void mount3_mnt_finish(struct mount3_walk *w, uint32_t status)
 		xdr_put_u32(&call->rc_res, RPC_AUTH_SYS);
 		mount3_list_add(w->mw_svc, w->mw_host, w->mw_path, w->mw_path_len);
 	}
+	nfs_table_rele(w->mw_table);
 	mem_free(w);
 	rpc_reply_success(call);
 }
@@ -254,12 +256,13 @@ static void mount3_mnt(struct rpc_call *call)
 	w->mw_svc = svc;
 	mount3_host_name(call, w->mw_host);
 
-	long idx = mount3_find_export(svc->ns_exports, w->mw_path, w->mw_path_len);
+	w->mw_table = nfs_table_hold(svc);
+	long idx = mount3_find_export(w->mw_table->nt_exports, w->mw_path, w->mw_path_len);
 	if (idx < 0) {
 		mount3_mnt_finish(w, MNT3ERR_NOENT);
 		return;
 	}
-	const struct nfs_export_rt *rt = &svc->ns_rt[idx];
+	const struct nfs_export_rt *rt = &w->mw_table->nt_rt[idx];
 	const struct nfs_client_rule *rule;
 	enum nfs_access_verdict v = nfs_service_check(svc, call, rt, &rule);
 	if (v == NFS_ACCESS_INSECURE) {
@@ -343,7 +346,8 @@ static void mount3_umntall(struct rpc_call *call)
 static void mount3_export(struct rpc_call *call)
 {
 	struct nfs_service *svc = call->rc_prog_ctx;
-	const struct nfs_exports *xs = svc->ns_exports;
+	struct nfs_table *table = nfs_table_hold(svc);
+	const struct nfs_exports *xs = table->nt_exports;
 	size_t bytes = 4;
 	for (size_t i = 0; i < xs->nx_count; i++) {
 		const struct nfs_export *exp = &xs->nx_exports[i];
@@ -352,6 +356,7 @@ static void mount3_export(struct rpc_call *call)
 			bytes += 4u + 4u + xdr_padded_len(strlen(exp->ne_rules[r].ncr_spec));
 	}
 	if (rpc_call_res_init(call, bytes) < 0) {
+		nfs_table_rele(table);
 		rpc_reply_accept_error(call, RPC_SYSTEM_ERR);
 		return;
 	}
@@ -368,6 +373,7 @@ static void mount3_export(struct rpc_call *call)
 		xdr_put_bool(enc, false);
 	}
 	xdr_put_bool(enc, false);
+	nfs_table_rele(table);
 	rpc_reply_success(call);
 }
 

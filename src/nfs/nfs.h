@@ -3,9 +3,11 @@
  * unforgeable file handles.
  *
  * Use: load the exports file (nfs_exports_load), create one struct fs per export (same order),
- * create the service (nfs_service_create), register its two programs with an rpc server
- * (nfs_service_register) before the server starts. Tear down in the reverse order: stop and destroy
- * the rpc server, then nfs_service_destroy, then the file systems, then nfs_exports_destroy. */
+ * create the service (nfs_service_create, which takes the exports), register its two programs with
+ * an rpc server (nfs_service_register) before the server starts. A reload (nfs_service_reload)
+ * gives it new exports and file systems while it serves. Tear down in the reverse order: stop and
+ * destroy the rpc server, then nfs_service_destroy, which gives every file system back through
+ * the release function the service was created with. */
 #ifndef SHALE_NFS_H
 #define SHALE_NFS_H
 
@@ -50,8 +52,11 @@ uint64_t nfs_exports_fsid(const struct nfs_exports *exports, size_t index);
 /* ---- service ---- */
 struct nfs_service_config {
 	const char *nsc_state_dir;        /* holds handle.key; created (0700) if absent */
-	struct nfs_exports *nsc_exports;  /* not owned; must outlive the service */
-	struct fs **nsc_fs;               /* one per export, same order; not owned */
+	struct nfs_exports *nsc_exports;  /* the service's from create on (even on failure) */
+	struct fs **nsc_fs;               /* one per export, same order; each given back through
+	                                   * nsc_release_fs once no exports generation uses it */
+	void (*nsc_release_fs)(void *arg, struct fs *fs);
+	void *nsc_release_arg;
 };
 struct nfs_service;
 
@@ -63,7 +68,24 @@ SH_MUST_CHECK int nfs_service_create(const struct nfs_service_config *config,
 /* Adds NFS (100003 v3) and MOUNT (100005 v3) to srv; call before rpc_server_start. Per-loop state
  * (free lists, client decision caches) is sized from rpc_server_nloops(srv). */
 SH_MUST_CHECK int nfs_service_register(struct nfs_service *svc, struct rpc_server *srv);
-/* Frees the service; the rpc server serving it must already be stopped. NULL is ignored. */
+/* Frees the service; the rpc server serving it must already be stopped. NULL is ignored. Every fs
+ * is given back through nsc_release_fs. */
 void nfs_service_destroy(struct nfs_service *svc);
+
+/* Reloading the exports (exportfs -r): exports (owned by the service from here on, also on
+ * failure) and fs (one per export, each given back through nsc_release_fs once no generation uses
+ * it; on failure the caller keeps them) replace the current ones for every call that starts from
+ * now on; a call already running ends with the generation it began with. Handles of an export no
+ * longer listed get NFS3ERR_STALE. Call from a thread that is not one of the service's loops,
+ * while the rpc server runs (it waits for each loop to finish its turn). Returns 0, or -errno
+ * (the old exports stay). */
+SH_MUST_CHECK int nfs_service_reload(struct nfs_service *svc, struct nfs_exports *exports,
+				     struct fs **fs);
+/* Frees the generations no call holds any more, giving their fs back. Not from a loop. */
+void nfs_service_reap(struct nfs_service *svc);
+/* The current generation's exports and each one's fs, for a reload to compare with. Only from
+ * the thread that reloads. */
+const struct nfs_exports *nfs_service_exports(struct nfs_service *svc);
+struct fs *nfs_service_export_fs(struct nfs_service *svc, size_t index);
 
 #endif

@@ -61,6 +61,7 @@ struct nfs3_call {
 	struct nfs_service *nc_svc;
 	struct nfs_loop_state *nc_ls; /* the free list this state returns to, or NULL */
 	const struct nfs3_proc_info *nc_proc;
+	struct nfs_table *nc_table; /* the exports the handle was resolved against, held */
 	const struct nfs_export_rt *nc_rt;
 	const struct nfs_client_rule *nc_rule;
 	struct fs_cred nc_cred;
@@ -120,6 +121,7 @@ static struct nfs3_call *nfs3_call_get(struct nfs_service *svc, struct rpc_call 
 	nc->nc_rpc = call;
 	nc->nc_svc = svc;
 	nc->nc_ls = ls;
+	nc->nc_table = NULL;
 	nc->nc_rt = NULL;
 	nc->nc_rule = NULL;
 	nc->nc_encoded = false;
@@ -130,6 +132,8 @@ static struct nfs3_call *nfs3_call_get(struct nfs_service *svc, struct rpc_call 
 
 static void nfs3_call_put(struct nfs3_call *nc)
 {
+	nfs_table_rele(nc->nc_table);
+	nc->nc_table = NULL;
 	struct nfs_loop_state *ls = nc->nc_ls;
 	if (ls && ls->nls_nfree < NFS_CALL_FREE_MAX) {
 		nc->nc_next_free = ls->nls_free;
@@ -160,7 +164,9 @@ static uint32_t nfs3_resolve(struct nfs3_call *nc, const struct nfs3_bytes *fh)
 	if (nfs_handle_decode(&nc->nc_svc->ns_key, fh->nb_data, fh->nb_len, &fsid,
 			      &nc->nc_req.fr_obj) < 0)
 		return NFS3ERR_BADHANDLE;
-	const struct nfs_export_rt *rt = nfs_service_export_by_fsid(nc->nc_svc, fsid);
+	if (!nc->nc_table)
+		nc->nc_table = nfs_table_hold(nc->nc_svc);
+	const struct nfs_export_rt *rt = nfs_table_export_by_fsid(nc->nc_table, fsid);
 	if (!rt)
 		return NFS3ERR_STALE;
 	const struct nfs_client_rule *rule;
@@ -189,7 +195,7 @@ static uint32_t nfs3_resolve_second(struct nfs3_call *nc, const struct nfs3_byte
 		return NFS3ERR_BADHANDLE;
 	if (fsid == nc->nc_rt->ner_fsid)
 		return NFS3_OK;
-	return nfs_service_export_by_fsid(nc->nc_svc, fsid) ? NFS3ERR_XDEV : NFS3ERR_STALE;
+	return nfs_table_export_by_fsid(nc->nc_table, fsid) ? NFS3ERR_XDEV : NFS3ERR_STALE;
 }
 
 enum nfs3_name_use { NFS3_NAME_LOOKUP, NFS3_NAME_NEW, NFS3_NAME_OLD };

@@ -4,6 +4,7 @@
 #define SHALE_NFS_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -450,6 +451,7 @@ struct nfs3_call;
 #define NFS_CALL_FREE_MAX 256u
 struct nfs_client_cache_slot {
 	struct nfs_addr ncs_addr;
+	uint64_t ncs_gen;     /* the exports' generation the decision was made under */
 	uint32_t ncs_export;  /* export index + 1; 0 = empty slot */
 	int32_t ncs_rule;     /* rule index or -1 (not allowed) */
 };
@@ -465,6 +467,19 @@ struct nfs_export_rt {
 	uint64_t ner_fsid;
 	struct fs_obj_id ner_root;
 	size_t ner_index;
+	uint64_t ner_gen; /* its table's generation */
+};
+
+/* One generation of the exports (nfs_service.c): the parsed file (owned) and each export's
+ * runtime entry. ns_table is the current one. A call holds the table it resolved its handle or
+ * path against (nt_refs) until it ends, so a reload never frees what a call still uses. */
+struct nfs_table {
+	struct nfs_exports *nt_exports;
+	struct nfs_export_rt *nt_rt;
+	size_t nt_count;
+	uint64_t nt_gen;
+	atomic_long nt_refs;       /* calls holding it, plus one while it is current */
+	struct nfs_table *nt_next; /* on the retired list */
 };
 
 struct nfs_mount_entry {
@@ -474,9 +489,12 @@ struct nfs_mount_entry {
 
 struct nfs_service {
 	struct nfs_handle_key ns_key;
-	struct nfs_exports *ns_exports;
-	struct nfs_export_rt *ns_rt;
-	size_t ns_nexports;
+	_Atomic(struct nfs_table *) ns_table;  /* the current exports */
+	struct nfs_table *ns_retired;           /* older ones, freed once no call holds them */
+	pthread_mutex_t ns_table_lock;          /* guards ns_retired and reloads */
+	void (*ns_release_fs)(void *arg, struct fs *fs);
+	void *ns_release_arg;
+	struct loop **ns_loopv;                 /* the rpc server's loops (the reload's barrier) */
 	struct nfs_loop_state *ns_loops; /* one per loop of the rpc server */
 	unsigned ns_nloops;
 	/* loop_index() -> that loop's state (loop indexes are process-wide, so the server's loops
@@ -498,9 +516,12 @@ enum nfs_access_verdict {
 enum nfs_access_verdict nfs_service_check(struct nfs_service *svc, const struct rpc_call *call,
 					  const struct nfs_export_rt *rt,
 					  const struct nfs_client_rule **rule_out);
-/* The export whose fsid this is, or NULL. */
-const struct nfs_export_rt *nfs_service_export_by_fsid(const struct nfs_service *svc,
-						       uint64_t fsid);
+/* The current exports, held for a call (on a loop thread); give it back with nfs_table_rele. */
+struct nfs_table *nfs_table_hold(struct nfs_service *svc);
+void nfs_table_rele(struct nfs_table *table);
+/* The export of table whose fsid this is, or NULL. */
+const struct nfs_export_rt *nfs_table_export_by_fsid(const struct nfs_table *table,
+						     uint64_t fsid);
 struct nfs_loop_state *nfs_service_loop_state(struct nfs_service *svc, const struct rpc_call *call);
 
 /* Program tables (nfs3_proc.c, mount3.c). */

@@ -90,13 +90,73 @@ static int nfs_key_load_or_create(const char *state_dir, uint8_t key[NFS_HANDLE_
 	return rc;
 }
 
+/* A table for exports and fs (one per export), or NULL (-ENOMEM) with *rc_out set; exports is
+ * the table's on success. Reads each export's root. */
+static struct nfs_table *nfs_table_new(struct nfs_exports *exports, struct fs **fs, uint64_t gen,
+				       int *rc_out)
+{
+	struct nfs_table *t = mem_zalloc(sizeof(*t));
+	size_t n = nfs_exports_count(exports);
+	struct nfs_export_rt *rt = mem_zalloc(sizeof(*rt) * (n ? n : 1));
+	*rc_out = -ENOMEM;
+	if (!t || !rt) {
+		mem_free(t);
+		mem_free(rt);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		rt[i].ner_export = &exports->nx_exports[i];
+		rt[i].ner_fs = fs[i];
+		rt[i].ner_fsid = rt[i].ner_export->ne_fsid;
+		rt[i].ner_index = i;
+		rt[i].ner_gen = gen;
+		int rc = fs_root(rt[i].ner_fs, &rt[i].ner_root);
+		if (rc < 0) {
+			log_error("export %s: cannot read its root: %s", rt[i].ner_export->ne_path,
+				  sh_strerror(rc));
+			mem_free(rt);
+			mem_free(t);
+			*rc_out = rc;
+			return NULL;
+		}
+	}
+	t->nt_exports = exports;
+	t->nt_rt = rt;
+	t->nt_count = n;
+	t->nt_gen = gen;
+	atomic_init(&t->nt_refs, 1); /* current */
+	*rc_out = 0;
+	return t;
+}
+
+/* Frees a table no call holds, giving each export's fs back. */
+static void nfs_table_free(struct nfs_service *svc, struct nfs_table *t)
+{
+	for (size_t i = 0; i < t->nt_count; i++)
+		if (svc->ns_release_fs)
+			svc->ns_release_fs(svc->ns_release_arg, t->nt_rt[i].ner_fs);
+	nfs_exports_destroy(t->nt_exports);
+	mem_free(t->nt_rt);
+	mem_free(t);
+}
+
 int nfs_service_create(const struct nfs_service_config *config, struct nfs_service **out)
 {
 	struct nfs_service *svc = mem_zalloc(sizeof(*svc));
-	if (!svc)
+	if (!svc) {
+		nfs_exports_destroy(config->nsc_exports);
 		return -ENOMEM;
+	}
+	svc->ns_release_fs = config->nsc_release_fs;
+	svc->ns_release_arg = config->nsc_release_arg;
 	int rc = pthread_mutex_init(&svc->ns_mount_lock, NULL);
+	if (rc == 0) {
+		rc = pthread_mutex_init(&svc->ns_table_lock, NULL);
+		if (rc != 0)
+			pthread_mutex_destroy(&svc->ns_mount_lock);
+	}
 	if (rc != 0) {
+		nfs_exports_destroy(config->nsc_exports);
 		mem_free(svc);
 		return -rc;
 	}
@@ -109,30 +169,18 @@ int nfs_service_create(const struct nfs_service_config *config, struct nfs_servi
 	nfs_handle_key_init(&svc->ns_key, key);
 	memset(key, 0, sizeof(key));
 
-	svc->ns_exports = config->nsc_exports;
-	svc->ns_nexports = nfs_exports_count(config->nsc_exports);
-	svc->ns_rt = mem_zalloc(sizeof(*svc->ns_rt) * (svc->ns_nexports ? svc->ns_nexports : 1));
-	if (!svc->ns_rt) {
-		rc = -ENOMEM;
+	struct nfs_table *t = nfs_table_new(config->nsc_exports, config->nsc_fs, 1, &rc);
+	if (!t) {
+		nfs_exports_destroy(config->nsc_exports);
 		goto out_fail;
 	}
-	for (size_t i = 0; i < svc->ns_nexports; i++) {
-		struct nfs_export_rt *rt = &svc->ns_rt[i];
-		rt->ner_export = &config->nsc_exports->nx_exports[i];
-		rt->ner_fs = config->nsc_fs[i];
-		rt->ner_fsid = rt->ner_export->ne_fsid;
-		rt->ner_index = i;
-		rc = fs_root(rt->ner_fs, &rt->ner_root);
-		if (rc < 0) {
-			log_error("export %s: cannot read its root: %s", rt->ner_export->ne_path,
-				  sh_strerror(rc));
-			goto out_fail;
-		}
-	}
+	atomic_init(&svc->ns_table, t);
 	*out = svc;
 	return 0;
 
 out_fail:
+	/* the caller keeps its fs: nothing is given back */
+	svc->ns_release_fs = NULL;
 	nfs_service_destroy(svc);
 	return rc;
 }
@@ -153,10 +201,20 @@ int nfs_service_register(struct nfs_service *svc, struct rpc_server *srv)
 			svc->ns_loop_map = NULL;
 			return -ENOMEM;
 		}
+		svc->ns_loopv = mem_zalloc(sizeof(*svc->ns_loopv) * n);
+		if (!svc->ns_loopv) {
+			mem_free(svc->ns_loops);
+			mem_free(svc->ns_loop_map);
+			svc->ns_loops = NULL;
+			svc->ns_loop_map = NULL;
+			return -ENOMEM;
+		}
 		svc->ns_nloops = n;
 		svc->ns_loop_map_len = map_len;
-		for (unsigned i = 0; i < n; i++)
+		for (unsigned i = 0; i < n; i++) {
+			svc->ns_loopv[i] = rpc_server_loop(srv, i);
 			svc->ns_loop_map[loop_index(rpc_server_loop(srv, i))] = &svc->ns_loops[i];
+		}
 	}
 	int rc = rpc_server_add_program(srv, &nfs3_program, svc);
 	if (rc < 0)
@@ -172,7 +230,17 @@ void nfs_service_destroy(struct nfs_service *svc)
 		nfs3_call_free_list(&svc->ns_loops[i]);
 	mem_free(svc->ns_loops);
 	mem_free(svc->ns_loop_map);
-	mem_free(svc->ns_rt);
+	mem_free(svc->ns_loopv);
+	/* no call runs any more: every generation goes */
+	struct nfs_table *t = atomic_load(&svc->ns_table);
+	if (t)
+		nfs_table_free(svc, t);
+	while (svc->ns_retired) {
+		struct nfs_table *old = svc->ns_retired;
+		svc->ns_retired = old->nt_next;
+		nfs_table_free(svc, old);
+	}
+	pthread_mutex_destroy(&svc->ns_table_lock);
 	for (size_t i = 0; i < svc->ns_nmounts; i++)
 		mem_free(svc->ns_mounts[i].nme_path);
 	mem_free(svc->ns_mounts);
@@ -189,13 +257,128 @@ struct nfs_loop_state *nfs_service_loop_state(struct nfs_service *svc, const str
 	return idx < svc->ns_loop_map_len ? svc->ns_loop_map[idx] : NULL;
 }
 
-const struct nfs_export_rt *nfs_service_export_by_fsid(const struct nfs_service *svc, uint64_t fsid)
+struct nfs_table *nfs_table_hold(struct nfs_service *svc)
+{
+	/* The load and the increment happen in one loop callback: a reload swaps the pointer, then
+	 * waits for every loop to end its turn before it drops the table's own reference, so a
+	 * table loaded here cannot be freed before this increment (nfs_service_reload). */
+	struct nfs_table *t = atomic_load_explicit(&svc->ns_table, memory_order_acquire);
+	atomic_fetch_add_explicit(&t->nt_refs, 1, memory_order_relaxed);
+	return t;
+}
+
+void nfs_table_rele(struct nfs_table *table)
+{
+	if (table)
+		atomic_fetch_sub_explicit(&table->nt_refs, 1, memory_order_release);
+}
+
+const struct nfs_export_rt *nfs_table_export_by_fsid(const struct nfs_table *table, uint64_t fsid)
 {
 	/* exports are few; a scan of a small contiguous array beats hashing here */
-	for (size_t i = 0; i < svc->ns_nexports; i++)
-		if (svc->ns_rt[i].ner_fsid == fsid)
-			return &svc->ns_rt[i];
+	for (size_t i = 0; i < table->nt_count; i++)
+		if (table->nt_rt[i].ner_fsid == fsid)
+			return &table->nt_rt[i];
 	return NULL;
+}
+
+const struct nfs_exports *nfs_service_exports(struct nfs_service *svc)
+{
+	return atomic_load(&svc->ns_table)->nt_exports;
+}
+
+struct fs *nfs_service_export_fs(struct nfs_service *svc, size_t index)
+{
+	struct nfs_table *t = atomic_load(&svc->ns_table);
+	return index < t->nt_count ? t->nt_rt[index].ner_fs : NULL;
+}
+
+/* The reload's barrier: a task posted to every loop, counted down as each runs it. */
+struct nfs_barrier {
+	pthread_mutex_t nb_lock;
+	pthread_cond_t nb_cv;
+	unsigned nb_left;
+};
+struct nfs_barrier_task {
+	struct loop_task bt_task;
+	struct nfs_barrier *bt_barrier;
+};
+
+static void nfs_barrier_run(struct loop_task *task)
+{
+	struct nfs_barrier_task *bt = SH_CONTAINER_OF(task, struct nfs_barrier_task, bt_task);
+	struct nfs_barrier *b = bt->bt_barrier;
+	pthread_mutex_lock(&b->nb_lock);
+	if (--b->nb_left == 0)
+		pthread_cond_signal(&b->nb_cv);
+	pthread_mutex_unlock(&b->nb_lock);
+}
+
+/* Returns once every loop has ended the turn it was in (and run the task posted after it);
+ * tasks: one per loop. */
+static void nfs_loops_barrier(struct nfs_service *svc, struct nfs_barrier_task *tasks)
+{
+	if (svc->ns_nloops == 0)
+		return;
+	struct nfs_barrier b = {.nb_left = svc->ns_nloops};
+	pthread_mutex_init(&b.nb_lock, NULL);
+	pthread_cond_init(&b.nb_cv, NULL);
+	for (unsigned i = 0; i < svc->ns_nloops; i++) {
+		tasks[i].bt_task.lt_fn = nfs_barrier_run;
+		tasks[i].bt_barrier = &b;
+		loop_post(svc->ns_loopv[i], &tasks[i].bt_task);
+	}
+	pthread_mutex_lock(&b.nb_lock);
+	while (b.nb_left > 0)
+		pthread_cond_wait(&b.nb_cv, &b.nb_lock);
+	pthread_mutex_unlock(&b.nb_lock);
+	pthread_cond_destroy(&b.nb_cv);
+	pthread_mutex_destroy(&b.nb_lock);
+}
+
+int nfs_service_reload(struct nfs_service *svc, struct nfs_exports *exports, struct fs **fs)
+{
+	/* The barrier's memory first: nothing may fail once the new table is current. */
+	struct nfs_barrier_task *tasks = mem_zalloc(sizeof(*tasks) * (svc->ns_nloops + 1u));
+	if (!tasks) {
+		nfs_exports_destroy(exports);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&svc->ns_table_lock);
+	struct nfs_table *old = atomic_load(&svc->ns_table);
+	int rc;
+	struct nfs_table *t = nfs_table_new(exports, fs, old->nt_gen + 1, &rc);
+	if (!t) {
+		pthread_mutex_unlock(&svc->ns_table_lock);
+		nfs_exports_destroy(exports);
+		mem_free(tasks);
+		return rc;
+	}
+	atomic_store_explicit(&svc->ns_table, t, memory_order_release);
+	nfs_loops_barrier(svc, tasks);
+	mem_free(tasks);
+	old->nt_next = svc->ns_retired;
+	svc->ns_retired = old;
+	atomic_fetch_sub_explicit(&old->nt_refs, 1, memory_order_release); /* no longer current */
+	pthread_mutex_unlock(&svc->ns_table_lock);
+	nfs_service_reap(svc);
+	return 0;
+}
+
+void nfs_service_reap(struct nfs_service *svc)
+{
+	pthread_mutex_lock(&svc->ns_table_lock);
+	struct nfs_table **link = &svc->ns_retired;
+	while (*link) {
+		struct nfs_table *t = *link;
+		if (atomic_load_explicit(&t->nt_refs, memory_order_acquire) == 0) {
+			*link = t->nt_next;
+			nfs_table_free(svc, t);
+		} else {
+			link = &t->nt_next;
+		}
+	}
+	pthread_mutex_unlock(&svc->ns_table_lock);
 }
 
 enum nfs_access_verdict nfs_service_check(struct nfs_service *svc, const struct rpc_call *call,
@@ -213,12 +396,13 @@ enum nfs_access_verdict nfs_service_check(struct nfs_service *svc, const struct 
 	if (ls) {
 		uint64_t h = sh_hash64(&addr, sizeof(addr), rt->ner_index);
 		struct nfs_client_cache_slot *slot = &ls->nls_cache[h % NFS_CLIENT_CACHE_SLOTS];
-		if (slot->ncs_export == rt->ner_index + 1 &&
+		if (slot->ncs_export == rt->ner_index + 1 && slot->ncs_gen == rt->ner_gen &&
 		    memcmp(&slot->ncs_addr, &addr, sizeof(addr)) == 0) {
 			rule_idx = slot->ncs_rule;
 		} else {
 			rule_idx = nfs_export_match(rt->ner_export, &addr);
 			slot->ncs_addr = addr;
+			slot->ncs_gen = rt->ner_gen;
 			slot->ncs_export = (uint32_t)(rt->ner_index + 1);
 			slot->ncs_rule = (int32_t)rule_idx;
 		}

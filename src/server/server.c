@@ -6,8 +6,18 @@
  *   -> rpc server (loops, listeners) -> portmapper (rpcbind registration or built-in)
  *   -> loop threads start -> ready file -> wait for SIGINT/SIGTERM -> stop in reverse order.
  *
+ * SIGHUP reloads the exports file (as `exportfs -r`): a valid file replaces the exports for every
+ * call that starts afterwards; an export whose line stays (same path or POOL/FS, same fsid) keeps
+ * its open file system, so its clients notice nothing; a new one is opened (a pool imported if
+ * it is not yet); a removed one's handles get NFS3ERR_STALE, and its file system is closed once
+ * no call uses it (nfs_service_reap, each second). A file that does not load, or an export that
+ * cannot be opened, leaves the exports as they were, with the reason in the log.
+ *
+ * Each open file system is counted (struct server_fs) by the generations of the exports that
+ * name it; the service gives a generation's back when it frees it, and the last one closes it.
+ *
  * Signals are blocked in every thread (the mask is set before any thread starts, and threads
- * inherit it) and collected here with sigwait, so no handler ever runs inside a loop. */
+ * inherit it) and collected here with sigtimedwait, so no handler ever runs inside a loop. */
 #include <errno.h>
 #include <fcntl.h>
 #ifdef __GLIBC__
@@ -67,6 +77,53 @@ static int server_pool_get(const struct server_config *config, struct server_poo
 	return 0;
 }
 
+/* The open file systems, each with the number of exports generations naming it. */
+struct server_fs {
+	struct fs *sf_fs;
+	unsigned sf_refs;
+	struct server_fs *sf_next;
+};
+
+static int server_fs_add(struct server_fs **list, struct fs *fs)
+{
+	struct server_fs *sf = mem_zalloc(sizeof(*sf));
+	if (!sf)
+		return -ENOMEM;
+	sf->sf_fs = fs;
+	sf->sf_refs = 1;
+	sf->sf_next = *list;
+	*list = sf;
+	return 0;
+}
+
+static void server_fs_ref(struct server_fs *list, struct fs *fs)
+{
+	for (struct server_fs *sf = list; sf; sf = sf->sf_next)
+		if (sf->sf_fs == fs) {
+			sf->sf_refs++;
+			return;
+		}
+	VERIFY(!"a file system the server did not open");
+}
+
+/* nfs_service's release function (and the server's own): the last reference closes it. */
+static void server_fs_release(void *arg, struct fs *fs)
+{
+	struct server_fs **link = arg;
+	for (; *link; link = &(*link)->sf_next) {
+		struct server_fs *sf = *link;
+		if (sf->sf_fs != fs)
+			continue;
+		if (--sf->sf_refs == 0) {
+			*link = sf->sf_next;
+			fs_destroy(sf->sf_fs);
+			mem_free(sf);
+		}
+		return;
+	}
+	VERIFY(!"a file system the server did not open");
+}
+
 /* The back end of export i: a pool's file system or a host directory. */
 static int server_open_export(const struct server_config *config, struct nfs_exports *exports, size_t i,
 			      struct server_pools *pools, struct fs **fs_out)
@@ -100,6 +157,72 @@ static int server_open_export(const struct server_config *config, struct nfs_exp
 		log_error("cannot export %s: %s%s", dataset, sh_strerror(rc),
 			  rc == -ENOENT ? " (create it with `shale fs create`)" : "");
 	return rc;
+}
+
+/* Whether export i of a and export j of b are the same: the same path or POOL/FS, the same
+ * fsid (so the open file system serves both). */
+static bool server_same_export(const struct nfs_exports *a, size_t i, const struct nfs_exports *b,
+			       size_t j)
+{
+	const char *da = nfs_exports_dataset(a, i), *db = nfs_exports_dataset(b, j);
+	if ((da == NULL) != (db == NULL) || nfs_exports_fsid(a, i) != nfs_exports_fsid(b, j))
+		return false;
+	if (da)
+		return strcmp(da, db) == 0;
+	return strcmp(nfs_exports_path(a, i), nfs_exports_path(b, j)) == 0;
+}
+
+/* SIGHUP: the exports file again (see the header). */
+static void server_reload(const struct server_config *config, struct nfs_service *svc,
+			  struct server_pools *pools, struct server_fs **fs_open)
+{
+	char err[512] = "";
+	struct nfs_exports *exports = NULL;
+	int rc = nfs_exports_load(config->sc_exports_path, &exports, err, sizeof(err));
+	if (rc < 0) {
+		log_error("reload: exports file %s refused, the exports stay as they were: %s",
+			  config->sc_exports_path, err[0] ? err : sh_strerror(rc));
+		return;
+	}
+	const struct nfs_exports *cur = nfs_service_exports(svc);
+	size_t n = nfs_exports_count(exports), ncur = nfs_exports_count(cur), kept = 0, taken = 0;
+	struct fs **fs = mem_zalloc(sizeof(*fs) * (n ? n : 1));
+	rc = fs ? 0 : -ENOMEM;
+	for (; rc == 0 && taken < n; taken++) {
+		size_t j = 0;
+		while (j < ncur && !server_same_export(exports, taken, cur, j))
+			j++;
+		if (j < ncur) {
+			fs[taken] = nfs_service_export_fs(svc, j);
+			server_fs_ref(*fs_open, fs[taken]);
+			kept++;
+			continue;
+		}
+		rc = server_open_export(config, exports, taken, pools, &fs[taken]);
+		if (rc == 0) {
+			rc = server_fs_add(fs_open, fs[taken]);
+			if (rc != 0)
+				fs_destroy(fs[taken]);
+		}
+	}
+	if (rc == 0) {
+		rc = nfs_service_reload(svc, exports, fs);
+		if (rc == 0)
+			log_info("reload: serving %zu export%s (%zu kept, %zu new, %zu gone)", n,
+				 n == 1 ? "" : "s", kept, n - kept, ncur - kept);
+		else
+			log_error("reload: the exports stay as they were: %s", sh_strerror(rc));
+		exports = NULL; /* the service's, also on failure */
+	} else {
+		log_error("reload: the exports stay as they were (%s)", sh_strerror(rc));
+		if (taken > 0)
+			taken--; /* the one that failed holds nothing */
+	}
+	/* On failure, what was taken for the new exports goes back. */
+	for (size_t i = 0; rc != 0 && fs && i < taken; i++)
+		server_fs_release(fs_open, fs[i]);
+	nfs_exports_destroy(exports);
+	mem_free(fs);
 }
 
 static const char *server_portmap_mode_name(enum rpc_portmap_mode mode)
@@ -155,6 +278,7 @@ int server_run(const struct server_config *config)
 	char err[512] = "";
 	struct nfs_exports *exports = NULL;
 	struct fs **fs_list = NULL;
+	struct server_fs *fs_open = NULL; /* every file system open, counted */
 	size_t nexports = 0;
 	struct nfs_service *svc = NULL;
 	struct rpc_server *srv = NULL;
@@ -205,6 +329,11 @@ int server_run(const struct server_config *config)
 	}
 	for (size_t i = 0; i < nexports; i++) {
 		rc = server_open_export(config, exports, i, &pools, &fs_list[i]);
+		if (rc == 0) {
+			rc = server_fs_add(&fs_open, fs_list[i]);
+			if (rc < 0)
+				fs_destroy(fs_list[i]);
+		}
 		if (rc < 0)
 			goto out_fs;
 	}
@@ -212,8 +341,11 @@ int server_run(const struct server_config *config)
 		.nsc_state_dir = config->sc_state_dir,
 		.nsc_exports = exports,
 		.nsc_fs = fs_list,
+		.nsc_release_fs = server_fs_release,
+		.nsc_release_arg = &fs_open,
 	};
 	rc = nfs_service_create(&ncfg, &svc);
+	exports = NULL; /* the service's now, also on failure */
 	if (rc < 0) {
 		log_error("cannot create the NFS service: %s", sh_strerror(rc));
 		goto out_fs;
@@ -254,16 +386,26 @@ int server_run(const struct server_config *config)
 		 nexports, nexports == 1 ? "" : "s", config->sc_listen_addr, (unsigned)port,
 		 server_portmap_mode_name(pmap_mode));
 	for (size_t i = 0; i < nexports; i++)
-		log_info("export %s", nfs_exports_path(exports, i));
+		log_info("export %s", nfs_exports_path(nfs_service_exports(svc), i));
 	if (config->sc_ready_file) {
 		rc = server_write_ready_file(config->sc_ready_file, port, pmap_mode);
 		if (rc < 0)
 			log_warn("cannot write ready file %s: %s", config->sc_ready_file, sh_strerror(rc));
 	}
 
-	int sig = 0;
-	while (sigwait(&stop_signals, &sig) != 0 || sig == SIGHUP)
-		;
+	int sig;
+	for (;;) {
+		const struct timespec tick = {.tv_sec = 1};
+		sig = sigtimedwait(&stop_signals, NULL, &tick);
+		if (sig == SIGINT || sig == SIGTERM)
+			break;
+		if (sig == SIGHUP) {
+			log_info("signal %d: reloading the exports from %s", sig,
+				 config->sc_exports_path);
+			server_reload(config, svc, &pools, &fs_open);
+		}
+		nfs_service_reap(svc); /* the file systems of exports that went, once unused */
+	}
 	log_info("signal %d: stopping", sig);
 	rc = 0;
 	/* Stop order: the rpc server drains (no call in flight afterwards), so the back ends' workers
@@ -276,11 +418,10 @@ out_pmap:
 out_srv:
 	rpc_server_destroy(srv);
 out_svc:
-	nfs_service_destroy(svc);
+	nfs_service_destroy(svc); /* gives every file system back: closed */
 out_fs:
-	for (size_t i = 0; i < nexports; i++)
-		if (fs_list[i])
-			fs_destroy(fs_list[i]);
+	while (fs_open) /* those a service never took */
+		server_fs_release(&fs_open, fs_open->sf_fs);
 	mem_free(fs_list);
 	/* The file systems are closed: a last txg makes everything durable and the pools close clean,
 	 * so the next start need not replay their logs. */

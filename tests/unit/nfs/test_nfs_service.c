@@ -1,7 +1,8 @@
 /* test_nfs_service.c: the NFS and MOUNT programs end to end: a real rpc server on 127.0.0.1, the
  * service over an in-memory back end (memfs.c), and the rpc client sending hand-built calls.
  * Checks the dispatch path (handles, export rules, squashing, ROFS, GARBAGE_ARGS), the reply
- * layouts, READ's bulk data, READDIR paging and size limits, and the MOUNT procedures. */
+ * layouts, READ's bulk data, READDIR paging and size limits, the MOUNT procedures, and a reload of
+ * the exports while serving. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,8 +15,9 @@
 #include "tap.h"
 
 #define NEXPORTS 4
-static struct nfs_exports *g_exports;
+static struct nfs_exports *g_exports; /* the service's; gone after test_reload */
 static struct memfs *g_fs[NEXPORTS];
+static struct memfs *g_fs_new; /* test_reload's new export */
 static struct nfs_service *g_svc;
 static struct rpc_server *g_srv;
 static struct rpc_clnt *g_clnt;
@@ -78,7 +80,8 @@ static void teardown(void)
 	nfs_service_destroy(g_svc);
 	for (size_t i = 0; i < NEXPORTS; i++)
 		fs_destroy(&g_fs[i]->mf_fs);
-	nfs_exports_destroy(g_exports);
+	if (g_fs_new)
+		fs_destroy(&g_fs_new->mf_fs);
 	char path[128];
 	snprintf(path, sizeof(path), "%s/handle.key", g_state);
 	unlink(path);
@@ -694,6 +697,67 @@ out:
 	rpc_clnt_destroy(udp);
 }
 
+/* A reload (exportfs -r) while serving: /exp stays (same path, same fsid, same file system) but
+ * now admits only 10.0.0.0/8, /secure and /denied go, /exp2 comes. The client's cached decision
+ * for /exp does not outlive the reload; the gone export's handles are stale; the kept /ro's
+ * handle still works; the new export mounts; the old generation is freed once no call holds it.
+ * Runs last: g_exports is freed with its generation. */
+static void test_reload(void)
+{
+	set_cred(0, 0);
+	struct nfs_fh exp_root = root_fh_of(0), ro_root = root_fh_of(1);
+	struct nfs_fh secure_root = root_fh_of(2);
+	CHECK(getattr_status(&exp_root) == NFS3_OK); /* the decision is cached now */
+	CHECK(getattr_status(&ro_root) == NFS3_OK);
+	const char *text = "/exp 10.0.0.0/8(rw,insecure)\n"
+			   "/ro *(ro,insecure)\n"
+			   "/exp2 127.0.0.1(rw,insecure)\n";
+	struct nfs_exports *xs = NULL;
+	char err[256];
+	CHECK(nfs_exports_parse(text, strlen(text), &xs, err, sizeof(err)) == 0);
+	if (!xs)
+		return;
+	g_fs_new = memfs_create(nfs_exports_fsid(xs, 2));
+	struct fs *fss[3] = {&g_fs[0]->mf_fs, &g_fs[1]->mf_fs, &g_fs_new->mf_fs};
+	/* as a call still running would, this holds the first generation */
+	struct nfs_table *held = nfs_table_hold(g_svc);
+	CHECK(nfs_service_reload(g_svc, xs, fss) == 0);
+	g_exports = NULL;
+	CHECK(getattr_status(&exp_root) == NFS3ERR_ACCES);
+	CHECK(mnt_status("/exp", NULL) == MNT3ERR_ACCES);
+	CHECK(getattr_status(&secure_root) == NFS3ERR_STALE);
+	CHECK(mnt_status("/secure", NULL) == MNT3ERR_NOENT);
+	struct nfs_fh fh;
+	memset(&fh, 0, sizeof(fh));
+	CHECK(getattr_status(&ro_root) == NFS3_OK);
+	CHECK(mnt_status("/ro", &fh) == MNT3_OK && fh.nf_len == ro_root.nf_len &&
+	      memcmp(fh.nf_bytes, ro_root.nf_bytes, fh.nf_len) == 0);
+	CHECK(mnt_status("/exp2", &fh) == MNT3_OK);
+	CHECK(getattr_status(&fh) == NFS3_OK);
+	/* EXPORT lists the new set */
+	CHECK(do_call(MOUNT_PROGRAM, MOUNTPROC3_EXPORT, NULL) == 0);
+	struct xdr_dec d;
+	xdr_dec_init(&d, g_res, g_res_len);
+	size_t n = 0;
+	while (xdr_get_bool(&d) && xdr_dec_ok(&d)) {
+		uint32_t pl;
+		const uint8_t *dir = xdr_get_opaque(&d, 1024, &pl);
+		CHECK(dir && pl == strlen(nfs_exports_path(xs, n)) &&
+		      memcmp(dir, nfs_exports_path(xs, n), pl) == 0);
+		while (xdr_get_bool(&d) && xdr_dec_ok(&d))
+			(void)xdr_get_opaque(&d, 255, &pl);
+		n++;
+	}
+	CHECK(n == 3 && xdr_dec_ok(&d));
+	/* the first generation stays while held, and goes at the reap after */
+	nfs_service_reap(g_svc);
+	CHECK(g_svc->ns_retired == held);
+	nfs_table_rele(held);
+	nfs_service_reap(g_svc);
+	CHECK(g_svc->ns_retired == NULL);
+	CHECK(do_call(MOUNT_PROGRAM, MOUNTPROC3_UMNTALL, NULL) == 0);
+}
+
 int main(void)
 {
 	if (setup() < 0) {
@@ -707,6 +771,7 @@ int main(void)
 	TAP_RUN(test_readdir);
 	TAP_RUN(test_mount_subdir);
 	TAP_RUN(test_udp);
+	TAP_RUN(test_reload);
 	teardown();
 	return tap_finish();
 }
