@@ -1,12 +1,24 @@
 /* nfs_service.c: the NFS service object: the handle key kept in the state directory, the
- * per-export runtime table, the per-loop state (call free lists and client decision caches) and the
- * export check every request goes through.
+ * exports' generations with each export's runtime entry, the per-loop state (call free lists and
+ * client decision caches) and the export check every request goes through.
+ *
+ * Generations (struct nfs_table). ns_table is the current exports; a call takes it with
+ * nfs_table_hold when it first resolves a handle or a path (on its loop's thread, the pointer's
+ * load and the reference's increment in one callback) and gives it back when it ends. A reload
+ * (nfs_service_reload, from the server's main thread) builds the next generation, stores it, then
+ * posts a task to every loop and waits until each has run it: every callback that could have
+ * loaded the old pointer has then ended, its increment made. Only then is the reference that the
+ * current generation holds on itself dropped and the old one put on the retired list, which
+ * nfs_service_reap frees once no call holds it, giving its file systems back through the release
+ * function (the server closes those no other generation names). Invariant: a generation is freed
+ * only when it is not current and its count is zero, and the count can no longer rise.
  *
  * The export check (nfs_service_check) answers "which rule of export E applies to this peer?".
- * The answer depends only on (peer address, E), both fixed for the life of the exports, so each
- * loop caches it in a direct-mapped table of NFS_CLIENT_CACHE_SLOTS slots indexed by a hash of
- * the pair: a repeat client costs one hash and one compare, no scan and no syscall (host names were
- * resolved at load). The table belongs to its loop's thread and needs no lock. A call arriving on
+ * The answer depends only on (peer address, E, the generation), so each loop caches it in a
+ * direct-mapped table of NFS_CLIENT_CACHE_SLOTS slots indexed by a hash of address and export
+ * index, each slot remembering the generation it was decided under: a repeat client costs one
+ * hash and two compares, no scan and no syscall (host names were resolved at load). The table
+ * belongs to its loop's thread and needs no lock. A call arriving on
  * a loop the service has no state for (not one of the rpc server's loops at registration) is still
  * answered correctly, by the scan, without caching.
  *
