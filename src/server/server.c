@@ -11,7 +11,9 @@
  * its open file system, so its clients notice nothing; a new one is opened (a pool imported if
  * it is not yet); a removed one's handles get NFS3ERR_STALE, and its file system is closed once
  * no call uses it (nfs_service_reap, each second). A file that does not load, or an export that
- * cannot be opened, leaves the exports as they were, with the reason in the log.
+ * cannot be opened, leaves the exports as they were, with the reason in the log. (A pool's file
+ * system whose fsid= changes counts as another export, and its open predecessor keeps the new one
+ * from opening it: take it out in one reload and back in the next.)
  *
  * Each open file system is counted (struct server_fs) by the generations of the exports that
  * name it; the service gives a generation's back when it frees it, and the last one closes it.
