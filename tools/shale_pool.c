@@ -680,9 +680,10 @@ int shale_pool_main(int argc, char **argv)
 
 /* ---- shale fs ---- */
 
-/* `fs list` and `fs set` on a pool a server holds: sent to the server (pool_statsock.c), which
- * answers with the table, "ok" or "error: TEXT". Returns the exit status, or -1 when nobody
- * serves the pool (the caller imports it then). */
+/* A `shale fs` command on a pool a server holds: request is sent to the server
+ * (pool_statsock.c), which answers with fs list's table, or "ok" (done_line is then printed) or
+ * "error: TEXT". Returns the exit status, or -1 when nobody serves the pool (the caller imports it
+ * then). */
 static int fs_cmd_remote(const char *dir, const char *pool, const char *request, const char *cmd,
 			 const char *done_line)
 {

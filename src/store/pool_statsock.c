@@ -197,9 +197,10 @@ static int pool_statsock_fs_change(struct pool_statsock *ss, const char *req,
 	return -EINVAL;
 }
 
-/* The answer to an "fs ..." change: "ok", or "error: TEXT" (into line). */
-static const char *pool_statsock_fs_answer(struct pool_statsock *ss, const char *fs, int rc,
-					   char *line, size_t cap)
+/* The answer to an "fs ..." change (req: what follows "fs "): "ok", or "error: TEXT" (into
+ * line). */
+static const char *pool_statsock_fs_answer(struct pool_statsock *ss, const char *req,
+					   const char *fs, int rc, char *line, size_t cap)
 {
 	const char *pool = pool_name(ss->ss_pool);
 	switch (rc) {
@@ -212,8 +213,11 @@ static const char *pool_statsock_fs_answer(struct pool_statsock *ss, const char 
 		break;
 	case -EEXIST: snprintf(line, cap, "error: %s/%s exists\n", pool, fs); break;
 	case -ENOSPC:
-		snprintf(line, cap, "error: the quota is less than what %s/%s holds now\n", pool,
-			 fs);
+		if (strncmp(req, "set ", 4) == 0)
+			snprintf(line, cap, "error: the quota is less than what %s/%s holds now\n",
+				 pool, fs);
+		else
+			snprintf(line, cap, "error: pool %s is full\n", pool);
 		break;
 	case -EBUSY:
 		snprintf(line, cap,
@@ -237,7 +241,7 @@ static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 	if (strncmp(req, "fs ", 3) == 0) {
 		char fs[POOL_DS_NAME_MAX + 2] = "";
 		int rc = pool_statsock_fs_change(ss, req + 3, fs);
-		answer = pool_statsock_fs_answer(ss, fs, rc, line, sizeof(line));
+		answer = pool_statsock_fs_answer(ss, req + 3, fs, rc, line, sizeof(line));
 		log_info("pool %s: %s: %s", pool_name(ss->ss_pool), req,
 			 rc == 0 ? "done" : sh_strerror(rc));
 	} else if (strcmp(req, "scrub") == 0) {
