@@ -182,16 +182,15 @@ int nfs_service_create(const struct nfs_service_config *config, struct nfs_servi
 	memset(key, 0, sizeof(key));
 
 	struct nfs_table *t = nfs_table_new(config->nsc_exports, config->nsc_fs, 1, &rc);
-	if (!t) {
-		nfs_exports_destroy(config->nsc_exports);
+	if (!t)
 		goto out_fail;
-	}
 	atomic_init(&svc->ns_table, t);
 	*out = svc;
 	return 0;
 
 out_fail:
-	/* the caller keeps its fs: nothing is given back */
+	/* the exports are the service's and go; the caller keeps its fs: nothing is given back */
+	nfs_exports_destroy(config->nsc_exports);
 	svc->ns_release_fs = NULL;
 	nfs_service_destroy(svc);
 	return rc;

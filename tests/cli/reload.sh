@@ -4,7 +4,8 @@
 # then a pool's file system whose pool the reload imports, then one `shale fs create` made on the
 # served pool); an export removed is no longer mounted while the others go on, also while a copy
 # into one runs through several reloads; a malformed file
-# changes nothing; the server stops cleanly and the pool checks clean. Prints TAP lines. Needs
+# changes nothing; the server stops cleanly and the pool checks clean; a damaged handle key stops
+# the start, with the exports freed. Prints TAP lines. Needs
 # $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
@@ -100,4 +101,10 @@ pid=
 check "SIGTERM stops it cleanly" test "$rc" -eq 0
 check "the pool checks clean" bash -c '"$SHALE_BIN" pool check tank -d var/pool 2>&1 | grep -q "pool tank: 0 problems"'
 check "every file is where it was written" bash -c "cmp data.bin a/one.bin && cmp data.bin b/two.bin"
+mkdir -p bad
+printf 'short' >bad/handle.key
+line "$root/b" >bad/exports
+check "with a damaged handle key the server refuses to start, says why, and leaks nothing" bash -c '
+	o=$("$SHALE_BIN" serve --exports bad/exports --state bad --port 0 --no-portmap 2>&1) && exit 1
+	grep -q "handle key in bad" <<<"$o" && ! grep -q "LeakSanitizer" <<<"$o" || { echo "$o"; exit 1; }'
 tap_finish reload
