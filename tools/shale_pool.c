@@ -756,18 +756,15 @@ int shale_fs_main(int argc, char **argv)
 			}
 			props.dp_record_bytes = (uint32_t)v;
 			break;
-		case 'c':
-			if (strcmp(optarg, "off") == 0)
-				props.dp_compress = POOL_COMPRESS_OFF;
-			else if (strcmp(optarg, "lz4") == 0)
-				props.dp_compress = POOL_COMPRESS_LZ4;
-			else if (strcmp(optarg, "zstd") == 0)
-				props.dp_compress = POOL_COMPRESS_ZSTD;
-			else {
+		case 'c': {
+			int c = pool_compress_from_name(optarg, false);
+			if (c < 0) {
 				fprintf(stderr, "shale fs: compression is off, lz4 or zstd\n");
 				return 2;
 			}
+			props.dp_compress = (enum pool_compress)c;
 			break;
+		}
 		case 'h': fs_cmd_usage(stdout); return 0;
 		default: fs_cmd_usage(stderr); return 2;
 		}
@@ -795,13 +792,10 @@ int shale_fs_main(int argc, char **argv)
 						"G or T) or none\n");
 				return 2;
 			}
-		} else if (strcmp(pv, "compression=off") == 0)
-			set_compress = POOL_COMPRESS_OFF;
-		else if (strcmp(pv, "compression=lz4") == 0)
-			set_compress = POOL_COMPRESS_LZ4;
-		else if (strcmp(pv, "compression=zstd") == 0)
-			set_compress = POOL_COMPRESS_ZSTD;
-		else {
+		} else if (strncmp(pv, "compression=", 12) == 0 &&
+			   pool_compress_from_name(pv + 12, false) >= 0) {
+			set_compress = (enum pool_compress)pool_compress_from_name(pv + 12, false);
+		} else {
 			fprintf(stderr, "shale fs set: the property is compression=off|lz4|zstd or "
 					"quota=SIZE|none\n");
 			return 2;
@@ -851,13 +845,10 @@ int shale_fs_main(int argc, char **argv)
 	snprintf(cmd, sizeof(cmd), "shale fs %s", verb);
 	{
 		/* A served pool is changed and listed by its server. */
-		static const char *const compress_names[] = {"default", "off", "lz4", "zstd"};
 		char request[200] = "fs list", done_line[200] = "";
 		if (create && ds) {
 			snprintf(request, sizeof(request), "fs create %s %" PRIu32 " %s", ds,
-				 props.dp_record_bytes,
-				 compress_names[(unsigned)props.dp_compress %
-						SH_ARRAY_SIZE(compress_names)]);
+				 props.dp_record_bytes, pool_compress_name(props.dp_compress));
 			snprintf(done_line, sizeof(done_line), "created %s/%s\n", pool_name_buf,
 				 ds);
 		} else if (destroy && ds) {
@@ -871,13 +862,12 @@ int shale_fs_main(int argc, char **argv)
 			snprintf(done_line, sizeof(done_line), "renamed %s/%s to %s/%s\n",
 				 pool_name_buf, ds, pool_name_buf, new_ds);
 		} else if (set && ds) {
-			const char *value = strchr(argv[optind - 1], '=') + 1;
 			if (set_quota)
 				snprintf(request, sizeof(request), "fs set %s quota %" PRIu64, ds,
 					 quota_bytes);
 			else
 				snprintf(request, sizeof(request), "fs set %s compression %s", ds,
-					 value);
+					 pool_compress_name(set_compress));
 			snprintf(done_line, sizeof(done_line), "set %s on %s/%s%s\n",
 				 argv[optind - 1], pool_name_buf, ds,
 				 set_quota ? "" : " (blocks written from now on)");

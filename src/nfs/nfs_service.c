@@ -102,8 +102,8 @@ static int nfs_key_load_or_create(const char *state_dir, uint8_t key[NFS_HANDLE_
 	return rc;
 }
 
-/* A table for exports and fs (one per export), or NULL (-ENOMEM) with *rc_out set; exports is
- * the table's on success. Reads each export's root. */
+/* A table for exports and fs (one per export), reading each export's root; or NULL with *rc_out
+ * set (-ENOMEM, or fs_root's error). exports is the table's on success only. */
 static struct nfs_table *nfs_table_new(struct nfs_exports *exports, struct fs **fs, uint64_t gen,
 				       int *rc_out)
 {
@@ -205,19 +205,14 @@ int nfs_service_register(struct nfs_service *svc, struct rpc_server *srv)
 			map_len = SH_MAX(map_len, loop_index(rpc_server_loop(srv, i)) + 1u);
 		svc->ns_loops = mem_zalloc(sizeof(*svc->ns_loops) * n);
 		svc->ns_loop_map = mem_zalloc(sizeof(*svc->ns_loop_map) * map_len);
-		if (!svc->ns_loops || !svc->ns_loop_map) {
-			mem_free(svc->ns_loops);
-			mem_free(svc->ns_loop_map);
-			svc->ns_loops = NULL;
-			svc->ns_loop_map = NULL;
-			return -ENOMEM;
-		}
 		svc->ns_loopv = mem_zalloc(sizeof(*svc->ns_loopv) * n);
-		if (!svc->ns_loopv) {
+		if (!svc->ns_loops || !svc->ns_loop_map || !svc->ns_loopv) {
 			mem_free(svc->ns_loops);
 			mem_free(svc->ns_loop_map);
+			mem_free(svc->ns_loopv);
 			svc->ns_loops = NULL;
 			svc->ns_loop_map = NULL;
+			svc->ns_loopv = NULL;
 			return -ENOMEM;
 		}
 		svc->ns_nloops = n;

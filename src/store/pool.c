@@ -339,6 +339,21 @@ static void pool_opts_defaults(const struct pool_open_opts *opts, struct pool_op
 		out->po_destroy_step = POOL_DESTROY_STEP_DEFAULT;
 }
 
+static const char *const pool_compress_names[] = {"default", "off", "lz4", "zstd"};
+
+const char *pool_compress_name(enum pool_compress c)
+{
+	return (unsigned)c < SH_ARRAY_SIZE(pool_compress_names) ? pool_compress_names[c] : "?";
+}
+
+int pool_compress_from_name(const char *name, bool allow_default)
+{
+	for (unsigned c = allow_default ? 0 : 1; c < SH_ARRAY_SIZE(pool_compress_names); c++)
+		if (strcmp(name, pool_compress_names[c]) == 0)
+			return (int)c;
+	return -1;
+}
+
 enum blk_compress pool_compress_resolve(const struct pool *p, enum pool_compress c)
 {
 	switch (c) {

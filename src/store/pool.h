@@ -66,6 +66,10 @@ enum pool_compress {
 	POOL_COMPRESS_LZ4 = 2,
 	POOL_COMPRESS_ZSTD = 3,
 };
+/* The names the commands use: "default", "off", "lz4", "zstd". from_name returns the value, or -1
+ * for another name (and for "default" unless allow_default). */
+const char *pool_compress_name(enum pool_compress c);
+int pool_compress_from_name(const char *name, bool allow_default);
 
 /* Attaches an owner to a dataset that needs one while the pool works on its own: at import, for a
  * dataset with log records to replay; in pool_ds_destroy and pool_check, to learn the data blocks

@@ -74,23 +74,11 @@ static int pool_statsock_send(int fd, const char *text, size_t len)
 	return 0;
 }
 
-/* Sends the status text to fd: formatted in memory first, then sent with MSG_NOSIGNAL, so a
- * reader that hung up costs an error, not the process (a SIGPIPE). */
-static int pool_statsock_answer(struct pool_statsock *ss, int fd)
+/* The status text, as the holder's. */
+static int pool_statsock_print_status(struct pool *p, FILE *out)
 {
-	char *text = NULL;
-	size_t len = 0;
-	FILE *out = open_memstream(&text, &len);
-	if (!out)
-		return -ENOMEM;
 	fprintf(out, "(live: from the process serving the pool, pid %ld)\n", (long)getpid());
-	int rc = pool_status_print(ss->ss_pool, out);
-	if (fclose(out) != 0 && rc == 0)
-		rc = -ENOMEM;
-	if (rc == 0)
-		rc = pool_statsock_send(fd, text, len);
-	free(text); /* open_memstream's buffer comes from malloc */
-	return rc;
+	return pool_status_print(p, out);
 }
 
 /* The request line (up to its newline, the end of the client's writing, or the timeout). */
@@ -111,7 +99,9 @@ static void pool_statsock_read_request(int fd, char *req, size_t cap)
 	req[strcspn(req, "\r\n")] = '\0';
 }
 
-/* Sends the text a function prints: formatted in memory first, as pool_statsock_answer does. */
+/* Sends to fd the text print writes: formatted in memory first, then sent with MSG_NOSIGNAL, so a
+ * reader that hung up costs an error, not the process (a SIGPIPE). A print that fails is
+ * answered "error: TEXT". */
 static int pool_statsock_print_answer(struct pool_statsock *ss, int fd,
 				      int (*print)(struct pool *p, FILE *out))
 {
@@ -132,20 +122,6 @@ static int pool_statsock_print_answer(struct pool_statsock *ss, int fd,
 	rc = pool_statsock_send(fd, text, len);
 	free(text); /* open_memstream's buffer comes from malloc */
 	return rc;
-}
-
-/* The compression a request names ("default" too, for create), or -1. */
-static int pool_statsock_compress(const char *value, bool allow_default)
-{
-	if (allow_default && strcmp(value, "default") == 0)
-		return POOL_COMPRESS_DEFAULT;
-	if (strcmp(value, "off") == 0)
-		return POOL_COMPRESS_OFF;
-	if (strcmp(value, "lz4") == 0)
-		return POOL_COMPRESS_LZ4;
-	if (strcmp(value, "zstd") == 0)
-		return POOL_COMPRESS_ZSTD;
-	return -1;
 }
 
 /* A decimal count from a request, or -EINVAL. */
@@ -178,12 +154,12 @@ static int pool_statsock_fs_change(struct pool_statsock *ss, const char *req,
 		return rc != 0 ? rc : pool_ds_set_quota(p, fs, bytes);
 	}
 	if (n == 4 && strcmp(verb, "set") == 0 && strcmp(a, "compression") == 0) {
-		int c = pool_statsock_compress(b, false);
+		int c = pool_compress_from_name(b, false);
 		return c < 0 ? -EINVAL : pool_ds_set_compress(p, fs, (enum pool_compress)c);
 	}
 	if (n == 4 && strcmp(verb, "create") == 0) {
 		uint64_t record;
-		int c = pool_statsock_compress(b, true);
+		int c = pool_compress_from_name(b, true);
 		if (pool_statsock_u64(a, &record) != 0 || record > UINT32_MAX || c < 0)
 			return -EINVAL;
 		struct pool_ds_props props = {.dp_record_bytes = (uint32_t)record,
@@ -222,7 +198,7 @@ static const char *pool_statsock_fs_answer(struct pool_statsock *ss, const char 
 	case -EBUSY:
 		snprintf(line, cap,
 			 "error: %s/%s is in use (exported, or being destroyed): take it out of "
-			 "the exports and restart the server first\n",
+			 "the exports and reload them first (SIGHUP)\n",
 			 pool, fs);
 		break;
 	default: snprintf(line, cap, "error: %s\n", sh_strerror(rc)); break;
@@ -257,7 +233,7 @@ static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 	}
 	if (answer)
 		return pool_statsock_send(fd, answer, strlen(answer));
-	return pool_statsock_answer(ss, fd);
+	return pool_statsock_print_answer(ss, fd, pool_statsock_print_status);
 }
 
 static void *pool_statsock_main(void *arg)
