@@ -135,6 +135,7 @@ struct blk_io {
 	int bi_status;             /* (out) 0 or -errno; a short transfer is -EIO */
 	bool bi_background;        /* (in) yields to every other io (blk_engine.c, rule 6) */
 	struct blk_io *bi_next;    /* private to the engine */
+	bool bi_alone;             /* private to the engine: never aggregated (rule 8) */
 };
 
 /* Starts io. Never fails synchronously: a bad argument completes with -EINVAL. */

@@ -44,6 +44,17 @@
  *      context switches per commit, and one doorbell per commit). Measured against it, pool
  *      sfs2008 on one core (A/B, three rounds of ten points): peak +29%, overall response time
  *      -20%, server CPU per op -20%; 4 KiB FILE_SYNC writes from 64 in flight +7%.
+ *   8. Aggregation (ZFS's vdev queue aggregation): when a background write enters the ring, the
+ *      background writes waiting in its backlog that continue it on the same leaf (offset =
+ *      where the group ends so far; looked for among the first BLK_ENGINE_AGG_SCAN waiting) join
+ *      it, up to BLK_ENGINE_AGG_MAX_BYTES in all, and the group goes to the kernel as one
+ *      vectored write: one request, one slot, one doorbell. A txg's blocks are allocated first
+ *      fit from a cursor and handed over in that order, so they arrive contiguous: measured on
+ *      pool sfs2008, every one of 49,575 background writes (all 4 KiB) continued the one before.
+ *      Each 4 KiB request cost a virtio doorbell, a VM exit, on the server's core. The members
+ *      complete together, each with its own callback. A group that fails or comes back short is
+ *      split: its members return to the front of the backlog marked bi_alone and are written one
+ *      by one, so each gets its own status (rewriting a written part is harmless).
  *
  * Locking: be_lock guards be_queue, be_stopping, be_wake_pending and the deferred-status ring.
  * Everything else (the ring, the request pool, the backlog, the done list) belongs to the engine
@@ -52,6 +63,7 @@
 #include <liburing.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "blk/blk_impl.h"
@@ -61,12 +73,22 @@
 #define BLK_ENGINE_DEFERRED_MAX 64u /* allocation failures reported at once; more run inline */
 #define BLK_ENGINE_WAKE_TAG 0ull    /* user_data of the eventfd read */
 #define BLK_ENGINE_BACKGROUND_MAX 8u /* background ios in the ring at once (rule 6) */
+/* Rule 8: at most 8 groups of 128 KiB, 1 MiB, in the device ahead of a foreground io. */
+#define BLK_ENGINE_AGG_MAX_BYTES (128u * 1024u)
+#define BLK_ENGINE_AGG_MAX_IOS (BLK_ENGINE_AGG_MAX_BYTES / BLK_SECTOR_BYTES)
+#define BLK_ENGINE_AGG_SCAN 64u /* waiting background ios looked at for a continuation */
 
-/* One file-leaf io in the ring, with how far it has got (a short transfer continues). */
+/* One file-leaf io in the ring, with how far it has got (a short transfer continues), or an
+ * aggregated group of background writes (rule 8): rq_io first, the others on rq_group_rest
+ * (linked by bi_next), written with one vectored write from rq_iov. */
 struct blk_req {
 	struct blk_io *rq_io;
 	uint32_t rq_done_bytes;
 	struct blk_req *rq_next_free;
+	struct blk_io *rq_group_rest; /* NULL: a single io */
+	uint32_t rq_group_bytes;
+	unsigned rq_niov;
+	struct iovec *rq_iov; /* a group's vector, taken from be_free_iovs */
 };
 
 struct blk_deferred {
@@ -100,6 +122,11 @@ struct blk_engine {
 	struct blk_io *be_backlog_head, *be_backlog_tail;
 	struct blk_io *be_bg_backlog_head, *be_bg_backlog_tail;
 	struct blk_io *be_done_head, *be_done_tail;
+	struct iovec *be_iovs;       /* BLK_ENGINE_BACKGROUND_MAX vectors for groups (rule 8) */
+	struct iovec *be_free_iovs[BLK_ENGINE_BACKGROUND_MAX];
+	unsigned be_nfree_iovs;
+	_Atomic uint64_t be_aggregated; /* writes that joined another's group (test hook) */
+	unsigned be_fail_groups;        /* be_lock: groups still to fail (test hook) */
 };
 
 static _Thread_local struct blk_engine *blk_engine_self;
@@ -116,6 +143,18 @@ void blk_engine_set_max_transfer(struct blk_engine *engine, uint32_t bytes)
 	pthread_mutex_lock(&engine->be_lock); /* publishes the value to the engine thread */
 	engine->be_max_transfer = bytes;
 	pthread_mutex_unlock(&engine->be_lock);
+}
+
+void blk_engine_fail_groups(struct blk_engine *engine, unsigned n)
+{
+	pthread_mutex_lock(&engine->be_lock);
+	engine->be_fail_groups = n;
+	pthread_mutex_unlock(&engine->be_lock);
+}
+
+uint64_t blk_engine_aggregated(const struct blk_engine *engine)
+{
+	return atomic_load_explicit(&engine->be_aggregated, memory_order_relaxed);
 }
 
 bool blk_engine_on_thread(const struct blk_engine *engine)
@@ -209,12 +248,67 @@ static void blk_engine_prep(struct blk_engine *e, struct blk_req *rq)
 	uint8_t *buf = io->bi_op == BLK_IO_FLUSH ? NULL : (uint8_t *)io->bi_buf + rq->rq_done_bytes;
 	unsigned len = SH_MIN(io->bi_len - rq->rq_done_bytes, e->be_max_transfer);
 	uint64_t off = io->bi_offset + rq->rq_done_bytes;
+	if (rq->rq_group_rest) {
+		io_uring_prep_writev(sqe, fd, rq->rq_iov, rq->rq_niov, io->bi_offset);
+		io_uring_sqe_set_data(sqe, rq);
+		return;
+	}
 	switch (io->bi_op) {
 	case BLK_IO_READ: io_uring_prep_read(sqe, fd, buf, len, off); break;
 	case BLK_IO_WRITE: io_uring_prep_write(sqe, fd, buf, len, off); break;
 	default: io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC); break;
 	}
 	io_uring_sqe_set_data(sqe, rq);
+}
+
+/* Rule 8: takes from the background backlog the writes that continue rq's io on its leaf, and
+ * makes rq a group of them. Leaves rq a single io when none does (or no vector is free). */
+static void blk_engine_gather(struct blk_engine *e, struct blk_req *rq)
+{
+	struct blk_io *io = rq->rq_io;
+	uint32_t limit = SH_MIN(BLK_ENGINE_AGG_MAX_BYTES, e->be_max_transfer);
+	if (io->bi_op != BLK_IO_WRITE || io->bi_alone || e->be_nfree_iovs == 0 ||
+	    io->bi_len >= limit)
+		return;
+	uint64_t end = io->bi_offset + io->bi_len;
+	uint32_t bytes = io->bi_len;
+	struct blk_io *rest_head = NULL, *rest_tail = NULL;
+	unsigned n = 1;
+	while (n < BLK_ENGINE_AGG_MAX_IOS) {
+		struct blk_io *prev = NULL, *cand = e->be_bg_backlog_head;
+		bool found = false;
+		for (unsigned seen = 0; cand && seen < BLK_ENGINE_AGG_SCAN; seen++) {
+			found = cand->bi_dev == io->bi_dev && cand->bi_op == BLK_IO_WRITE &&
+			        !cand->bi_alone && cand->bi_offset == end;
+			if (found)
+				break;
+			prev = cand;
+			cand = cand->bi_next;
+		}
+		if (!found || cand->bi_len > limit - bytes)
+			break;
+		if (prev)
+			prev->bi_next = cand->bi_next;
+		else
+			e->be_bg_backlog_head = cand->bi_next;
+		if (e->be_bg_backlog_tail == cand)
+			e->be_bg_backlog_tail = prev;
+		blk_list_append(&rest_head, &rest_tail, cand);
+		end += cand->bi_len;
+		bytes += cand->bi_len;
+		n++;
+	}
+	if (!rest_head)
+		return;
+	rq->rq_iov = e->be_free_iovs[--e->be_nfree_iovs];
+	rq->rq_iov[0] = (struct iovec){.iov_base = io->bi_buf, .iov_len = io->bi_len};
+	unsigned i = 1;
+	for (struct blk_io *m = rest_head; m; m = m->bi_next)
+		rq->rq_iov[i++] = (struct iovec){.iov_base = m->bi_buf, .iov_len = m->bi_len};
+	rq->rq_niov = n;
+	rq->rq_group_rest = rest_head;
+	rq->rq_group_bytes = bytes;
+	atomic_fetch_add_explicit(&e->be_aggregated, n - 1, memory_order_relaxed);
 }
 
 static void blk_engine_to_ring(struct blk_engine *e, struct blk_io *io)
@@ -224,6 +318,9 @@ static void blk_engine_to_ring(struct blk_engine *e, struct blk_io *io)
 	e->be_free_reqs = rq->rq_next_free;
 	rq->rq_io = io;
 	rq->rq_done_bytes = 0;
+	rq->rq_group_rest = NULL;
+	if (io->bi_background)
+		blk_engine_gather(e, rq);
 	e->be_inflight++;
 	if (io->bi_background)
 		e->be_bg_inflight++;
@@ -267,8 +364,54 @@ static void blk_engine_start(struct blk_engine *e, struct blk_io *io)
 	}
 }
 
+/* Rule 8: a group's vectored write has completed. */
+static void blk_engine_group_done(struct blk_engine *e, struct blk_req *rq, int res)
+{
+	if (res == -EINTR || res == -EAGAIN) {
+		blk_engine_prep(e, rq); /* the whole group again */
+		return;
+	}
+	struct blk_io *first = rq->rq_io, *rest = rq->rq_group_rest;
+	pthread_mutex_lock(&e->be_lock);
+	if (e->be_fail_groups > 0) {
+		e->be_fail_groups--;
+		res = -EIO;
+	}
+	pthread_mutex_unlock(&e->be_lock);
+	bool whole = res >= 0 && (uint32_t)res == rq->rq_group_bytes;
+	e->be_free_iovs[e->be_nfree_iovs++] = rq->rq_iov;
+	rq->rq_group_rest = NULL;
+	rq->rq_next_free = e->be_free_reqs;
+	e->be_free_reqs = rq;
+	e->be_inflight--;
+	e->be_bg_inflight--;
+	first->bi_next = rest;
+	if (whole) {
+		for (struct blk_io *m = first; m;) {
+			struct blk_io *next = m->bi_next;
+			blk_engine_complete(e, m, 0);
+			m = next;
+		}
+		return;
+	}
+	/* Failed or short: each member again on its own, first in line, in the same order. */
+	struct blk_io *last = first;
+	for (struct blk_io *m = first; m; m = m->bi_next) {
+		m->bi_alone = true;
+		last = m;
+	}
+	last->bi_next = e->be_bg_backlog_head;
+	e->be_bg_backlog_head = first;
+	if (!e->be_bg_backlog_tail)
+		e->be_bg_backlog_tail = last;
+}
+
 static void blk_engine_req_done(struct blk_engine *e, struct blk_req *rq, int res)
 {
+	if (rq->rq_group_rest) {
+		blk_engine_group_done(e, rq, res);
+		return;
+	}
 	struct blk_io *io = rq->rq_io;
 	int status = 0;
 	if (io->bi_op == BLK_IO_FLUSH) {
@@ -454,6 +597,14 @@ int blk_engine_create(unsigned queue_depth, struct blk_engine **engine_out)
 			e->be_reqs[i].rq_next_free = e->be_free_reqs;
 			e->be_free_reqs = &e->be_reqs[i];
 		}
+		e->be_iovs = mem_alloc(BLK_ENGINE_BACKGROUND_MAX * BLK_ENGINE_AGG_MAX_IOS *
+		                       sizeof(*e->be_iovs));
+		if (!e->be_iovs) {
+			rc = -ENOMEM;
+			goto fail_reqs;
+		}
+		for (unsigned i = 0; i < BLK_ENGINE_BACKGROUND_MAX; i++)
+			e->be_free_iovs[e->be_nfree_iovs++] = e->be_iovs + i * BLK_ENGINE_AGG_MAX_IOS;
 	}
 	rc = -pthread_create(&e->be_thread, NULL, blk_engine_main, e);
 	if (rc != 0)
@@ -462,6 +613,7 @@ int blk_engine_create(unsigned queue_depth, struct blk_engine **engine_out)
 	return 0;
 
 fail_reqs:
+	mem_free(e->be_iovs);
 	mem_free(e->be_reqs);
 fail_eventfd:
 	if (e->be_eventfd >= 0)
@@ -517,6 +669,7 @@ void blk_engine_destroy(struct blk_engine *engine)
 		io_uring_queue_exit(&engine->be_ring); /* cancels the armed wake-up read */
 		(void)close(engine->be_eventfd);
 	}
+	mem_free(engine->be_iovs);
 	mem_free(engine->be_reqs);
 	pthread_cond_destroy(&engine->be_cond);
 	pthread_mutex_destroy(&engine->be_lock);

@@ -67,6 +67,10 @@ bool blk_engine_uses_uring(const struct blk_engine *engine);
 /* Test hook: split every file read and write into requests of at most bytes (a sector multiple),
  * so the engine's continuation of short transfers runs. Call while the engine is idle. */
 void blk_engine_set_max_transfer(struct blk_engine *engine, uint32_t bytes);
+/* Test hooks for rule 8: how many background writes have joined another's group, and failing
+ * the next n groups as if the kernel had (their members are then written one by one). */
+uint64_t blk_engine_aggregated(const struct blk_engine *engine);
+void blk_engine_fail_groups(struct blk_engine *engine, unsigned n);
 /* True when the calling thread is engine's completion thread. */
 bool blk_engine_on_thread(const struct blk_engine *engine);
 /* Runs fn(arg, status) on the engine thread without allocating (for reporting a failure to
