@@ -1041,7 +1041,10 @@ static void test_scrub_resilver(void)
 	CHECK(workload(kv, &m, 2000, 200, true, 54) == 0);
 	CHECK(pthread_join(t, NULL) == 0);
 	CHECKF(sr.sr_result == 0, "scrub: %" PRId64, sr.sr_result);
-	CHECKF(sr.sr_blocks > 200, "the scrub saw %llu blocks", sr.sr_blocks);
+	/* This pool holds about 150 blocks (more while the workload adds some); a 64 KiB slice
+	 * verifies about 16 copies of 4 KiB, 8 blocks of this mirror: more than 64 blocks means
+	 * the walk resumed many times. */
+	CHECKF(sr.sr_blocks > 64, "the scrub saw %llu blocks", sr.sr_blocks);
 	CHECK(child_state(p, 0, 1, &ps) == 'O' && ps == POOL_STATE_ONLINE);
 	CHECK(child_state(p, UINT32_MAX, 1, NULL) == 'O');
 	CHECKF(sr.sr_resilvered > 0 && sr.sr_current, "resilvered %llu, current %d",
