@@ -33,10 +33,11 @@
  *      read, the others bound the file ios in flight.
  *   6. Background ios (bi_background: the blocks of a transaction group) yield to all others
  *      (ZFS's vdev queue, async writes below sync ones): at most BLK_ENGINE_BACKGROUND_MAX of
- *      them are in the ring at once, the rest wait in their own backlog (be_bg_backlog), and a
- *      free ring slot goes to a waiting foreground io first. A txg hands over its whole
- *      write-out at once (60 MiB and more); in the ring, the device would serve it before an
- *      intent-log write or a read submitted a moment later, which then waited 20-30 ms.
+ *      them (or of their groups, rule 8) are in the ring at once, the rest wait in their own
+ *      backlog (be_bg_backlog), and a free ring slot goes to a waiting foreground io first. A
+ *      txg hands over its whole write-out at once (60 MiB and more); in the ring, the device
+ *      would serve it before an intent-log write or a read submitted a moment later, which then
+ *      waited 20-30 ms.
  *   7. The thread is SCHED_BATCH (sh_thread_setup's background kind): a submission or a
  *      completion that wakes it never preempts the event loop sharing its core; it runs when the
  *      loop sleeps or at the scheduler's next tick, and then finds every io queued meanwhile.
