@@ -604,8 +604,10 @@ int blk_engine_create(unsigned queue_depth, struct blk_engine **engine_out)
 			rc = -ENOMEM;
 			goto fail_reqs;
 		}
-		for (unsigned i = 0; i < BLK_ENGINE_BACKGROUND_MAX; i++)
-			e->be_free_iovs[e->be_nfree_iovs++] = e->be_iovs + i * BLK_ENGINE_AGG_MAX_IOS;
+		for (unsigned i = 0; i < BLK_ENGINE_BACKGROUND_MAX; i++) {
+			struct iovec *vec = e->be_iovs + i * BLK_ENGINE_AGG_MAX_IOS;
+			e->be_free_iovs[e->be_nfree_iovs++] = vec;
+		}
 	}
 	rc = -pthread_create(&e->be_thread, NULL, blk_engine_main, e);
 	if (rc != 0)
