@@ -1658,19 +1658,18 @@ struct agg_run {
 	struct blk_dev *ar_dev;
 	uint8_t *ar_data;               /* AGG_WRITES sectors */
 	struct blk_io ar_ios[AGG_WRITES];
-	struct blk_batch ar_batch;
+	atomic_uint ar_pending; /* writes (and the trigger) not yet completed */
+	atomic_int ar_status;   /* the first error */
 	uint64_t ar_base;
 };
 
 static void agg_write_done(struct blk_io *io)
 {
 	struct agg_run *ar = io->bi_arg;
-	pthread_mutex_lock(&ar->ar_batch.bb_lock);
-	if (io->bi_status != 0 && ar->ar_batch.bb_status == 0)
-		ar->ar_batch.bb_status = io->bi_status;
-	if (--ar->ar_batch.bb_pending == 0)
-		pthread_cond_signal(&ar->ar_batch.bb_cond);
-	pthread_mutex_unlock(&ar->ar_batch.bb_lock);
+	int none = 0;
+	if (io->bi_status != 0)
+		atomic_compare_exchange_strong(&ar->ar_status, &none, io->bi_status);
+	atomic_fetch_sub(&ar->ar_pending, 1);
 }
 
 /* Runs on the engine thread: every write is queued before the engine looks at its queue again,
@@ -1705,12 +1704,17 @@ static int agg_write_all(struct blk_engine *e, struct blk_dev *f, uint64_t base,
 	ar->ar_base = base;
 	ar->ar_data = blk_buf_alloc(AGG_WRITES * SECTOR);
 	fill_random(ar->ar_data, AGG_WRITES * SECTOR, seed);
-	blk_batch_init(&ar->ar_batch);
-	ar->ar_batch.bb_pending = AGG_WRITES + 1;
+	atomic_init(&ar->ar_pending, AGG_WRITES + 1);
+	atomic_init(&ar->ar_status, 0);
 	struct blk_io trigger = {.bi_op = BLK_IO_FLUSH, .bi_dev = f, .bi_done = agg_submit_all,
 	                         .bi_arg = ar};
 	blk_submit(e, &trigger);
-	int rc = blk_batch_wait(&ar->ar_batch);
+	/* A blk_batch cannot be filled from the engine thread; a counter and a poll will do. */
+	for (int i = 0; i < 5000 && atomic_load(&ar->ar_pending) > 0; i++)
+		usleep(1000);
+	if (atomic_load(&ar->ar_pending) > 0)
+		return -ETIMEDOUT; /* ar stays allocated: the engine may still write to it */
+	int rc = atomic_load(&ar->ar_status);
 	uint8_t *back = blk_buf_alloc(AGG_WRITES * SECTOR);
 	CHECK(blk_read_sync(e, f, base, back, AGG_WRITES * SECTOR) == 0);
 	CHECKF(memcmp(back, ar->ar_data, AGG_WRITES * SECTOR) == 0, "aggregated bytes, seed %llu",
