@@ -1668,7 +1668,7 @@ static void agg_write_done(struct blk_io *io)
 	struct agg_run *ar = io->bi_arg;
 	int none = 0;
 	if (io->bi_status != 0)
-		atomic_compare_exchange_strong(&ar->ar_status, &none, io->bi_status);
+		(void)atomic_compare_exchange_strong(&ar->ar_status, &none, io->bi_status);
 	atomic_fetch_sub(&ar->ar_pending, 1);
 }
 
