@@ -67,7 +67,8 @@ static int shale_parse_uint(const char *text, unsigned long max, unsigned long *
 	return 0;
 }
 
-static int shale_serve(int argc, char **argv)
+/* argv: the verb's arguments (argv[0] "serve"); whole_argv: main's, to restart with. */
+static int shale_serve(int argc, char **argv, char **whole_argv)
 {
 	struct server_config config = {
 		.sc_state_dir = "var/state",
@@ -150,6 +151,7 @@ static int shale_serve(int argc, char **argv)
 		shale_serve_usage(stderr);
 		return 2;
 	}
+	server_exec_with_huge_heap(whole_argv);
 	return server_run(&config) == 0 ? 0 : 1;
 bad_value:
 	fprintf(stderr, "shale serve: bad value '%s' for an option\n", optarg);
@@ -164,7 +166,7 @@ int main(int argc, char **argv)
 	}
 	const char *verb = argv[1];
 	if (strcmp(verb, "serve") == 0)
-		return shale_serve(argc - 1, argv + 1);
+		return shale_serve(argc - 1, argv + 1, argv);
 	if (strcmp(verb, "bench") == 0)
 		return bench_main(argc - 1, argv + 1);
 	if (strcmp(verb, "pool") == 0)

@@ -19,7 +19,20 @@
  * name it; the service gives a generation's back when it frees it, and the last one closes it.
  *
  * Signals are blocked in every thread (the mask is set before any thread starts, and threads
- * inherit it) and collected here with sigtimedwait, so no handler ever runs inside a loop. */
+ * inherit it) and collected here with sigtimedwait, so no handler ever runs inside a loop.
+ *
+ * The heap in huge pages (server_exec_with_huge_heap). The pool's blocks live in malloc'd
+ * buffers (the ARC's, the dirty data's), and every page of them is touched afresh as buffers are
+ * freed and allocated again. On a virtual machine whose hypervisor maps guest memory lazily (the
+ * development VM's kernel runs under a paravirtual MMU, and free pages are reported back to the
+ * host), the first touch of a 4 KiB page costs a fault into the hypervisor, and so does the
+ * kernel's first access to a user page it copies into a socket: a 1 MiB buffer written by the
+ * program and then sent went out at 530 MB/s, the same buffer sent again at 3,400 MB/s, and one
+ * in a 2 MiB huge page at 3,700 MB/s the first time. glibc's heap madvises itself MADV_HUGEPAGE
+ * only when the tunable glibc.malloc.hugetlb is set, and tunables are read from the environment
+ * at start only, so the server restarts itself once with it set. Measured on the pool (1 GiB
+ * seq, server on one core): READs from the cache 566 -> 3,310 MB/s, UNSTABLE+COMMIT writes
+ * 272 -> 425-470 MB/s; sfs2008 unchanged within the noise. */
 #include <errno.h>
 #include <fcntl.h>
 #ifdef __GLIBC__
@@ -27,6 +40,7 @@
 #endif
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -273,6 +287,34 @@ static int server_write_ready_file(const char *path, uint16_t port, enum rpc_por
 	if (rc == 0 && rename(tmp, path) < 0)
 		rc = -errno;
 	return rc;
+}
+
+void server_exec_with_huge_heap(char *const argv[])
+{
+#ifdef __GLIBC__
+	static const char tunable[] = "glibc.malloc.hugetlb=1";
+	const char *before = getenv("GLIBC_TUNABLES");
+	if (before && strstr(before, "glibc.malloc.hugetlb="))
+		return;
+	size_t len = (before ? strlen(before) + 1 : 0) + sizeof(tunable);
+	char *value = mem_alloc(len);
+	if (!value)
+		return;
+	snprintf(value, len, "%s%s%s", before ? before : "", before ? ":" : "", tunable);
+	/* setenv copies: restored below if the exec fails. */
+	char *saved = before ? mem_strdup(before) : NULL;
+	int rc = setenv("GLIBC_TUNABLES", value, 1);
+	mem_free(value);
+	if (rc == 0) {
+		execv("/proc/self/exe", argv);
+		log_debug("cannot restart with the heap in huge pages: %s", strerror(errno));
+		if (saved ? setenv("GLIBC_TUNABLES", saved, 1) : unsetenv("GLIBC_TUNABLES"))
+			log_debug("cannot restore GLIBC_TUNABLES: %s", strerror(errno));
+	}
+	mem_free(saved);
+#else
+	(void)argv;
+#endif
 }
 
 int server_run(const struct server_config *config)

@@ -11,17 +11,19 @@
 # file that would exceed it, then
 # `shale fs list`, `set`, `create`, `rename` and `destroy` on the served pool (the server makes
 # the change: a quota removed lets the file in, the values outlive the server, an exported file
-# system is not renamed or destroyed, bad requests are refused). Also
-# that the server's threads are named and that the
-# ones doing slow background work are SCHED_BATCH, the loops not. Prints TAP lines. Needs
-# $SHALE_BIN, nfs-cp and nfs-ls.
+# system is not renamed or destroyed, bad requests are refused). Also that the server's threads
+# are named and that the ones doing slow background work are SCHED_BATCH, the loops not; and that
+# the server restarts itself with glibc's heap in huge pages unless its environment already says
+# otherwise. Prints TAP lines. Needs $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 
 root=$(mktemp -d /tmp/shale-servepool.XXXXXX)
 pid=
+optout_pid=
 cleanup() {
 	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+	[ -n "$optout_pid" ] && kill -9 "$optout_pid" 2>/dev/null
 	rm -rf "$root"
 }
 trap cleanup EXIT
@@ -61,6 +63,26 @@ check "the txg sync thread is SCHED_BATCH between txgs (SCHED_OTHER only while i
 check "the pool's committer is SCHED_BATCH" bash -c '[ "$1" = 3 ]' _ "$(policies shale-commit)"
 check "the pool's I/O engine thread is SCHED_BATCH (it never preempts the loop)" \
 	bash -c '[ "$1" = 3 ]' _ "$(policies shale-io)"
+# Its environment as it started, one variable per line. (glibc ends each tunable's value in
+# place with a NUL as it reads GLIBC_TUNABLES, so a list of several shows here as several lines.)
+environ_of() { tr '\0' '\n' <"/proc/$1/environ"; }
+check "the server restarted itself with glibc's heap in huge pages (GLIBC_TUNABLES)" \
+	bash -c 'grep -q "^GLIBC_TUNABLES=glibc.malloc.hugetlb=1$" <<<"$1"' _ "$(environ_of "$pid")"
+# An administrator's own setting is kept (and does not restart the server again).
+mkdir -p optout/plain
+echo "$root/optout/plain 127.0.0.1(rw,insecure,no_root_squash)" >optout/exports
+GLIBC_TUNABLES=glibc.malloc.hugetlb=0 "$SHALE_BIN" serve --exports optout/exports \
+	--state optout/state --port 0 --no-portmap --ready-file optout/ready --log-level warn \
+	>optout/serve.log 2>&1 &
+optout_pid=$!
+for _ in $(seq 200); do grep -q '^port=' optout/ready 2>/dev/null && break; sleep 0.05; done
+check "a server started with glibc.malloc.hugetlb set keeps that setting, and serves" \
+	bash -c 'grep -q "^port=" optout/ready &&
+		grep -q "^GLIBC_TUNABLES=glibc.malloc.hugetlb=0$" <<<"$1" &&
+		! grep -q "hugetlb=1" <<<"$1"' \
+	_ "$(environ_of "$optout_pid")"
+kill "$optout_pid" 2>/dev/null
+wait "$optout_pid" 2>/dev/null
 head -c 3000000 /dev/urandom >big.bin
 head -c 5000 /dev/urandom >small.bin
 check "nfs-cp writes a 3 MB file into tank/home" nfs-cp big.bin "$(url big.bin)"
