@@ -301,8 +301,12 @@ void server_exec_with_huge_heap(char *const argv[])
 	if (!value)
 		return;
 	snprintf(value, len, "%s%s%s", before ? before : "", before ? ":" : "", tunable);
-	/* setenv copies: restored below if the exec fails. */
+	/* setenv copies; the old value is kept to be restored if the exec fails. */
 	char *saved = before ? mem_strdup(before) : NULL;
+	if (before && !saved) {
+		mem_free(value);
+		return;
+	}
 	int rc = setenv("GLIBC_TUNABLES", value, 1);
 	mem_free(value);
 	if (rc == 0) {
