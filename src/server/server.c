@@ -35,6 +35,7 @@
  * 272 -> 425-470 MB/s; sfs2008 unchanged within the noise. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -310,6 +311,15 @@ void server_exec_with_huge_heap(char *const argv[])
 	int rc = setenv("GLIBC_TUNABLES", value, 1);
 	mem_free(value);
 	if (rc == 0) {
+		/* The program's own path first, so that the process keeps its name (the kernel names
+		 * it after the file executed, and /proc/self/exe would make it "exe"); the link itself
+		 * when that path is gone (" (deleted)") or too long. */
+		char self[PATH_MAX];
+		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		if (n > 0 && (size_t)n < sizeof(self) - 1) {
+			self[n] = '\0';
+			execv(self, argv);
+		}
 		execv("/proc/self/exe", argv);
 		log_debug("cannot restart with the heap in huge pages: %s", strerror(errno));
 		if (saved ? setenv("GLIBC_TUNABLES", saved, 1) : unsetenv("GLIBC_TUNABLES"))

@@ -27,13 +27,14 @@ struct server_config {
 	const char *sc_ready_file;   /* written once serving: "port=N" and "portmap=MODE" lines */
 };
 
-/* Restarts the process (execv of /proc/self/exe with the same argv) with glibc's malloc told to
- * back its heap with transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, appended to
- * any tunables already set), unless GLIBC_TUNABLES already names glibc.malloc.hugetlb, so an
- * administrator's own setting (hugetlb=0 turns it off) is kept and the restarted process does
- * not restart again. Call it first, before any thread starts. Returns only when the process was
- * not restarted: nothing to do, not a glibc build, or the exec failed (logged at debug; the
- * server then runs with the heap as it is). Why: server.c, "The heap in huge pages". */
+/* Restarts the process (execv of its own program, as /proc/self/exe names it, with the same argv)
+ * with glibc's malloc told to back its heap with transparent huge pages
+ * (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, appended to any tunables already set), unless
+ * GLIBC_TUNABLES already names glibc.malloc.hugetlb, so an administrator's own setting (hugetlb=0
+ * turns it off) is kept and the restarted process does not restart again. Call it first, before
+ * any thread starts. Returns only when the process was not restarted: nothing to do, not a glibc
+ * build, or the exec failed (logged at debug; the server then runs with the heap as it is). Why:
+ * server.c, "The heap in huge pages". */
 void server_exec_with_huge_heap(char *const argv[]);
 
 /* Runs the server until SIGINT/SIGTERM. Returns 0 after a clean stop, or -errno when it could not

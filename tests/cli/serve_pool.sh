@@ -13,8 +13,8 @@
 # the change: a quota removed lets the file in, the values outlive the server, an exported file
 # system is not renamed or destroyed, bad requests are refused). Also that the server's threads
 # are named and that the ones doing slow background work are SCHED_BATCH, the loops not; and that
-# the server restarts itself with glibc's heap in huge pages unless its environment already says
-# otherwise. Prints TAP lines. Needs $SHALE_BIN, nfs-cp and nfs-ls.
+# the server restarts itself (keeping its name) with glibc's heap in huge pages unless its
+# environment already says otherwise. Prints TAP lines. Needs $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 
@@ -68,6 +68,8 @@ check "the pool's I/O engine thread is SCHED_BATCH (it never preempts the loop)"
 environ_of() { tr '\0' '\n' <"/proc/$1/environ"; }
 check "the server restarted itself with glibc's heap in huge pages (GLIBC_TUNABLES)" \
 	bash -c 'grep -q "^GLIBC_TUNABLES=glibc.malloc.hugetlb=1$" <<<"$1"' _ "$(environ_of "$pid")"
+check "after the restart the process still bears its program's name" \
+	bash -c '[ "$(cat "/proc/$1/comm")" = "$(basename "$SHALE_BIN")" ]' _ "$pid"
 # An administrator's own setting is kept (and does not restart the server again).
 mkdir -p optout/plain
 echo "$root/optout/plain 127.0.0.1(rw,insecure,no_root_squash)" >optout/exports
