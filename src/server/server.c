@@ -311,9 +311,9 @@ void server_exec_with_huge_heap(char *const argv[])
 	int rc = setenv("GLIBC_TUNABLES", value, 1);
 	mem_free(value);
 	if (rc == 0) {
-		/* The program's own path first, so that the process keeps its name (the kernel names
-		 * it after the file executed, and /proc/self/exe would make it "exe"); the link itself
-		 * when that path is gone (" (deleted)") or too long. */
+		/* The program's own path first, so that the process keeps its name (the kernel
+		 * names it after the file executed, and /proc/self/exe would make it "exe"); the
+		 * link itself when that path is gone (" (deleted)") or too long. */
 		char self[PATH_MAX];
 		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 		if (n > 0 && (size_t)n < sizeof(self) - 1) {
