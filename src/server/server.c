@@ -302,30 +302,23 @@ void server_exec_with_huge_heap(char *const argv[])
 	if (!value)
 		return;
 	snprintf(value, len, "%s%s%s", before ? before : "", before ? ":" : "", tunable);
-	/* setenv copies; the old value is kept to be restored if the exec fails. */
-	char *saved = before ? mem_strdup(before) : NULL;
-	if (before && !saved) {
-		mem_free(value);
-		return;
-	}
 	int rc = setenv("GLIBC_TUNABLES", value, 1);
 	mem_free(value);
-	if (rc == 0) {
-		/* The program's own path first, so that the process keeps its name (the kernel
-		 * names it after the file executed, and /proc/self/exe would make it "exe"); the
-		 * link itself when that path is gone (" (deleted)") or too long. */
-		char self[PATH_MAX];
-		ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-		if (n > 0 && (size_t)n < sizeof(self) - 1) {
-			self[n] = '\0';
-			execv(self, argv);
-		}
-		execv("/proc/self/exe", argv);
-		log_debug("cannot restart with the heap in huge pages: %s", strerror(errno));
-		if (saved ? setenv("GLIBC_TUNABLES", saved, 1) : unsetenv("GLIBC_TUNABLES"))
-			log_debug("cannot restore GLIBC_TUNABLES: %s", strerror(errno));
+	if (rc != 0)
+		return;
+	/* The program's own path first, so that the process keeps its name (the kernel names it
+	 * after the file executed, and /proc/self/exe would make it "exe"); the link itself when
+	 * that path is gone (" (deleted)") or too long. */
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0 && (size_t)n < sizeof(self) - 1) {
+		self[n] = '\0';
+		execv(self, argv);
 	}
-	mem_free(saved);
+	execv("/proc/self/exe", argv);
+	/* Still here: the variable stays set, which nothing reads after the start (the server
+	 * runs no other program). */
+	log_debug("cannot restart with the heap in huge pages: %s", strerror(errno));
 #else
 	(void)argv;
 #endif
