@@ -113,10 +113,11 @@ static bool posix_verf_matches(const struct stat *st, const uint8_t verf[8])
 }
 
 /* CREATE of a regular file. On success *st and *id describe the file and its creation (plus
- * any attributes set on it) is durable except for the directory entry, which the caller syncs;
- * *exists_ok says an existing file was accepted (nothing new to sync in the directory). */
+ * any attributes set on it) is durable; so is its directory entry when *entry_durable says so,
+ * otherwise the caller syncs the directory. *exists_ok says an existing file was accepted
+ * (nothing new to sync in the directory). */
 static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, struct stat *st,
-			    struct fs_obj_id *id, bool *exists_ok)
+			    struct fs_obj_id *id, bool *exists_ok, bool *entry_durable)
 {
 	const char *name = req->u.create.cr_name;
 	const struct fs_sattr *sa = &req->u.create.cr_sattr;
@@ -194,15 +195,21 @@ static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, st
 		rc = posix_fsync_fd(fd);
 	if (rc == 0)
 		rc = posix_stat_fd(fd, st);
+	/* Where the fsync wrote the entry too (pf_new_entry_with_object), it wrote the directory
+	 * of the file's one name; a LINK made meanwhile would leave two, and the fsync may have
+	 * written the other's directory, which the link count taken after it shows. */
+	if (rc == 0 && pf->pf_new_entry_with_object && st->st_nlink == 1)
+		*entry_durable = true;
 	if (rc == 0)
 		rc = posix_id_at(pf, fd, "", AT_EMPTY_PATH, FS_REG, id);
 	(void)close(fd);
 	return rc;
 }
 
-/* MKDIR, SYMLINK, MKNOD: makes the object, then sets what the creating call could not. */
+/* MKDIR, SYMLINK, MKNOD: makes the object, then sets what the creating call could not.
+ * *entry_durable as for posix_create_reg. */
 static int posix_create_other(struct posix_fs *pf, struct fs_req *req, int dfd, struct stat *st,
-			      struct fs_obj_id *id)
+			      struct fs_obj_id *id, bool *entry_durable)
 {
 	const char *name = req->u.create.cr_name;
 	const struct fs_sattr *sa = &req->u.create.cr_sattr;
@@ -274,6 +281,10 @@ static int posix_create_other(struct posix_fs *pf, struct fs_req *req, int dfd, 
 				rc = posix_fsync_fd(sfd);
 				(void)close(sfd);
 			}
+			/* A directory has one name: the fsync wrote its entry where
+			 * pf_new_entry_with_object says so. */
+			if (rc == 0 && pf->pf_new_entry_with_object)
+				*entry_durable = true;
 			if (rc == 0)
 				rc = posix_cred_apply(req->fr_cred);
 		} else if (syncfs(pf->pf_root_fd) != 0) {
@@ -293,7 +304,7 @@ int posix_do_create(struct posix_fs *pf, struct fs_req *req)
 	struct fs_wcc *wcc = &req->u.create.cr_dir_wcc;
 	struct posix_fd *d;
 	struct stat dst, st;
-	bool exists_ok = false;
+	bool exists_ok = false, entry_durable = false;
 	int rc;
 
 	rc = posix_check_name(req->u.create.cr_name, -EEXIST);
@@ -307,11 +318,13 @@ int posix_do_create(struct posix_fs *pf, struct fs_req *req)
 		goto out;
 	posix_wcc_pre(&dst, wcc);
 	if (req->fr_op == FS_OP_CREATE)
-		rc = posix_create_reg(pf, req, d->pfd_fd, &st, &req->u.create.cr_obj, &exists_ok);
+		rc = posix_create_reg(pf, req, d->pfd_fd, &st, &req->u.create.cr_obj, &exists_ok,
+				      &entry_durable);
 	else
-		rc = posix_create_other(pf, req, d->pfd_fd, &st, &req->u.create.cr_obj);
-	/* The new entry is durable once its directory is. */
-	if (rc == 0 && !exists_ok)
+		rc = posix_create_other(pf, req, d->pfd_fd, &st, &req->u.create.cr_obj,
+					&entry_durable);
+	/* The new entry is durable once its directory is, unless the object's fsync wrote it. */
+	if (rc == 0 && !exists_ok && !entry_durable)
 		rc = posix_dir_sync(d);
 	if (rc == 0) {
 		posix_attr_from_stat(pf, &st, &req->u.create.cr_attr);

@@ -173,6 +173,9 @@ struct posix_fs {
 	 * object, or a new link, is committed in the same transaction as its directory entry, so
 	 * the directory's fsync makes both durable (posix.c, Durability). */
 	bool pf_journal;
+	/* An fsync of a newly linked object also writes its directory entry (ext4 without a
+	 * journal; posix.c, Durability), so CREATE and MKDIR need no fsync of the directory. */
+	bool pf_new_entry_with_object;
 	struct fs_info pf_info;
 	struct posix_fdcache pf_cache;
 	struct posix_idcache pf_idcache;

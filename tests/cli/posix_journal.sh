@@ -1,10 +1,12 @@
 #!/bin/bash
 # posix_journal.sh: how the posix back end makes a new file durable depends on the host file
-# system (src/posix/posix.c, Durability). On two loop-mounted ext4 file systems, one with a
-# journal and one made without, `shale serve` must say which kind it found, and files created
-# through libnfs's nfs-cp must be fsynced themselves only where there is no journal (traced with
-# strace -y, which names each fsync'd fd's path); on both, every copy reads back byte-exact.
-# Prints TAP lines. Needs root (loop devices, mount), $SHALE_BIN, mkfs.ext4, strace and nfs-cp.
+# system (src/posix/posix.c, Durability). On three loop-mounted file systems, ext4 with a
+# journal, ext4 made without one and ext2, `shale serve` must say which kind it found, and files
+# created through libnfs's nfs-cp must be fsynced themselves only where there is no journal, and
+# their directory only where the file's fsync does not write its entry (everywhere but ext4
+# without a journal; traced with strace -y, which names each fsync'd fd's path); on all three,
+# every copy reads back byte-exact. Prints TAP lines. Needs root (loop devices, mount),
+# $SHALE_BIN, mkfs.ext4, mkfs.ext2, strace and nfs-cp.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
 
@@ -22,14 +24,14 @@ cd "$root" || exit 1
 mkdir -p state
 head -c 20000 /dev/urandom >small.bin
 
-mkfs_mount() { # $1: name, then mkfs.ext4 options; mounts the new file system on mnt-$1
-	local name=$1
-	shift
-	truncate -s 64M "$name.img" && mkfs.ext4 -q -F "$@" "$name.img" || return 1
+mkfs_mount() { # $1: name, $2: type (ext4, ext2), then mkfs options; mounts it on mnt-$1
+	local name=$1 type=$2
+	shift 2
+	truncate -s 64M "$name.img" && "mkfs.$type" -q -F "$@" "$name.img" || return 1
 	local dev
 	dev=$(losetup -f --show "$name.img") || return 1
 	loops+=("$dev")
-	mkdir -p "mnt-$name" && mount "$dev" "mnt-$name" && mkdir "mnt-$name/export"
+	mkdir -p "mnt-$name" && mount -t "$type" "$dev" "mnt-$name" && mkdir "mnt-$name/export"
 }
 
 serve() { # $1: name; serves mnt-$1/export under strace, on a free port
@@ -70,9 +72,15 @@ file_calls() {
 	grep -c "^[0-9]* *$1([0-9]*<[^>]*/export/f[0-9]*\\.bin>" "strace-$2.txt"
 }
 export -f file_calls
+# Whether the export directory itself was fsynced in the trace of run $1.
+dir_fsynced() {
+	grep -q "fsync([0-9]*<[^>]*/export>" "strace-$1.txt"
+}
+export -f dir_fsynced
 
-check "ext4 with a journal, loop-mounted" mkfs_mount journal
-check "ext4 without a journal, loop-mounted" mkfs_mount nojournal -O ^has_journal
+check "ext4 with a journal, loop-mounted" mkfs_mount journal ext4
+check "ext4 without a journal, loop-mounted" mkfs_mount nojournal ext4 -O ^has_journal
+check "ext2, loop-mounted" mkfs_mount ext2 ext2
 
 check "serve on the journalled ext4" serve journal
 check "it says the file system journals" grep -q 'journalling file system' serve-journal.log
@@ -82,11 +90,23 @@ check "no copied file was fsynced at its creation (its directory's fsync commits
 	bash -c "[ \$(file_calls fsync journal) -eq \$(file_calls ftruncate journal) ] && grep -q 'fsync([0-9]*<[^>]*/export>' strace-journal.txt"
 
 check "serve on the ext4 without a journal" serve nojournal
-check "it says new objects are fsynced before their directory" \
-	grep -q 'new objects fsynced before their directory' serve-nojournal.log
+check "it says new objects are fsynced with their directory entry" \
+	grep -q 'ext4 without a journal: new objects fsynced with their directory entry' \
+	serve-nojournal.log
 check "10 files copied in and read back byte-exact" copy_files nojournal
 stop
 check "each copied file was fsynced itself at its creation" \
 	bash -c "[ \$(file_calls fsync nojournal) -ge \$((\$(file_calls ftruncate nojournal) + 10)) ]"
+check "the directory was not fsynced (each file's fsync wrote its entry)" \
+	bash -c "! dir_fsynced nojournal"
+
+check "serve on the ext2" serve ext2
+check "it says new objects are fsynced before their directory" \
+	grep -q 'new objects fsynced before their directory' serve-ext2.log
+check "10 files copied in and read back byte-exact" copy_files ext2
+stop
+check "each copied file was fsynced itself at its creation" \
+	bash -c "[ \$(file_calls fsync ext2) -ge \$((\$(file_calls ftruncate ext2) + 10)) ]"
+check "and so was the directory" dir_fsynced ext2
 
 tap_finish posix_journal
