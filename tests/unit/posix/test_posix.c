@@ -1508,6 +1508,7 @@ static int fs_hook_fd = -1;           /* the descriptor watched; -1: none */
 static struct posix_fd *fs_hook_pfd;  /* its cache entry (a directory held by the test) */
 static uint64_t fs_hook_wait_ticket;  /* first fsync waits until this many changes took tickets */
 static int fs_hook_fail_errno;        /* non-zero: watched fsyncs fail with it */
+static int fs_hook_fail_other_errno;  /* non-zero: every other descriptor's fsyncs fail with it */
 static int fs_hook_calls;             /* fsyncs of the watched descriptor */
 static bool (*fs_hook_check)(int fd); /* run at the start of each watched fsync */
 static int fs_hook_check_ok;          /* fsyncs for which fs_hook_check held */
@@ -1517,7 +1518,7 @@ int fsync(int fd)
 	pthread_mutex_lock(&fs_hook_lock);
 	bool watched = fd == fs_hook_fd && fd >= 0;
 	int call = watched ? ++fs_hook_calls : 0;
-	int fail = watched ? fs_hook_fail_errno : 0;
+	int fail = watched ? fs_hook_fail_errno : fs_hook_fail_other_errno;
 	struct posix_fd *pfd = fs_hook_pfd;
 	uint64_t want = fs_hook_wait_ticket;
 	bool (*check)(int) = fs_hook_check;
@@ -1574,6 +1575,18 @@ static int fs_hook_disarm(int *check_ok)
 	fs_hook_check = NULL;
 	pthread_mutex_unlock(&fs_hook_lock);
 	return calls;
+}
+
+/* Sets whether the back end takes a new object's own fsync to write its directory entry
+ * (pf_new_entry_with_object, found from the host file system at creation) and returns what it
+ * was: the group-commit tests below need every change, CREATE and MKDIR included, to fsync
+ * the directory, whatever file system the tests run on. */
+static bool set_new_entry_with_object(bool on)
+{
+	struct posix_fs *pf = posix_fs_of(g_fs);
+	bool was = pf->pf_new_entry_with_object;
+	pf->pf_new_entry_with_object = on;
+	return was;
 }
 
 /* True when the id cache holds an entry for the inode now at host path rel (inode number and
@@ -1921,6 +1934,7 @@ static void test_dir_sync_concurrent_creates(void)
 	static struct cc_loop cls[CC_THREADS];
 	struct fs_obj_id d, id;
 	struct posix_fd *dpfd = NULL;
+	bool was = set_new_entry_with_object(false);
 	CHECK(do_mkdir(&g_root, "cc", 0755, &g_rootc, &d) == 0);
 	CHECK(posix_fd_hold(posix_fs_of(g_fs), &d, &dpfd) == 0);
 	fs_hook_arm(dpfd, 0, 0, NULL); /* count the directory's fsyncs */
@@ -1949,6 +1963,7 @@ static void test_dir_sync_concurrent_creates(void)
 		loop_destroy(cls[t].cl_loop);
 	}
 	int dir_fsyncs = fs_hook_disarm(NULL);
+	set_new_entry_with_object(was);
 	posix_fd_rele(posix_fs_of(g_fs), dpfd);
 	VERIFY(posix_thread_cred_reset() == 0);
 	char p[512];
@@ -2062,10 +2077,12 @@ static void test_dir_sync_group_commit(void)
 	CHECK(posix_fd_hold(posix_fs_of(g_fs), &d, &dpfd) == 0);
 	if (dpfd == NULL)
 		return;
+	bool was = set_new_entry_with_object(false);
 	fs_hook_arm(dpfd, GC_OPS, 0, gc_all_changes_visible);
 	gc_run(&gb, &d, &src);
 	int check_ok = 0;
 	int fsyncs = fs_hook_disarm(&check_ok);
+	set_new_entry_with_object(was);
 	int failed = 0;
 	for (int i = 0; i < GC_OPS; i++)
 		failed += gb.gb_reqs[i].fr_status != 0 ? 1 : 0;
@@ -2088,6 +2105,7 @@ static void test_dir_sync_error(void)
 	CHECK(posix_fd_hold(posix_fs_of(g_fs), &d, &dpfd) == 0);
 	if (dpfd == NULL)
 		return;
+	bool was = set_new_entry_with_object(false);
 	/* One change, its fsync failing. */
 	fs_hook_arm(dpfd, 0, EIO, NULL);
 	CHECK(do_create(&d, "e1", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, NULL, NULL) == -EIO);
@@ -2108,6 +2126,48 @@ static void test_dir_sync_error(void)
 	fs_hook_arm(dpfd, 0, 0, NULL);
 	CHECK(do_create(&d, "e3", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, NULL, NULL) == 0);
 	CHECK(fs_hook_disarm(NULL) == 1);
+	set_new_entry_with_object(was);
+	posix_fd_rele(posix_fs_of(g_fs), dpfd);
+}
+
+/* Where a new object's own fsync writes its directory entry (ext4 without a journal), CREATE
+ * and MKDIR fsync the new object and not the directory, and the object's fsync failing fails
+ * the change; REMOVE still fsyncs the directory. */
+static void test_new_entry_with_object(void)
+{
+	struct fs_obj_id d, src, id;
+	struct posix_fd *dpfd = NULL;
+	gc_prepare("ne", &d, &src);
+	CHECK(posix_fd_hold(posix_fs_of(g_fs), &d, &dpfd) == 0);
+	if (dpfd == NULL)
+		return;
+	bool was = set_new_entry_with_object(true);
+	fs_hook_arm(dpfd, 0, 0, NULL);
+	CHECK(do_create(&d, "n1", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &id, NULL) == 0);
+	CHECK(do_create(&d, "n2", FS_CREATE_EXCLUSIVE, -1, (const uint8_t *)"verifier",
+			&g_rootc, NULL, NULL) == 0);
+	CHECK(do_mkdir(&d, "nsub", 0755, &g_rootc, NULL) == 0);
+	int dir_fsyncs = fs_hook_disarm(NULL);
+	CHECKF(dir_fsyncs == 0, "%d fsyncs of the directory for CREATE and MKDIR", dir_fsyncs);
+	struct fs_obj_id found;
+	CHECK(do_lookup(&d, "n1", &g_rootc, &found, NULL) == 0 && id_equal(&found, &id));
+	/* Every other descriptor's fsync failing: the new object's own fsync is what a CREATE
+	 * and a MKDIR now rest on, so both report it. */
+	pthread_mutex_lock(&fs_hook_lock);
+	fs_hook_fail_other_errno = EIO;
+	pthread_mutex_unlock(&fs_hook_lock);
+	fs_hook_arm(dpfd, 0, 0, NULL);
+	CHECK(do_create(&d, "n3", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, NULL, NULL) == -EIO);
+	CHECK(do_mkdir(&d, "nsub2", 0755, &g_rootc, NULL) == -EIO);
+	CHECK(fs_hook_disarm(NULL) == 0);
+	pthread_mutex_lock(&fs_hook_lock);
+	fs_hook_fail_other_errno = 0;
+	pthread_mutex_unlock(&fs_hook_lock);
+	/* A REMOVE has no new object: its directory is fsynced. */
+	fs_hook_arm(dpfd, 0, 0, NULL);
+	CHECK(do_remove(FS_OP_REMOVE, &d, "gone", &g_rootc) == 0);
+	CHECK(fs_hook_disarm(NULL) == 1);
+	set_new_entry_with_object(was);
 	posix_fd_rele(posix_fs_of(g_fs), dpfd);
 }
 
@@ -2180,6 +2240,7 @@ int main(void)
 	TAP_RUN(test_dir_sync_concurrent_creates);
 	TAP_RUN(test_dir_sync_group_commit);
 	TAP_RUN(test_dir_sync_error);
+	TAP_RUN(test_new_entry_with_object);
 
 	fs_destroy(g_fs);
 	cleanup();
