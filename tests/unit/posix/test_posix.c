@@ -2068,13 +2068,22 @@ static void gc_prepare(const char *dirname, struct fs_obj_id *d, struct fs_obj_i
 	CHECK(do_lookup(&g_root, rel, &g_rootc, src, NULL) == 0);
 }
 
+/* gc_prepare, then the new directory's cache entry, held (NULL, the failure reported, when it
+ * cannot be). */
+static struct posix_fd *gc_prepare_held(const char *dirname, struct fs_obj_id *d,
+					struct fs_obj_id *src)
+{
+	struct posix_fd *dpfd = NULL;
+	gc_prepare(dirname, d, src);
+	CHECK(posix_fd_hold(posix_fs_of(g_fs), d, &dpfd) == 0);
+	return dpfd;
+}
+
 static void test_dir_sync_group_commit(void)
 {
 	static struct gc_batch gb;
 	struct fs_obj_id d, src;
-	struct posix_fd *dpfd = NULL;
-	gc_prepare("gc", &d, &src);
-	CHECK(posix_fd_hold(posix_fs_of(g_fs), &d, &dpfd) == 0);
+	struct posix_fd *dpfd = gc_prepare_held("gc", &d, &src);
 	if (dpfd == NULL)
 		return;
 	bool was = set_new_entry_with_object(false);
@@ -2100,9 +2109,7 @@ static void test_dir_sync_error(void)
 {
 	static struct gc_batch gb;
 	struct fs_obj_id d, src;
-	struct posix_fd *dpfd = NULL;
-	gc_prepare("gce", &d, &src);
-	CHECK(posix_fd_hold(posix_fs_of(g_fs), &d, &dpfd) == 0);
+	struct posix_fd *dpfd = gc_prepare_held("gce", &d, &src);
 	if (dpfd == NULL)
 		return;
 	bool was = set_new_entry_with_object(false);
@@ -2136,9 +2143,7 @@ static void test_dir_sync_error(void)
 static void test_new_entry_with_object(void)
 {
 	struct fs_obj_id d, src, id;
-	struct posix_fd *dpfd = NULL;
-	gc_prepare("ne", &d, &src);
-	CHECK(posix_fd_hold(posix_fs_of(g_fs), &d, &dpfd) == 0);
+	struct posix_fd *dpfd = gc_prepare_held("ne", &d, &src);
 	if (dpfd == NULL)
 		return;
 	bool was = set_new_entry_with_object(true);
