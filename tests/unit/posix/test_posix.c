@@ -386,6 +386,34 @@ static int host_cachestat(const char *rel, uint64_t off, uint64_t len, struct wb
 	return err;
 }
 
+/* Drops the host file name's pages from the page cache; false (with a message) if some stay. */
+static bool drop_from_page_cache(const char *name)
+{
+	char p[512];
+	host_path(p, sizeof(p), name);
+	int fd = open(p, O_RDONLY);
+	if (fd < 0 || fsync(fd) != 0) {
+		fprintf(stderr, "  # %s: %s\n", p, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	/* A page just added may sit in another CPU's LRU batch, which DONTNEED skips: again until
+	 * the cache holds none of the file. */
+	struct wb_cachestat cs = {.nr_cache = 1};
+	for (int i = 0; i < 100 && cs.nr_cache > 0; i++) {
+		if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
+			break;
+		if (host_cachestat(name, 0, 0, &cs) != 0 || cs.nr_cache > 0)
+			usleep(10000);
+	}
+	close(fd);
+	if (cs.nr_cache > 0)
+		fprintf(stderr, "  # %s stays in the page cache: %llu pages\n", name,
+			(unsigned long long)cs.nr_cache);
+	return cs.nr_cache == 0;
+}
+
 static void test_write_read_commit(void)
 {
 	struct fs_obj_id id;
@@ -438,31 +466,25 @@ static void test_write_read_commit(void)
 	req_init(&r, FS_OP_COMMIT, &id, &g_rootc);
 	CHECK(run(&r) == 0);
 	CHECK(r.u.commit.cm_wcc.fw_post_valid && r.u.commit.cm_wcc.fw_post.fa_size == 12);
-	/* Data not in the page cache is read by a worker, never inline. */
+	/* Data not in the page cache is read by a worker, never inline. RWF_NOWAIT starts the
+	 * readahead of a missing page before it gives up, and a fast device can finish that first,
+	 * so one cold read may complete inline: of several, at least one must reach a worker. */
 	host_write("cold", "cold data", 0644);
-	host_path(p, sizeof(p), "cold");
-	fd = open(p, O_RDONLY);
-	CHECK(fd >= 0 && fsync(fd) == 0);
-	/* A page just added may sit in another CPU's LRU batch, which DONTNEED skips: again until
-	 * the cache holds none of the file. */
-	struct wb_cachestat cs = {.nr_cache = 1};
-	for (int i = 0; i < 100 && cs.nr_cache > 0; i++) {
-		CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
-		if (host_cachestat("cold", 0, 0, &cs) != 0 || cs.nr_cache > 0)
-			usleep(10000);
-	}
-	CHECKF(cs.nr_cache == 0, "the file stays in the page cache: %llu pages",
-	       (unsigned long long)cs.nr_cache);
-	close(fd);
 	struct fs_obj_id cold;
 	CHECK(do_lookup(&g_root, "cold", &g_rootc, &cold, NULL) == 0);
-	req_init(&q, FS_OP_READ, &cold, &g_rootc);
-	q.u.read.rd_count = 100;
-	CHECK(run_on(g_fs, &q, &done_thread) == 0);
-	CHECK(q.u.read.rd_buf.fb_len == 9 && memcmp(q.u.read.rd_buf.fb_data, "cold data", 9) == 0);
-	CHECK(q.u.read.rd_eof);
-	CHECK(!pthread_equal(done_thread, pthread_self()));
-	q.u.read.rd_buf.fb_release(q.u.read.rd_buf.fb_release_arg);
+	bool on_worker = false;
+	for (int attempt = 0; attempt < 5 && !on_worker; attempt++) {
+		CHECK(drop_from_page_cache("cold"));
+		req_init(&q, FS_OP_READ, &cold, &g_rootc);
+		q.u.read.rd_count = 100;
+		CHECK(run_on(g_fs, &q, &done_thread) == 0);
+		CHECK(q.u.read.rd_buf.fb_len == 9 &&
+		      memcmp(q.u.read.rd_buf.fb_data, "cold data", 9) == 0);
+		CHECK(q.u.read.rd_eof);
+		on_worker = !pthread_equal(done_thread, pthread_self());
+		q.u.read.rd_buf.fb_release(q.u.read.rd_buf.fb_release_arg);
+	}
+	CHECKF(on_worker, "five reads of a file just dropped from the page cache all ran inline");
 	/* READ and WRITE of a directory. */
 	CHECK(do_read(&g_root, 0, 10, &g_rootc, buf, sizeof(buf), NULL) == -EISDIR);
 	CHECK(do_write(&g_root, 0, "x", FS_UNSTABLE, &g_rootc, NULL) == -EISDIR);
