@@ -91,7 +91,10 @@
  * after its own fsync, and CREATE and MKDIR skip the directory's; a file that has gained a second
  * link before that fsync (a concurrent LINK) still gets it, as does everything else.
  * Directory fsyncs are group-committed (posix_dir_sync): requests changing the same directory
- * at about the same time share one fsync that started after all their changes. WRITE with
+ * at about the same time share one fsync that started after all their changes. Where a new
+ * object's fsync writes its directory (pf_new_entry_with_object), those fsyncs join the same
+ * group commit (posix_dir_sync_object): fsyncs that write one directory run in rounds, one round
+ * at a time, never two of different rounds at once (posix_fdcache.c says why). WRITE with
  * DATA_SYNC or FILE_SYNC uses pwritev2 with RWF_DSYNC or RWF_SYNC (one system call for the
  * write and its flush); COMMIT is an fdatasync of the file.
  *

@@ -44,6 +44,14 @@ static int posix_fsync_fd(int fd)
 	return fsync(fd) == 0 ? 0 : -errno;
 }
 
+/* The fsync of a new object made in directory d. Where that fsync writes the object's entry too
+ * (pf_new_entry_with_object), it writes d's blocks, so it runs in a round of d's group commit
+ * (posix_dir_sync_object), never beside an fsync of d of another round. */
+static int posix_fsync_new(struct posix_fs *pf, struct posix_fd *d, int fd)
+{
+	return pf->pf_new_entry_with_object ? posix_dir_sync_object(d, fd) : posix_fsync_fd(fd);
+}
+
 /* Stats (dirfd, name) without following a symlink and builds its id. */
 static int posix_entry(struct posix_fs *pf, int dirfd, const char *name, struct stat *st,
 		       struct fs_obj_id *id)
@@ -116,9 +124,11 @@ static bool posix_verf_matches(const struct stat *st, const uint8_t verf[8])
  * any attributes set on it) is durable; so is its directory entry when *entry_durable says so,
  * otherwise the caller syncs the directory. *exists_ok says an existing file was accepted
  * (nothing new to sync in the directory). */
-static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, struct stat *st,
-			    struct fs_obj_id *id, bool *exists_ok, bool *entry_durable)
+static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, struct posix_fd *d,
+			    struct stat *st, struct fs_obj_id *id, bool *exists_ok,
+			    bool *entry_durable)
 {
+	int dfd = d->pfd_fd;
 	const char *name = req->u.create.cr_name;
 	const struct fs_sattr *sa = &req->u.create.cr_sattr;
 	enum fs_create_mode how = req->u.create.cr_mode;
@@ -192,7 +202,7 @@ static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, st
 	 * holds both, so only what was set afterwards needs the file's own fsync (posix.c,
 	 * Durability). */
 	if (rc == 0 && (!pf->pf_journal || changed))
-		rc = posix_fsync_fd(fd);
+		rc = posix_fsync_new(pf, d, fd);
 	if (rc == 0)
 		rc = posix_stat_fd(fd, st);
 	/* Where the fsync wrote the entry too (pf_new_entry_with_object), it wrote the directory
@@ -208,9 +218,10 @@ static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, int dfd, st
 
 /* MKDIR, SYMLINK, MKNOD: makes the object, then sets what the creating call could not.
  * *entry_durable as for posix_create_reg. */
-static int posix_create_other(struct posix_fs *pf, struct fs_req *req, int dfd, struct stat *st,
-			      struct fs_obj_id *id, bool *entry_durable)
+static int posix_create_other(struct posix_fs *pf, struct fs_req *req, struct posix_fd *d,
+			      struct stat *st, struct fs_obj_id *id, bool *entry_durable)
 {
+	int dfd = d->pfd_fd;
 	const char *name = req->u.create.cr_name;
 	const struct fs_sattr *sa = &req->u.create.cr_sattr;
 	enum fs_type type;
@@ -278,7 +289,7 @@ static int posix_create_other(struct posix_fs *pf, struct fs_req *req, int dfd, 
 			if (rc == 0 && sfd < 0)
 				rc = -errno;
 			if (sfd >= 0) {
-				rc = posix_fsync_fd(sfd);
+				rc = posix_fsync_new(pf, d, sfd);
 				(void)close(sfd);
 			}
 			/* A directory has one name: the fsync wrote its entry where
@@ -318,10 +329,10 @@ int posix_do_create(struct posix_fs *pf, struct fs_req *req)
 		goto out;
 	posix_wcc_pre(&dst, wcc);
 	if (req->fr_op == FS_OP_CREATE)
-		rc = posix_create_reg(pf, req, d->pfd_fd, &st, &req->u.create.cr_obj, &exists_ok,
+		rc = posix_create_reg(pf, req, d, &st, &req->u.create.cr_obj, &exists_ok,
 				      &entry_durable);
 	else
-		rc = posix_create_other(pf, req, d->pfd_fd, &st, &req->u.create.cr_obj,
+		rc = posix_create_other(pf, req, d, &st, &req->u.create.cr_obj,
 					&entry_durable);
 	/* The new entry is durable once its directory is, unless the object's fsync wrote it. */
 	if (rc == 0 && !exists_ok && !entry_durable)

@@ -452,6 +452,7 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 		mem_free(pfd);
 		return -rc;
 	}
+	pfd->pfd_sync_open = 1;
 	pfd->pfd_hash = hash;
 	pfd->pfd_id = *id;
 	pfd->pfd_ino = (uint64_t)st.st_ino;
@@ -608,41 +609,100 @@ void posix_fd_forget_if_unlinked(struct posix_fs *pf, uint64_t ino)
 	}
 }
 
-/* Group commit (see posix_impl.h). Tickets order changes against fsyncs: a request takes a
- * ticket after its change; an fsync started when the last ticket handed out was T makes every
- * ticket <= T durable. One request at a time runs the fsync for everyone waiting; the others
- * sleep on pfd_sync_cond. A failure is reported to every request that took its ticket before
- * the failed fsync finished and had not yet been answered, which may include one the fsync did
- * not cover: reporting an error for a change that is in fact durable is safe (the client
- * retries), the reverse would not be. */
-int posix_dir_sync(struct posix_fd *d)
+/* Group commit (see posix_impl.h), in rounds. A request joins the open round after its change
+ * and waits; when no round is running, the first member to see that starts the open round
+ * (rounds run one at a time, in order), and new changes join the next one. A round runs one
+ * fsync of the directory if any member needs it (the first such member to wake runs it) and one
+ * fsync per member that brought a new object of its own (posix_dir_sync_object, which that
+ * member runs), all at once. The round finishes when the last of them returns, and only then
+ * are its members answered and the next round started.
+ *
+ * Why rounds, and not only one directory fsync at a time. Where the host file system keeps a
+ * directory's dirty blocks on a list of the directory's (ext4 without a journal: fs/buffer.c's
+ * fsync_buffers_list), an fsync takes the blocks off that list while it writes them, and
+ * another fsync running then does not see them: it neither writes nor waits for a block the
+ * first holds, even one a change of its own dirtied after the first one's write began. The fsync
+ * of a new object writes its directory's blocks the same way (ext4_sync_parent). So no fsync
+ * that writes a directory may start while another that writes it runs, unless neither is
+ * trusted until both are done: every fsync of a round starts after the change of every member,
+ * no fsync of an earlier round is running (so every dirty block of the directory is on its
+ * list, or written and waited for), and a member is answered only once every fsync of its round,
+ * each of which waited for the blocks it took and then flushed the disk, has returned. A round
+ * that has no new objects is one fsync, as a plain group commit would run it.
+ *
+ * A failure is reported to every member of the failed round (a block another member's fsync
+ * failed to write may hold any member's change), and to any request that joined before the
+ * round finished and had not yet been answered: reporting an error for a change that is in fact
+ * durable is safe (the client retries), the reverse would not be. */
+static int posix_dir_sync_join(struct posix_fd *d, int obj_fd)
 {
 	pthread_mutex_lock(&d->pfd_sync_lock);
-	uint64_t mine = ++d->pfd_sync_ticket;
+	uint64_t round = d->pfd_sync_open;
+	d->pfd_sync_ticket++;
+	d->pfd_sync_open_members++;
+	if (obj_fd >= 0)
+		d->pfd_sync_open_objs++;
+	else
+		d->pfd_sync_open_dir = true;
 	uint64_t nfail_before = d->pfd_sync_nfail;
+	bool mine_done = false;
 	int rc = 0;
 	for (;;) {
-		if (d->pfd_sync_done >= mine) {
+		if (d->pfd_sync_finished >= round) {
 			rc = d->pfd_sync_nfail != nfail_before ? d->pfd_sync_err : 0;
 			break;
 		}
-		if (!d->pfd_sync_running) {
+		if (!d->pfd_sync_running && round == d->pfd_sync_open) {
+			/* Start this round; later changes join the next. */
 			d->pfd_sync_running = true;
-			uint64_t covers = d->pfd_sync_ticket;
-			pthread_mutex_unlock(&d->pfd_sync_lock);
-			int frc = fsync(d->pfd_fd) == 0 ? 0 : -errno;
-			pthread_mutex_lock(&d->pfd_sync_lock);
-			d->pfd_sync_running = false;
-			d->pfd_sync_done = covers;
-			if (frc != 0) {
-				d->pfd_sync_nfail++;
-				d->pfd_sync_err = frc;
+			d->pfd_sync_dir_claimed = false;
+			d->pfd_sync_run_members = d->pfd_sync_open_members;
+			d->pfd_sync_left = d->pfd_sync_open_objs + (d->pfd_sync_open_dir ? 1u : 0u);
+			d->pfd_sync_open++;
+			d->pfd_sync_open_members = 0;
+			d->pfd_sync_open_objs = 0;
+			d->pfd_sync_open_dir = false;
+			if (d->pfd_sync_run_members > 1)
+				pthread_cond_broadcast(&d->pfd_sync_cond);
+		}
+		int fd = -1;
+		if (d->pfd_sync_running && round == d->pfd_sync_open - 1 && !mine_done) {
+			mine_done = true;
+			if (obj_fd >= 0) {
+				fd = obj_fd;
+			} else if (!d->pfd_sync_dir_claimed) {
+				d->pfd_sync_dir_claimed = true;
+				fd = d->pfd_fd;
 			}
-			pthread_cond_broadcast(&d->pfd_sync_cond);
+		}
+		if (fd < 0) {
+			pthread_cond_wait(&d->pfd_sync_cond, &d->pfd_sync_lock);
 			continue;
 		}
-		pthread_cond_wait(&d->pfd_sync_cond, &d->pfd_sync_lock);
+		pthread_mutex_unlock(&d->pfd_sync_lock);
+		int frc = fsync(fd) == 0 ? 0 : -errno;
+		pthread_mutex_lock(&d->pfd_sync_lock);
+		if (frc != 0) {
+			d->pfd_sync_nfail++;
+			d->pfd_sync_err = frc;
+		}
+		if (--d->pfd_sync_left == 0) {
+			d->pfd_sync_running = false;
+			d->pfd_sync_finished = round;
+			d->pfd_sync_done += d->pfd_sync_run_members;
+			pthread_cond_broadcast(&d->pfd_sync_cond);
+		}
 	}
 	pthread_mutex_unlock(&d->pfd_sync_lock);
 	return rc;
+}
+
+int posix_dir_sync(struct posix_fd *d)
+{
+	return posix_dir_sync_join(d, -1);
+}
+
+int posix_dir_sync_object(struct posix_fd *d, int obj_fd)
+{
+	return posix_dir_sync_join(d, obj_fd);
 }

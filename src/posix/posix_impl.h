@@ -70,12 +70,21 @@ struct posix_fd {
 	uint32_t pfd_refs;          /* guarded by the cache lock */
 	uint64_t pfd_verified_ns;   /* DIR: when the containment walk last succeeded */
 	pthread_mutex_t pfd_dir_lock; /* DIR: serializes lseek + getdents64 on pfd_fd */
-	/* DIR: group commit of the directory's fsync (posix_dir_sync); guarded by pfd_sync_lock. */
+	/* DIR: group commit of the fsyncs that write the directory, in rounds (posix_dir_sync);
+	 * guarded by pfd_sync_lock. */
 	pthread_mutex_t pfd_sync_lock;
 	pthread_cond_t pfd_sync_cond;
-	bool pfd_sync_running;      /* an fsync of pfd_fd is under way */
-	uint64_t pfd_sync_ticket;   /* tickets handed out: one per change awaiting durability */
-	uint64_t pfd_sync_done;     /* every ticket up to this one is durable (or failed) */
+	uint64_t pfd_sync_ticket;   /* changes that joined a round: one per change awaiting it */
+	uint64_t pfd_sync_done;     /* changes whose round has finished (durable, or failed) */
+	uint64_t pfd_sync_open;     /* the round new changes join (numbered from 1) */
+	uint32_t pfd_sync_open_members; /* changes in the open round */
+	uint32_t pfd_sync_open_objs;    /* ...of which bring a new object's fsync of their own */
+	bool pfd_sync_open_dir;     /* ...and whether one needs the directory's own fsync */
+	bool pfd_sync_running;      /* round pfd_sync_open - 1 has fsyncs under way */
+	bool pfd_sync_dir_claimed;  /* the running round's directory fsync has been taken */
+	uint32_t pfd_sync_run_members; /* changes in the running round */
+	uint32_t pfd_sync_left;     /* fsyncs of the running round not finished yet */
+	uint64_t pfd_sync_finished; /* every round up to this one has finished */
 	uint64_t pfd_sync_nfail;    /* fsyncs that failed, and the last one's error */
 	int pfd_sync_err;
 	/* Write-behind (posix_writeback.c): listed once, with a reference; guarded by pf_wb_lock. */
@@ -326,11 +335,15 @@ void posix_fd_forget_if_unlinked(struct posix_fs *pf, uint64_t ino);
 /* Drops an entry whose object was found unlinked or moved out while held. */
 void posix_fd_forget(struct posix_fs *pf, struct posix_fd *pfd);
 /* Makes the changes made so far in the held directory d durable (fsync of d), sharing one fsync
- * among the requests that ask at about the same time: a request waits for an fsync that started
- * after its change, and one fsync covers every change made before it started (group commit).
- * Returns 0 or -errno (an error is reported to every request the failed fsync may have
- * covered). */
+ * among the requests that ask at about the same time: a request waits for a round of fsyncs
+ * that started after its change, and one round covers every change made before it started
+ * (group commit, posix_fdcache.c). Returns 0 or -errno (an error is reported to every request
+ * the failed round may have covered). */
 SH_MUST_CHECK int posix_dir_sync(struct posix_fd *d);
+/* As posix_dir_sync, for a new object whose own fsync writes its entry in d as well
+ * (pf_new_entry_with_object): fsyncs obj_fd in the round of d it joins, beside the other
+ * fsyncs that write d, never overlapping one of another round. */
+SH_MUST_CHECK int posix_dir_sync_object(struct posix_fd *d, int obj_fd);
 
 /* ---- credentials and permissions (posix_cred.c) ---- */
 /* Makes the calling thread's fs identity (fsuid, fsgid, supplementary groups) that of cred,

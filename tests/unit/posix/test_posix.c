@@ -1535,6 +1535,12 @@ static char fs_hook_link_path[512];   /* set: the next other fsync first links i
 static int fs_hook_calls;             /* fsyncs of the watched descriptor */
 static bool (*fs_hook_check)(int fd); /* run at the start of each watched fsync */
 static int fs_hook_check_ok;          /* fsyncs for which fs_hook_check held */
+static bool fs_hook_watched_running;  /* a watched fsync is under way */
+static int fs_hook_overlaps;          /* other fsyncs that started while a watched one ran */
+static int fs_hook_others_running;    /* other fsyncs under way, and the most at once */
+static int fs_hook_others_most;
+static int fs_hook_gather;            /* non-zero: other fsyncs wait (at most 2 s) for this many */
+static int fs_hook_others_started;    /* other fsyncs since armed */
 
 int fsync(int fd)
 {
@@ -1550,6 +1556,16 @@ int fsync(int fd)
 		memcpy(link_path, fs_hook_link_path, sizeof(link_path));
 		fs_hook_link_path[0] = '\0';
 	}
+	if (watched) {
+		fs_hook_watched_running = true;
+	} else {
+		fs_hook_overlaps += fs_hook_watched_running ? 1 : 0;
+		fs_hook_others_running++;
+		fs_hook_others_started++;
+		if (fs_hook_others_running > fs_hook_others_most)
+			fs_hook_others_most = fs_hook_others_running;
+	}
+	int gather = watched ? 0 : fs_hook_gather;
 	pthread_mutex_unlock(&fs_hook_lock);
 	if (link_path[0] != '\0') {
 		/* A LINK made by someone else while the file is being made durable. */
@@ -1574,11 +1590,30 @@ int fsync(int fd)
 		fs_hook_check_ok++;
 		pthread_mutex_unlock(&fs_hook_lock);
 	}
+	for (int i = 0; i < 2000 && gather > 0; i++) {
+		pthread_mutex_lock(&fs_hook_lock);
+		bool enough = fs_hook_others_started >= gather;
+		pthread_mutex_unlock(&fs_hook_lock);
+		if (enough)
+			break;
+		usleep(1000);
+	}
+	int rc = 0;
 	if (fail != 0) {
 		errno = fail;
-		return -1;
+		rc = -1;
+	} else {
+		rc = (int)syscall(SYS_fsync, fd);
 	}
-	return (int)syscall(SYS_fsync, fd);
+	int saved = errno;
+	pthread_mutex_lock(&fs_hook_lock);
+	if (watched)
+		fs_hook_watched_running = false;
+	else
+		fs_hook_others_running--;
+	pthread_mutex_unlock(&fs_hook_lock);
+	errno = saved;
+	return rc;
 }
 
 static void fs_hook_arm(struct posix_fd *pfd, uint64_t wait_ticket, int fail_errno,
@@ -1592,6 +1627,10 @@ static void fs_hook_arm(struct posix_fd *pfd, uint64_t wait_ticket, int fail_err
 	fs_hook_calls = 0;
 	fs_hook_check = check;
 	fs_hook_check_ok = 0;
+	fs_hook_overlaps = 0;
+	fs_hook_others_most = 0;
+	fs_hook_others_started = 0;
+	fs_hook_gather = 0;
 	pthread_mutex_unlock(&fs_hook_lock);
 }
 
@@ -2050,12 +2089,37 @@ static void gc_done(struct fs_req *req)
 	pthread_mutex_unlock(&gb->gb_lock);
 }
 
-/* Submits the six changes to directory d at once (target file "src" for the LINK) and waits. */
-static void gc_run(struct gc_batch *gb, const struct fs_obj_id *d, const struct fs_obj_id *src)
+static void gc_begin(struct gc_batch *gb)
 {
 	memset(gb, 0, sizeof(*gb));
 	pthread_mutex_init(&gb->gb_lock, NULL);
 	pthread_cond_init(&gb->gb_cond, NULL);
+}
+
+static void gc_submit(struct gc_batch *gb, struct fs_req *req)
+{
+	req->fr_fs = g_fs;
+	req->fr_done = gc_done;
+	req->fr_done_arg = gb;
+	fs_submit(req);
+}
+
+/* Waits until n requests of the batch are done, and ends it. */
+static void gc_end(struct gc_batch *gb, int n)
+{
+	pthread_mutex_lock(&gb->gb_lock);
+	while (gb->gb_done < n)
+		pthread_cond_wait(&gb->gb_cond, &gb->gb_lock);
+	pthread_mutex_unlock(&gb->gb_lock);
+	pthread_cond_destroy(&gb->gb_cond);
+	pthread_mutex_destroy(&gb->gb_lock);
+	VERIFY(posix_thread_cred_reset() == 0);
+}
+
+/* Submits the six changes to directory d at once (target file "src" for the LINK) and waits. */
+static void gc_run(struct gc_batch *gb, const struct fs_obj_id *d, const struct fs_obj_id *src)
+{
+	gc_begin(gb);
 	struct fs_req *r = gb->gb_reqs;
 	req_init(&r[0], FS_OP_CREATE, d, &g_rootc);
 	r[0].u.create.cr_name = "c1";
@@ -2074,19 +2138,9 @@ static void gc_run(struct gc_batch *gb, const struct fs_obj_id *d, const struct 
 	req_init(&r[5], FS_OP_LINK, src, &g_rootc);
 	r[5].u.link.ln_dir = *d;
 	r[5].u.link.ln_name = "linked";
-	for (int i = 0; i < GC_OPS; i++) {
-		r[i].fr_fs = g_fs;
-		r[i].fr_done = gc_done;
-		r[i].fr_done_arg = gb;
-		fs_submit(&r[i]);
-	}
-	pthread_mutex_lock(&gb->gb_lock);
-	while (gb->gb_done < GC_OPS)
-		pthread_cond_wait(&gb->gb_cond, &gb->gb_lock);
-	pthread_mutex_unlock(&gb->gb_lock);
-	pthread_cond_destroy(&gb->gb_cond);
-	pthread_mutex_destroy(&gb->gb_lock);
-	VERIFY(posix_thread_cred_reset() == 0);
+	for (int i = 0; i < GC_OPS; i++)
+		gc_submit(gb, &r[i]);
+	gc_end(gb, GC_OPS);
 }
 
 static void gc_prepare(const char *dirname, struct fs_obj_id *d, struct fs_obj_id *src)
@@ -2220,6 +2274,63 @@ static void test_new_entry_with_object(void)
 	posix_fd_rele(posix_fs_of(g_fs), dpfd);
 }
 
+/* Where a new object's fsync writes its directory's blocks (ext4 without a journal), no fsync
+ * that writes the directory may start while one of another round runs: one that started later
+ * would skip, without waiting for them, the blocks the first holds (posix_fdcache.c). A REMOVE's
+ * directory fsync is held while three CREATEs and a MKDIR make their changes: their fsyncs wait
+ * for it, then run as one round, side by side (each is held until all four have started). */
+static void test_rounds_never_overlap(void)
+{
+	static struct gc_batch gb;
+	struct fs_obj_id d, src;
+	struct posix_fd *dpfd = gc_prepare_held("rn", &d, &src);
+	if (dpfd == NULL)
+		return;
+	bool was = set_new_entry_with_object(true);
+	gc_begin(&gb);
+	/* The directory's fsync waits until the REMOVE and the four others have joined. */
+	fs_hook_arm(dpfd, 5, 0, NULL);
+	pthread_mutex_lock(&fs_hook_lock);
+	fs_hook_gather = 4;
+	pthread_mutex_unlock(&fs_hook_lock);
+	struct fs_req *r = gb.gb_reqs;
+	static const char *const names[] = {"r1", "r2", "r3", "rsub"};
+	req_init(&r[0], FS_OP_REMOVE, &d, &g_rootc);
+	r[0].u.remove.rm_name = "gone";
+	for (int i = 1; i <= 4; i++) {
+		req_init(&r[i], i == 4 ? FS_OP_MKDIR : FS_OP_CREATE, &d, &g_rootc);
+		r[i].u.create.cr_name = names[i - 1];
+		r[i].u.create.cr_mode = FS_CREATE_GUARDED;
+	}
+	for (int i = 0; i < 5; i++) {
+		gc_submit(&gb, &r[i]);
+		/* The REMOVE's fsync first, so that the others change the directory under it. */
+		for (int t = 0; i == 0 && t < 5000; t++) {
+			pthread_mutex_lock(&fs_hook_lock);
+			bool running = fs_hook_watched_running;
+			pthread_mutex_unlock(&fs_hook_lock);
+			if (running)
+				break;
+			usleep(1000);
+		}
+	}
+	gc_end(&gb, 5);
+	pthread_mutex_lock(&fs_hook_lock);
+	int overlaps = fs_hook_overlaps, most = fs_hook_others_most;
+	pthread_mutex_unlock(&fs_hook_lock);
+	int dir_fsyncs = fs_hook_disarm(NULL);
+	set_new_entry_with_object(was);
+	int failed = 0;
+	for (int i = 0; i < 5; i++)
+		failed += r[i].fr_status != 0 ? 1 : 0;
+	CHECKF(failed == 0, "%d of 5 changes failed", failed);
+	CHECKF(dir_fsyncs == 1, "%d fsyncs of the directory", dir_fsyncs);
+	CHECKF(overlaps == 0, "%d new objects' fsyncs started while the directory's ran", overlaps);
+	CHECKF(most == 4, "at most %d of the four new objects' fsyncs ran at once", most);
+	CHECK(dpfd->pfd_sync_done == dpfd->pfd_sync_ticket && !dpfd->pfd_sync_running);
+	posix_fd_rele(posix_fs_of(g_fs), dpfd);
+}
+
 static void cleanup(void)
 {
 	char cmd[256];
@@ -2290,6 +2401,7 @@ int main(void)
 	TAP_RUN(test_dir_sync_group_commit);
 	TAP_RUN(test_dir_sync_error);
 	TAP_RUN(test_new_entry_with_object);
+	TAP_RUN(test_rounds_never_overlap);
 
 	fs_destroy(g_fs);
 	cleanup();
