@@ -94,7 +94,8 @@
  * at about the same time share one fsync that started after all their changes. Where a new
  * object's fsync writes its directory (pf_new_entry_with_object), those fsyncs join the same
  * group commit (posix_dir_sync_object): fsyncs that write one directory run in rounds, one round
- * at a time, never two of different rounds at once (posix_fdcache.c says why). WRITE with
+ * at a time, never two of different rounds at once (posix_fdcache.c says why); so does the fsync
+ * of a directory after its SETATTR. WRITE with
  * DATA_SYNC or FILE_SYNC uses pwritev2 with RWF_DSYNC or RWF_SYNC (one system call for the
  * write and its flush); COMMIT is an fdatasync of the file.
  *

@@ -216,11 +216,15 @@ int posix_apply_sattr(int fd, enum fs_type type, bool path_fd, const struct fs_s
 	return 0;
 }
 
-/* Makes the object's metadata durable: fsync where it has a real fd; objects held only by O_PATH
- * (symlinks, devices, FIFOs, sockets) cannot be fsynced, so the whole file system is synced. */
-static int posix_sync_obj(struct posix_fs *pf, const struct posix_fd *o)
+/* Makes the object's metadata durable: fsync where it has a real fd (a directory's in a round of
+ * its group commit, which writes its inode too, so that it never runs beside another fsync
+ * writing the directory: posix_fdcache.c); objects held only by O_PATH (symlinks, devices, FIFOs,
+ * sockets) cannot be fsynced, so the whole file system is synced. */
+static int posix_sync_obj(struct posix_fs *pf, struct posix_fd *o)
 {
-	if (o->pfd_type == FS_REG || o->pfd_type == FS_DIR)
+	if (o->pfd_type == FS_DIR)
+		return posix_dir_sync(o);
+	if (o->pfd_type == FS_REG)
 		return fsync(o->pfd_fd) == 0 ? 0 : -errno;
 	return syncfs(pf->pf_root_fd) == 0 ? 0 : -errno;
 }

@@ -1535,7 +1535,8 @@ static char fs_hook_link_path[512];   /* set: the next other fsync first links i
 static int fs_hook_calls;             /* fsyncs of the watched descriptor */
 static bool (*fs_hook_check)(int fd); /* run at the start of each watched fsync */
 static int fs_hook_check_ok;          /* fsyncs for which fs_hook_check held */
-static bool fs_hook_watched_running;  /* a watched fsync is under way */
+static int fs_hook_watched_running;   /* watched fsyncs under way, and the most at once */
+static int fs_hook_watched_most;
 static int fs_hook_overlaps;          /* other fsyncs that started while a watched one ran */
 static int fs_hook_others_running;    /* other fsyncs under way, and the most at once */
 static int fs_hook_others_most;
@@ -1557,9 +1558,10 @@ int fsync(int fd)
 		fs_hook_link_path[0] = '\0';
 	}
 	if (watched) {
-		fs_hook_watched_running = true;
+		if (++fs_hook_watched_running > fs_hook_watched_most)
+			fs_hook_watched_most = fs_hook_watched_running;
 	} else {
-		fs_hook_overlaps += fs_hook_watched_running ? 1 : 0;
+		fs_hook_overlaps += fs_hook_watched_running > 0 ? 1 : 0;
 		fs_hook_others_running++;
 		fs_hook_others_started++;
 		if (fs_hook_others_running > fs_hook_others_most)
@@ -1608,7 +1610,7 @@ int fsync(int fd)
 	int saved = errno;
 	pthread_mutex_lock(&fs_hook_lock);
 	if (watched)
-		fs_hook_watched_running = false;
+		fs_hook_watched_running--;
 	else
 		fs_hook_others_running--;
 	pthread_mutex_unlock(&fs_hook_lock);
@@ -1628,6 +1630,7 @@ static void fs_hook_arm(struct posix_fd *pfd, uint64_t wait_ticket, int fail_err
 	fs_hook_check = check;
 	fs_hook_check_ok = 0;
 	fs_hook_overlaps = 0;
+	fs_hook_watched_most = 0;
 	fs_hook_others_most = 0;
 	fs_hook_others_started = 0;
 	fs_hook_gather = 0;
@@ -2274,6 +2277,19 @@ static void test_new_entry_with_object(void)
 	posix_fd_rele(posix_fs_of(g_fs), dpfd);
 }
 
+/* Waits (at most 5 s) until a watched fsync is under way. */
+static void wait_watched_fsync(void)
+{
+	for (int t = 0; t < 5000; t++) {
+		pthread_mutex_lock(&fs_hook_lock);
+		bool running = fs_hook_watched_running > 0;
+		pthread_mutex_unlock(&fs_hook_lock);
+		if (running)
+			return;
+		usleep(1000);
+	}
+}
+
 /* Where a new object's fsync writes its directory's blocks (ext4 without a journal), no fsync
  * that writes the directory may start while one of another round runs: one that started later
  * would skip, without waiting for them, the blocks the first holds (posix_fdcache.c). A REMOVE's
@@ -2305,14 +2321,8 @@ static void test_rounds_never_overlap(void)
 	for (int i = 0; i < 5; i++) {
 		gc_submit(&gb, &r[i]);
 		/* The REMOVE's fsync first, so that the others change the directory under it. */
-		for (int t = 0; i == 0 && t < 5000; t++) {
-			pthread_mutex_lock(&fs_hook_lock);
-			bool running = fs_hook_watched_running;
-			pthread_mutex_unlock(&fs_hook_lock);
-			if (running)
-				break;
-			usleep(1000);
-		}
+		if (i == 0)
+			wait_watched_fsync();
 	}
 	gc_end(&gb, 5);
 	pthread_mutex_lock(&fs_hook_lock);
@@ -2328,6 +2338,41 @@ static void test_rounds_never_overlap(void)
 	CHECKF(overlaps == 0, "%d new objects' fsyncs started while the directory's ran", overlaps);
 	CHECKF(most == 4, "at most %d of the four new objects' fsyncs ran at once", most);
 	CHECK(dpfd->pfd_sync_done == dpfd->pfd_sync_ticket && !dpfd->pfd_sync_running);
+	posix_fd_rele(posix_fs_of(g_fs), dpfd);
+}
+
+/* A SETATTR of a directory fsyncs the directory, so it too joins the directory's rounds: while a
+ * REMOVE's directory fsync is held, a chmod of the directory makes its change and waits, and its
+ * fsync runs after the held one, never beside it. */
+static void test_setattr_dir_in_rounds(void)
+{
+	static struct gc_batch gb;
+	struct fs_obj_id d, src;
+	struct posix_fd *dpfd = gc_prepare_held("rs", &d, &src);
+	if (dpfd == NULL)
+		return;
+	gc_begin(&gb);
+	fs_hook_arm(dpfd, 2, 0, NULL); /* held until the REMOVE and the SETATTR have joined */
+	struct fs_req *r = gb.gb_reqs;
+	req_init(&r[0], FS_OP_REMOVE, &d, &g_rootc);
+	r[0].u.remove.rm_name = "gone";
+	req_init(&r[1], FS_OP_SETATTR, &d, &g_rootc);
+	r[1].u.setattr.sa_sattr.fs_set_mode = true;
+	r[1].u.setattr.sa_sattr.fs_mode = 0700;
+	gc_submit(&gb, &r[0]);
+	wait_watched_fsync();
+	gc_submit(&gb, &r[1]);
+	gc_end(&gb, 2);
+	pthread_mutex_lock(&fs_hook_lock);
+	int most = fs_hook_watched_most;
+	pthread_mutex_unlock(&fs_hook_lock);
+	int dir_fsyncs = fs_hook_disarm(NULL);
+	CHECKF(r[0].fr_status == 0 && r[1].fr_status == 0, "REMOVE %d, SETATTR %d",
+	       r[0].fr_status, r[1].fr_status);
+	CHECKF(dir_fsyncs == 2 && most == 1, "%d fsyncs of the directory, at most %d at once",
+	       dir_fsyncs, most);
+	struct stat st;
+	CHECK(host_stat("rs", &st) && (st.st_mode & 07777) == 0700);
 	posix_fd_rele(posix_fs_of(g_fs), dpfd);
 }
 
@@ -2402,6 +2447,7 @@ int main(void)
 	TAP_RUN(test_dir_sync_error);
 	TAP_RUN(test_new_entry_with_object);
 	TAP_RUN(test_rounds_never_overlap);
+	TAP_RUN(test_setattr_dir_in_rounds);
 
 	fs_destroy(g_fs);
 	cleanup();
