@@ -654,16 +654,15 @@ static int posix_dir_sync_join(struct posix_fd *d, int obj_fd)
 		}
 		if (!d->pfd_sync_running && round == d->pfd_sync_open) {
 			/* Start this round; later changes join the next. */
+			if (d->pfd_sync_open_members > 1)
+				pthread_cond_broadcast(&d->pfd_sync_cond); /* the others' turn */
 			d->pfd_sync_running = true;
 			d->pfd_sync_dir_claimed = false;
-			d->pfd_sync_run_members = d->pfd_sync_open_members;
 			d->pfd_sync_left = d->pfd_sync_open_objs + (d->pfd_sync_open_dir ? 1u : 0u);
 			d->pfd_sync_open++;
 			d->pfd_sync_open_members = 0;
 			d->pfd_sync_open_objs = 0;
 			d->pfd_sync_open_dir = false;
-			if (d->pfd_sync_run_members > 1)
-				pthread_cond_broadcast(&d->pfd_sync_cond);
 		}
 		int fd = -1;
 		if (d->pfd_sync_running && round == d->pfd_sync_open - 1 && !mine_done) {
@@ -689,7 +688,6 @@ static int posix_dir_sync_join(struct posix_fd *d, int obj_fd)
 		if (--d->pfd_sync_left == 0) {
 			d->pfd_sync_running = false;
 			d->pfd_sync_finished = round;
-			d->pfd_sync_done += d->pfd_sync_run_members;
 			pthread_cond_broadcast(&d->pfd_sync_cond);
 		}
 	}

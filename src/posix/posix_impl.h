@@ -74,15 +74,13 @@ struct posix_fd {
 	 * guarded by pfd_sync_lock. */
 	pthread_mutex_t pfd_sync_lock;
 	pthread_cond_t pfd_sync_cond;
-	uint64_t pfd_sync_ticket;   /* changes that joined a round: one per change awaiting it */
-	uint64_t pfd_sync_done;     /* changes whose round has finished (durable, or failed) */
+	uint64_t pfd_sync_ticket;   /* changes that joined a round, ever */
 	uint64_t pfd_sync_open;     /* the round new changes join (numbered from 1) */
 	uint32_t pfd_sync_open_members; /* changes in the open round */
 	uint32_t pfd_sync_open_objs;    /* ...of which bring a new object's fsync of their own */
 	bool pfd_sync_open_dir;     /* ...and whether one needs the directory's own fsync */
 	bool pfd_sync_running;      /* round pfd_sync_open - 1 has fsyncs under way */
 	bool pfd_sync_dir_claimed;  /* the running round's directory fsync has been taken */
-	uint32_t pfd_sync_run_members; /* changes in the running round */
 	uint32_t pfd_sync_left;     /* fsyncs of the running round not finished yet */
 	uint64_t pfd_sync_finished; /* every round up to this one has finished */
 	uint64_t pfd_sync_nfail;    /* fsyncs that failed, and the last one's error */
