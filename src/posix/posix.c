@@ -55,7 +55,9 @@
  * UNSTABLE WRITE, which is written past the page cache with O_DIRECT (posix_direct.c) and so
  * waits for the device. Workers (pfc_nworkers) take requests from one FIFO queue, linked
  * through the request's fr_task.lt_next (unused until fs_req_complete), and finish with
- * fs_req_complete, which carries fr_done back to the request's loop. Workers are SCHED_BATCH
+ * fs_req_complete, which carries fr_done back to the request's loop; a REMOVE or RMDIR waiting
+ * for its directory's fsync is parked in the directory's round instead, and completed by
+ * whoever finishes the round (posix_fdcache.c). Workers are SCHED_BATCH
  * (sh_thread_setup): a worker woken by the loop's pthread_cond_signal would otherwise preempt
  * the loop thread on its own core at once, and every cached request behind it would wait for
  * the worker's syscalls. Measured with the server on one core (sfs2008): the loop was preempted
@@ -172,8 +174,18 @@ static void *posix_worker_main(void *arg)
 
 	for (;;) {
 		pthread_mutex_lock(&pf->pf_queue_lock);
-		while (pf->pf_queue_head == NULL && !pf->pf_stopping)
+		while (pf->pf_queue_head == NULL && pf->pf_round_head == NULL && !pf->pf_stopping)
 			pthread_cond_wait(&pf->pf_queue_cond, &pf->pf_queue_lock);
+		struct posix_fd *round_dir = pf->pf_round_head;
+		if (round_dir != NULL) {
+			/* A round's directory fsync first: parked requests wait on it. */
+			pf->pf_round_head = round_dir->pfd_sync_next;
+			if (pf->pf_round_head == NULL)
+				pf->pf_round_tail = NULL;
+			pthread_mutex_unlock(&pf->pf_queue_lock);
+			posix_round_run_queued(pf, round_dir);
+			continue;
+		}
 		struct fs_req *req = pf->pf_queue_head;
 		if (req == NULL) {
 			pthread_mutex_unlock(&pf->pf_queue_lock);
@@ -191,8 +203,9 @@ static void *posix_worker_main(void *arg)
 			posix_read_buf_init(&req->u.read.rd_buf);
 		}
 		int rc = posix_op_run(pf, req, false);
-		VERIFY(rc == 0);
-		fs_req_complete(req);
+		VERIFY(rc == 0 || rc == POSIX_PARKED);
+		if (rc == 0)
+			fs_req_complete(req);
 	}
 	return NULL;
 }

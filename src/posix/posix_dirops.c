@@ -49,7 +49,7 @@ static int posix_fsync_fd(int fd)
  * (posix_dir_sync_object), never beside an fsync of d of another round. */
 static int posix_fsync_new(struct posix_fs *pf, struct posix_fd *d, int fd)
 {
-	return pf->pf_new_entry_with_object ? posix_dir_sync_object(d, fd) : posix_fsync_fd(fd);
+	return pf->pf_new_entry_with_object ? posix_dir_sync_object(pf, d, fd) : posix_fsync_fd(fd);
 }
 
 /* Stats (dirfd, name) without following a symlink and builds its id. */
@@ -336,7 +336,7 @@ int posix_do_create(struct posix_fs *pf, struct fs_req *req)
 					&entry_durable);
 	/* The new entry is durable once its directory is, unless the object's fsync wrote it. */
 	if (rc == 0 && !exists_ok && !entry_durable)
-		rc = posix_dir_sync(d);
+		rc = posix_dir_sync(pf, d);
 	if (rc == 0) {
 		posix_attr_from_stat(pf, &st, &req->u.create.cr_attr);
 		req->u.create.cr_attr_valid = true;
@@ -370,13 +370,16 @@ int posix_do_remove(struct posix_fs *pf, struct fs_req *req)
 	bool have_victim = fstatat(d->pfd_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
 	if (unlinkat(d->pfd_fd, name, is_rmdir ? AT_REMOVEDIR : 0) != 0) {
 		rc = -errno;
-		goto out_post;
+		posix_wcc_post(pf, d->pfd_fd, wcc);
+		goto out;
 	}
-	rc = posix_dir_sync(d);
 	if (have_victim)
 		posix_fd_forget_if_unlinked(pf, (uint64_t)st.st_ino);
-out_post:
 	posix_wcc_post(pf, d->pfd_fd, wcc);
+	/* The reply is complete but for the directory's fsync: the request waits for it parked in
+	 * the directory's rounds, not on this worker, and the round that covers it answers it. */
+	posix_dir_sync_park(pf, d, req);
+	return POSIX_PARKED;
 out:
 	posix_fd_rele(pf, d);
 	return rc;
@@ -415,9 +418,9 @@ int posix_do_rename(struct posix_fs *pf, struct fs_req *req)
 		goto out_post;
 	}
 	/* Both directories changed; each is durable once fsynced. */
-	rc = posix_dir_sync(td_dir);
+	rc = posix_dir_sync(pf, td_dir);
 	if (rc == 0 && td_dir != fd_dir)
-		rc = posix_dir_sync(fd_dir);
+		rc = posix_dir_sync(pf, fd_dir);
 	if (have_victim)
 		posix_fd_forget_if_unlinked(pf, (uint64_t)st.st_ino);
 out_post:
@@ -475,7 +478,7 @@ int posix_do_link(struct posix_fs *pf, struct fs_req *req)
 	else
 		rc = syncfs(pf->pf_root_fd) == 0 ? 0 : -errno;
 	if (rc == 0)
-		rc = posix_dir_sync(d);
+		rc = posix_dir_sync(pf, d);
 	if (posix_stat_fd(o->pfd_fd, &st) == 0) {
 		posix_attr_from_stat(pf, &st, &req->u.link.ln_attr);
 		req->u.link.ln_attr_valid = true;

@@ -67,7 +67,6 @@ static void posix_fd_free(struct posix_fd *pfd)
 	if (pfd->pfd_wfd >= 0)
 		(void)close(pfd->pfd_wfd);
 	pthread_mutex_destroy(&pfd->pfd_dir_lock);
-	pthread_cond_destroy(&pfd->pfd_sync_cond);
 	pthread_mutex_destroy(&pfd->pfd_sync_lock);
 	mem_free(pfd);
 }
@@ -441,11 +440,6 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 		return -rc;
 	}
 	rc = pthread_mutex_init(&pfd->pfd_sync_lock, NULL);
-	if (rc == 0) {
-		rc = pthread_cond_init(&pfd->pfd_sync_cond, NULL);
-		if (rc != 0)
-			pthread_mutex_destroy(&pfd->pfd_sync_lock);
-	}
 	if (rc != 0) {
 		pthread_mutex_destroy(&pfd->pfd_dir_lock);
 		(void)close(fd);
@@ -609,13 +603,30 @@ void posix_fd_forget_if_unlinked(struct posix_fs *pf, uint64_t ino)
 	}
 }
 
-/* Group commit (see posix_impl.h), in rounds. A request joins the open round after its change
- * and waits; when no round is running, the first member to see that starts the open round
- * (rounds run one at a time, in order), and new changes join the next one. A round runs one
- * fsync of the directory if any member needs it (the first such member to wake runs it) and one
- * fsync per member that brought a new object of its own (posix_dir_sync_object, which that
- * member runs), all at once. The round finishes when the last of them returns, and only then
- * are its members answered and the next round started.
+/* Group commit (see posix_impl.h), in rounds. A request joins the open round after its change;
+ * a change that finds no round running starts the open round itself (rounds run one at a time,
+ * in order), and new changes join the next one. A round runs one fsync of the directory if any
+ * member needs it and one fsync per member that brought a new object of its own
+ * (posix_dir_sync_object, which that member runs), all at once. The round finishes when the
+ * last of them returns; the thread that ran that one starts the next round, and only then are
+ * the finished round's members answered.
+ *
+ * Members are of two kinds. A waiting member (posix_dir_sync, posix_dir_sync_object) is a
+ * worker that waits on a condition of its own, on its stack, in its round's list. A parked
+ * member (posix_dir_sync_park: REMOVE and RMDIR, whose reply is complete but for the fsync) is
+ * the request itself, linked through fr_task.lt_next with its reference of the directory: its
+ * worker goes back to the queue, and whoever finishes the round sets the request's status and
+ * completes it. The directory's fsync of a round goes to a thread that is awake when it can:
+ * the change that starts the round, or the thread that finished the previous one if that
+ * thread has no request of its own waiting (it ran a parked member's fsync, so it keeps running
+ * the next rounds' while they come); else to a waiting member that needs it; else (only parked
+ * members need it) to a worker, through pf_round_head. A round wakes exactly the members it gives
+ * an fsync to when it starts and each waiting member once when it finishes: the server's
+ * workers share one busy core, where a wake-up costs far more than the fsync's system call, and
+ * waking every waiter at every step (one shared condition) took about a third of a round of
+ * creates before its last fsync started. A parked REMOVE costs no wake-up at all, and does not
+ * hold a worker while its directory's fsync runs: a burst of REMOVEs in one directory no longer
+ * takes every worker from the other requests.
  *
  * Why rounds, and not only one directory fsync at a time. Where the host file system keeps a
  * directory's dirty blocks on a list of the directory's (ext4 without a journal: fs/buffer.c's
@@ -632,75 +643,242 @@ void posix_fd_forget_if_unlinked(struct posix_fs *pf, uint64_t ino)
  *
  * A failure is reported to every member of the failed round (a block another member's fsync
  * failed to write may hold any member's change), and to any request that joined before the
- * round finished and had not yet been answered: reporting an error for a change that is in fact
- * durable is safe (the client retries), the reverse would not be. */
-static int posix_dir_sync_join(struct posix_fd *d, int obj_fd)
+ * round finished and had not yet been answered (for a parked member: any member of the round
+ * that was open when the failed one finished, pfd_sync_open_tainted): reporting an error for a
+ * change that is in fact durable is safe (the client retries), the reverse would not be. */
+struct posix_sync_waiter {
+	struct posix_sync_waiter *next; /* the next waiting member of its round */
+	pthread_cond_t cond;   /* signalled when given an fsync, and when its round finishes */
+	int obj_fd;            /* its new object, whose fsync it runs; -1: the directory's */
+	int run_fd;            /* the fsync its round gave it and it has not started; -1 if none */
+	uint64_t nfail_before; /* the directory's failed fsyncs when it joined */
+	bool done;             /* its round finished, and rc is its answer */
+	int rc;
+};
+
+/* Hands the running round's directory fsync to a worker (posix_round_run_queued). */
+static void posix_round_queue(struct posix_fs *pf, struct posix_fd *d)
 {
+	posix_fd_ref(pf, d); /* the queue's */
+	pthread_mutex_lock(&pf->pf_queue_lock);
+	d->pfd_sync_next = NULL;
+	if (pf->pf_round_tail != NULL)
+		pf->pf_round_tail->pfd_sync_next = d;
+	else
+		pf->pf_round_head = d;
+	pf->pf_round_tail = d;
+	pthread_mutex_unlock(&pf->pf_queue_lock);
+	pthread_cond_signal(&pf->pf_queue_cond);
+}
+
+/* Starts the open round (it has members; no round runs). Each new object's fsync goes to its own
+ * member. The directory's, if a member needs it, goes to the caller when the caller is a waiting
+ * member that needs it (self) or a thread free to run it (caller_free: one whose own request
+ * is parked or answered), else to the first waiting member that needs it, else (only parked
+ * members need it) to a worker. Only the members given an fsync are woken. Returns true when
+ * the caller is to run the directory's fsync (caller_free). */
+static bool posix_round_start(struct posix_fs *pf, struct posix_fd *d,
+			      struct posix_sync_waiter *self, bool caller_free)
+{
+	struct posix_sync_waiter *members = d->pfd_sync_open_list;
+	bool dir_needed = d->pfd_sync_open_dir;
+	d->pfd_sync_running = true;
+	d->pfd_sync_run_list = members;
+	d->pfd_sync_run_reqs = d->pfd_sync_open_reqs;
+	d->pfd_sync_run_tainted = d->pfd_sync_open_tainted;
+	d->pfd_sync_run_nfail = d->pfd_sync_nfail;
+	d->pfd_sync_left = d->pfd_sync_open_objs + (dir_needed ? 1u : 0u);
+	d->pfd_sync_open++;
+	d->pfd_sync_open_list = NULL;
+	d->pfd_sync_open_reqs = NULL;
+	d->pfd_sync_open_tainted = false;
+	d->pfd_sync_open_members = 0;
+	d->pfd_sync_open_objs = 0;
+	d->pfd_sync_open_dir = false;
+	bool caller_runs_dir = false;
+	if (dir_needed && self != NULL && self->obj_fd < 0) {
+		self->run_fd = d->pfd_fd;
+		dir_needed = false;
+	} else if (dir_needed && caller_free) {
+		caller_runs_dir = true;
+		dir_needed = false;
+	}
+	for (struct posix_sync_waiter *w = members; w != NULL; w = w->next) {
+		if (w->obj_fd >= 0) {
+			w->run_fd = w->obj_fd;
+		} else if (dir_needed) {
+			w->run_fd = d->pfd_fd;
+			dir_needed = false;
+		} else {
+			continue;
+		}
+		if (w != self)
+			pthread_cond_signal(&w->cond);
+	}
+	if (dir_needed)
+		posix_round_queue(pf, d);
+	return caller_runs_dir;
+}
+
+/* One fsync of the running round has returned (frc, 0 or -errno). When it was the round's last,
+ * the round finishes: the open round starts first, so its fsyncs are not held behind the
+ * answers, then every waiting member of the finished one is answered and woken (self, the
+ * caller, is awake already), and its parked members, their status set, are returned in
+ * *finished_reqs for the caller to complete once it has let go of the lock. Returns true when
+ * the caller (caller_free) is to run the new round's directory fsync. */
+static bool posix_round_fsync_done(struct posix_fs *pf, struct posix_fd *d,
+				   struct posix_sync_waiter *self, int frc, bool caller_free,
+				   struct fs_req **finished_reqs)
+{
+	*finished_reqs = NULL;
+	if (frc != 0) {
+		d->pfd_sync_nfail++;
+		d->pfd_sync_err = frc;
+	}
+	if (--d->pfd_sync_left > 0)
+		return false;
+	bool round_failed = d->pfd_sync_nfail != d->pfd_sync_run_nfail;
+	int parked_rc = round_failed || d->pfd_sync_run_tainted ? d->pfd_sync_err : 0;
+	for (struct fs_req *req = d->pfd_sync_run_reqs; req != NULL;) {
+		req->fr_status = parked_rc;
+		struct loop_task *next = req->fr_task.lt_next;
+		req = next != NULL ? SH_CONTAINER_OF(next, struct fs_req, fr_task) : NULL;
+	}
+	*finished_reqs = d->pfd_sync_run_reqs;
+	struct posix_sync_waiter *finished = d->pfd_sync_run_list;
+	d->pfd_sync_run_list = NULL;
+	d->pfd_sync_run_reqs = NULL;
+	d->pfd_sync_running = false;
+	d->pfd_sync_finished = d->pfd_sync_open - 1;
+	/* A parked member of the open round joined before this failure was known: a block the
+	 * failed fsync did not write may hold its change too. */
+	if (round_failed && d->pfd_sync_open_reqs != NULL)
+		d->pfd_sync_open_tainted = true;
+	bool caller_runs_dir = false;
+	if (d->pfd_sync_open_list != NULL || d->pfd_sync_open_reqs != NULL)
+		caller_runs_dir = posix_round_start(pf, d, NULL, caller_free);
+	for (struct posix_sync_waiter *w = finished; w != NULL;) {
+		/* Read next before the member can see done: once it does, its stack is gone. Every
+		 * member sees done only under the lock, which is held here. */
+		struct posix_sync_waiter *next = w->next;
+		w->rc = d->pfd_sync_nfail != w->nfail_before ? d->pfd_sync_err : 0;
+		w->done = true;
+		if (w != self)
+			pthread_cond_signal(&w->cond);
+		w = next;
+	}
+	return caller_runs_dir;
+}
+
+/* Completes parked requests whose round has finished, each releasing its reference of d; the
+ * caller holds a reference of its own. */
+static void posix_round_complete(struct posix_fs *pf, struct posix_fd *d, struct fs_req *reqs)
+{
+	while (reqs != NULL) {
+		struct loop_task *next = reqs->fr_task.lt_next;
+		reqs->fr_task.lt_next = NULL;
+		fs_req_complete(reqs); /* reqs belongs to its loop from here on */
+		posix_fd_rele(pf, d);
+		reqs = next != NULL ? SH_CONTAINER_OF(next, struct fs_req, fr_task) : NULL;
+	}
+}
+
+/* Runs the running round's directory fsync, given to the calling thread (which holds the sync
+ * lock and a reference of d, and has no request of its own waiting), then each next one the
+ * finished rounds give it: a thread already awake starts the next round's fsync at once, where
+ * handing it to a member would wait for that member's wake-up. Returns with the lock held. */
+static void posix_round_run_dir(struct posix_fs *pf, struct posix_fd *d)
+{
+	bool again = true;
+	while (again) {
+		pthread_mutex_unlock(&d->pfd_sync_lock);
+		int frc = fsync(d->pfd_fd) == 0 ? 0 : -errno;
+		pthread_mutex_lock(&d->pfd_sync_lock);
+		struct fs_req *finished;
+		again = posix_round_fsync_done(pf, d, NULL, frc, true, &finished);
+		if (finished != NULL) {
+			pthread_mutex_unlock(&d->pfd_sync_lock);
+			posix_round_complete(pf, d, finished);
+			pthread_mutex_lock(&d->pfd_sync_lock);
+		}
+	}
+}
+
+static int posix_dir_sync_join(struct posix_fs *pf, struct posix_fd *d, int obj_fd)
+{
+	struct posix_sync_waiter self = {.obj_fd = obj_fd, .run_fd = -1};
+	int rc = pthread_cond_init(&self.cond, NULL);
+	if (rc != 0)
+		return -rc;
 	pthread_mutex_lock(&d->pfd_sync_lock);
-	uint64_t round = d->pfd_sync_open;
 	d->pfd_sync_ticket++;
 	d->pfd_sync_open_members++;
 	if (obj_fd >= 0)
 		d->pfd_sync_open_objs++;
 	else
 		d->pfd_sync_open_dir = true;
-	uint64_t nfail_before = d->pfd_sync_nfail;
-	bool mine_done = false;
-	int rc = 0;
-	for (;;) {
-		if (d->pfd_sync_finished >= round) {
-			rc = d->pfd_sync_nfail != nfail_before ? d->pfd_sync_err : 0;
-			break;
-		}
-		if (!d->pfd_sync_running && round == d->pfd_sync_open) {
-			/* Start this round; later changes join the next. */
-			if (d->pfd_sync_open_members > 1)
-				pthread_cond_broadcast(&d->pfd_sync_cond); /* the others' turn */
-			d->pfd_sync_running = true;
-			d->pfd_sync_dir_claimed = false;
-			d->pfd_sync_left = d->pfd_sync_open_objs + (d->pfd_sync_open_dir ? 1u : 0u);
-			d->pfd_sync_open++;
-			d->pfd_sync_open_members = 0;
-			d->pfd_sync_open_objs = 0;
-			d->pfd_sync_open_dir = false;
-		}
-		int fd = -1;
-		if (d->pfd_sync_running && round == d->pfd_sync_open - 1 && !mine_done) {
-			mine_done = true;
-			if (obj_fd >= 0) {
-				fd = obj_fd;
-			} else if (!d->pfd_sync_dir_claimed) {
-				d->pfd_sync_dir_claimed = true;
-				fd = d->pfd_fd;
-			}
-		}
-		if (fd < 0) {
-			pthread_cond_wait(&d->pfd_sync_cond, &d->pfd_sync_lock);
+	self.nfail_before = d->pfd_sync_nfail;
+	self.next = d->pfd_sync_open_list;
+	d->pfd_sync_open_list = &self;
+	if (!d->pfd_sync_running)
+		(void)posix_round_start(pf, d, &self, false); /* rounds run one at a time */
+	while (!self.done) {
+		if (self.run_fd < 0) {
+			pthread_cond_wait(&self.cond, &d->pfd_sync_lock);
 			continue;
 		}
+		int fd = self.run_fd;
+		self.run_fd = -1;
 		pthread_mutex_unlock(&d->pfd_sync_lock);
 		int frc = fsync(fd) == 0 ? 0 : -errno;
 		pthread_mutex_lock(&d->pfd_sync_lock);
-		if (frc != 0) {
-			d->pfd_sync_nfail++;
-			d->pfd_sync_err = frc;
-		}
-		if (--d->pfd_sync_left == 0) {
-			d->pfd_sync_running = false;
-			d->pfd_sync_finished = round;
-			pthread_cond_broadcast(&d->pfd_sync_cond);
+		struct fs_req *finished;
+		(void)posix_round_fsync_done(pf, d, &self, frc, false, &finished);
+		if (finished != NULL) {
+			pthread_mutex_unlock(&d->pfd_sync_lock);
+			posix_round_complete(pf, d, finished);
+			pthread_mutex_lock(&d->pfd_sync_lock);
 		}
 	}
+	rc = self.rc;
 	pthread_mutex_unlock(&d->pfd_sync_lock);
+	pthread_cond_destroy(&self.cond);
 	return rc;
 }
 
-int posix_dir_sync(struct posix_fd *d)
+void posix_dir_sync_park(struct posix_fs *pf, struct posix_fd *d, struct fs_req *req)
 {
-	return posix_dir_sync_join(d, -1);
+	pthread_mutex_lock(&d->pfd_sync_lock);
+	d->pfd_sync_ticket++;
+	d->pfd_sync_open_members++;
+	d->pfd_sync_open_dir = true;
+	struct fs_req *first = d->pfd_sync_open_reqs;
+	req->fr_task.lt_next = first != NULL ? &first->fr_task : NULL;
+	d->pfd_sync_open_reqs = req; /* req and its reference of d belong to the rounds now */
+	if (!d->pfd_sync_running && posix_round_start(pf, d, NULL, true)) {
+		posix_fd_ref(pf, d); /* the round may complete req, releasing its reference */
+		posix_round_run_dir(pf, d);
+		pthread_mutex_unlock(&d->pfd_sync_lock);
+		posix_fd_rele(pf, d);
+		return;
+	}
+	pthread_mutex_unlock(&d->pfd_sync_lock);
 }
 
-int posix_dir_sync_object(struct posix_fd *d, int obj_fd)
+void posix_round_run_queued(struct posix_fs *pf, struct posix_fd *d)
 {
-	return posix_dir_sync_join(d, obj_fd);
+	pthread_mutex_lock(&d->pfd_sync_lock);
+	posix_round_run_dir(pf, d);
+	pthread_mutex_unlock(&d->pfd_sync_lock);
+	posix_fd_rele(pf, d); /* the queue's */
+}
+
+int posix_dir_sync(struct posix_fs *pf, struct posix_fd *d)
+{
+	return posix_dir_sync_join(pf, d, -1);
+}
+
+int posix_dir_sync_object(struct posix_fs *pf, struct posix_fd *d, int obj_fd)
+{
+	return posix_dir_sync_join(pf, d, obj_fd);
 }

@@ -54,6 +54,9 @@
 /* Largest READ served at once; the NFS layer asks for far less (its rtmax). */
 #define POSIX_READ_MAX_BYTES (8u << 20)
 
+/* A request waiting in one of a directory's rounds of fsyncs (posix_fdcache.c). */
+struct posix_sync_waiter;
+
 /* One cached open object. Held (pfd_refs > 0) while a request uses its fds. */
 struct posix_fd {
 	struct posix_fd *pfd_hash_next;
@@ -73,14 +76,20 @@ struct posix_fd {
 	/* DIR: group commit of the fsyncs that write the directory, in rounds (posix_dir_sync);
 	 * guarded by pfd_sync_lock. */
 	pthread_mutex_t pfd_sync_lock;
-	pthread_cond_t pfd_sync_cond;
 	uint64_t pfd_sync_ticket;   /* changes that joined a round, ever */
 	uint64_t pfd_sync_open;     /* the round new changes join (numbered from 1) */
+	struct posix_sync_waiter *pfd_sync_open_list; /* the open round's waiting members */
+	struct fs_req *pfd_sync_open_reqs; /* ...and its parked ones (posix_dir_sync_park) */
+	bool pfd_sync_open_tainted; /* a round failed after a parked member joined the open one */
 	uint32_t pfd_sync_open_members; /* changes in the open round */
 	uint32_t pfd_sync_open_objs;    /* ...of which bring a new object's fsync of their own */
 	bool pfd_sync_open_dir;     /* ...and whether one needs the directory's own fsync */
 	bool pfd_sync_running;      /* round pfd_sync_open - 1 has fsyncs under way */
-	bool pfd_sync_dir_claimed;  /* the running round's directory fsync has been taken */
+	struct posix_sync_waiter *pfd_sync_run_list; /* the running round's waiting members */
+	struct fs_req *pfd_sync_run_reqs; /* ...and its parked ones */
+	bool pfd_sync_run_tainted;  /* its parked members are answered with the failure */
+	uint64_t pfd_sync_run_nfail; /* pfd_sync_nfail when it started */
+	struct posix_fd *pfd_sync_next; /* pf_round_head's list, with a reference */
 	uint32_t pfd_sync_left;     /* fsyncs of the running round not finished yet */
 	uint64_t pfd_sync_finished; /* every round up to this one has finished */
 	uint64_t pfd_sync_nfail;    /* fsyncs that failed, and the last one's error */
@@ -193,6 +202,10 @@ struct posix_fs {
 	pthread_cond_t pf_queue_cond;
 	struct fs_req *pf_queue_head; /* linked through fr_task.lt_next until completion */
 	struct fs_req *pf_queue_tail;
+	/* Directories whose running round's fsync of the directory has no thread to run it
+	 * (posix_fdcache.c): a worker takes them before requests. */
+	struct posix_fd *pf_round_head;
+	struct posix_fd *pf_round_tail;
 	bool pf_stopping;
 	unsigned pf_nworkers;
 	pthread_t *pf_workers;
@@ -220,6 +233,9 @@ static inline struct posix_fs *posix_fs_of(struct fs *fs)
 
 /* Returned by an operation run inline when it would block on the disk: run it on a worker. */
 #define POSIX_PUNT 1
+/* Returned by an operation that handed its request to a directory's round of fsyncs
+ * (posix_dir_sync_park): the round completes it. */
+#define POSIX_PARKED 2
 
 /* ---- posix_writeback.c ---- */
 /* Starts (and stops) the write-behind thread. Returns 0 or -errno. */
@@ -337,11 +353,19 @@ void posix_fd_forget(struct posix_fs *pf, struct posix_fd *pfd);
  * that started after its change, and one round covers every change made before it started
  * (group commit, posix_fdcache.c). Returns 0 or -errno (an error is reported to every request
  * the failed round may have covered). */
-SH_MUST_CHECK int posix_dir_sync(struct posix_fd *d);
+SH_MUST_CHECK int posix_dir_sync(struct posix_fs *pf, struct posix_fd *d);
 /* As posix_dir_sync, for a new object whose own fsync writes its entry in d as well
  * (pf_new_entry_with_object): fsyncs obj_fd in the round of d it joins, beside the other
  * fsyncs that write d, never overlapping one of another round. */
-SH_MUST_CHECK int posix_dir_sync_object(struct posix_fd *d, int obj_fd);
+SH_MUST_CHECK int posix_dir_sync_object(struct posix_fs *pf, struct posix_fd *d, int obj_fd);
+/* As posix_dir_sync, without waiting: req (whose change to the held directory d is made and
+ * whose reply is filled in but for its status) joins d's open round, taking the caller's
+ * reference of d with it, and the round sets its status, completes it and releases d. The
+ * calling thread may run rounds' directory fsyncs before it returns. */
+void posix_dir_sync_park(struct posix_fs *pf, struct posix_fd *d, struct fs_req *req);
+/* Runs the directory fsync that a round of d queued for a worker (pf_round_head) and whatever
+ * follows from it; consumes the queue's reference of d. */
+void posix_round_run_queued(struct posix_fs *pf, struct posix_fd *d);
 
 /* ---- credentials and permissions (posix_cred.c) ---- */
 /* Makes the calling thread's fs identity (fsuid, fsgid, supplementary groups) that of cred,

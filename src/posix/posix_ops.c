@@ -223,7 +223,7 @@ int posix_apply_sattr(int fd, enum fs_type type, bool path_fd, const struct fs_s
 static int posix_sync_obj(struct posix_fs *pf, struct posix_fd *o)
 {
 	if (o->pfd_type == FS_DIR)
-		return posix_dir_sync(o);
+		return posix_dir_sync(pf, o);
 	if (o->pfd_type == FS_REG)
 		return fsync(o->pfd_fd) == 0 ? 0 : -errno;
 	return syncfs(pf->pf_root_fd) == 0 ? 0 : -errno;
@@ -606,6 +606,10 @@ int posix_op_run(struct posix_fs *pf, struct fs_req *req, bool may_punt)
 	if (rc == POSIX_PUNT) {
 		ASSERT(may_punt);
 		return POSIX_PUNT;
+	}
+	if (rc == POSIX_PARKED) {
+		ASSERT(!may_punt); /* only a worker parks a request */
+		return POSIX_PARKED;
 	}
 	req->fr_status = rc;
 	return 0;

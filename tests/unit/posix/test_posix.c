@@ -1533,6 +1533,7 @@ static int fs_hook_fail_errno;        /* non-zero: watched fsyncs fail with it *
 static int fs_hook_fail_other_errno;  /* non-zero: every other descriptor's fsyncs fail with it */
 static char fs_hook_link_path[512];   /* set: the next other fsync first links its file here */
 static int fs_hook_calls;             /* fsyncs of the watched descriptor */
+static bool fs_hook_hold_met;         /* the first one's hold ended with every ticket taken */
 static bool (*fs_hook_check)(int fd); /* run at the start of each watched fsync */
 static int fs_hook_check_ok;          /* fsyncs for which fs_hook_check held */
 static int fs_hook_watched_running;   /* watched fsyncs under way, and the most at once */
@@ -1582,8 +1583,12 @@ int fsync(int fd)
 			pthread_mutex_lock(&pfd->pfd_sync_lock);
 			uint64_t t = pfd->pfd_sync_ticket;
 			pthread_mutex_unlock(&pfd->pfd_sync_lock);
-			if (t >= want)
+			if (t >= want) {
+				pthread_mutex_lock(&fs_hook_lock);
+				fs_hook_hold_met = true;
+				pthread_mutex_unlock(&fs_hook_lock);
 				break;
+			}
 			usleep(1000);
 		}
 	}
@@ -1627,6 +1632,7 @@ static void fs_hook_arm(struct posix_fd *pfd, uint64_t wait_ticket, int fail_err
 	fs_hook_wait_ticket = wait_ticket;
 	fs_hook_fail_errno = fail_errno;
 	fs_hook_calls = 0;
+	fs_hook_hold_met = false;
 	fs_hook_check = check;
 	fs_hook_check_ok = 0;
 	fs_hook_overlaps = 0;
@@ -2175,6 +2181,7 @@ static bool dir_sync_idle(struct posix_fd *dpfd)
 {
 	pthread_mutex_lock(&dpfd->pfd_sync_lock);
 	bool idle = !dpfd->pfd_sync_running && dpfd->pfd_sync_open_members == 0 &&
+		    dpfd->pfd_sync_open_list == NULL && dpfd->pfd_sync_run_list == NULL &&
 		    dpfd->pfd_sync_finished + 1 == dpfd->pfd_sync_open;
 	pthread_mutex_unlock(&dpfd->pfd_sync_lock);
 	return idle;
@@ -2386,6 +2393,63 @@ static void test_setattr_dir_in_rounds(void)
 	posix_fd_rele(posix_fs_of(g_fs), dpfd);
 }
 
+/* A REMOVE waits for its directory's fsync parked in the directory's rounds, not on a worker
+ * (posix_dir_sync_park): while the first REMOVE's fsync of the directory is held, more REMOVEs
+ * than there are workers all make their changes and join the next round, which one more fsync
+ * then covers. Were each waiting on a worker, the workers would run out and the held fsync would
+ * wait for the rest in vain. */
+static void test_parked_removes_free_workers(void)
+{
+	static struct gc_batch gb;
+	static struct fs_req reqs[40];
+	static char names[40][16];
+	struct posix_fs *pf = posix_fs_of(g_fs);
+	unsigned n = pf->pf_nworkers + 3;
+	CHECKF(n <= 40, "%u workers", pf->pf_nworkers);
+	if (n > 40)
+		return;
+	struct fs_obj_id d;
+	CHECK(do_mkdir(&g_root, "pk", 0755, &g_rootc, &d) == 0);
+	for (unsigned i = 0; i < n; i++) {
+		char rel[64];
+		snprintf(names[i], sizeof(names[i]), "v%u", i);
+		snprintf(rel, sizeof(rel), "pk/v%u", i);
+		host_write(rel, "v", 0644);
+	}
+	struct posix_fd *dpfd = NULL;
+	CHECK(posix_fd_hold(pf, &d, &dpfd) == 0);
+	if (dpfd == NULL)
+		return;
+	gc_begin(&gb);
+	fs_hook_arm(dpfd, n, 0, NULL); /* the first fsync is held until all n have joined */
+	for (unsigned i = 0; i < n; i++) {
+		req_init(&reqs[i], FS_OP_REMOVE, &d, &g_rootc);
+		reqs[i].u.remove.rm_name = names[i];
+		gc_submit(&gb, &reqs[i]);
+		if (i == 0)
+			wait_watched_fsync();
+	}
+	gc_end(&gb, (int)n);
+	pthread_mutex_lock(&fs_hook_lock);
+	bool hold_met = fs_hook_hold_met;
+	pthread_mutex_unlock(&fs_hook_lock);
+	int dir_fsyncs = fs_hook_disarm(NULL);
+	unsigned failed = 0, left = 0;
+	for (unsigned i = 0; i < n; i++) {
+		char rel[64];
+		struct stat st;
+		snprintf(rel, sizeof(rel), "pk/v%u", i);
+		failed += reqs[i].fr_status != 0 ? 1 : 0;
+		left += host_stat(rel, &st) ? 1 : 0;
+	}
+	CHECKF(failed == 0 && left == 0, "%u of %u REMOVEs failed, %u names left", failed, n, left);
+	CHECKF(hold_met, "the held fsync timed out before %u REMOVEs (%u workers) had joined", n,
+	       pf->pf_nworkers);
+	CHECKF(dir_fsyncs == 2, "%d fsyncs of the directory", dir_fsyncs);
+	CHECK(dir_sync_idle(dpfd));
+	posix_fd_rele(pf, dpfd);
+}
+
 static void cleanup(void)
 {
 	char cmd[256];
@@ -2458,6 +2522,7 @@ int main(void)
 	TAP_RUN(test_new_entry_with_object);
 	TAP_RUN(test_rounds_never_overlap);
 	TAP_RUN(test_setattr_dir_in_rounds);
+	TAP_RUN(test_parked_removes_free_workers);
 
 	fs_destroy(g_fs);
 	cleanup();
