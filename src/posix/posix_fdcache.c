@@ -783,25 +783,33 @@ static void posix_round_complete(struct posix_fs *pf, struct posix_fd *d, struct
 	}
 }
 
+/* Runs fd's fsync for the running round (the lock held on entry and return) and accounts for
+ * it; when that finishes the round, completes its parked members. Returns true when the caller
+ * (caller_free) is to run the next round's directory fsync. */
+static bool posix_round_fsync(struct posix_fs *pf, struct posix_fd *d,
+			      struct posix_sync_waiter *self, int fd, bool caller_free)
+{
+	pthread_mutex_unlock(&d->pfd_sync_lock);
+	int frc = fsync(fd) == 0 ? 0 : -errno;
+	pthread_mutex_lock(&d->pfd_sync_lock);
+	struct fs_req *finished;
+	bool caller_runs_dir = posix_round_fsync_done(pf, d, self, frc, caller_free, &finished);
+	if (finished != NULL) {
+		pthread_mutex_unlock(&d->pfd_sync_lock);
+		posix_round_complete(pf, d, finished);
+		pthread_mutex_lock(&d->pfd_sync_lock);
+	}
+	return caller_runs_dir;
+}
+
 /* Runs the running round's directory fsync, given to the calling thread (which holds the sync
  * lock and a reference of d, and has no request of its own waiting), then each next one the
  * finished rounds give it: a thread already awake starts the next round's fsync at once, where
  * handing it to a member would wait for that member's wake-up. Returns with the lock held. */
 static void posix_round_run_dir(struct posix_fs *pf, struct posix_fd *d)
 {
-	bool again = true;
-	while (again) {
-		pthread_mutex_unlock(&d->pfd_sync_lock);
-		int frc = fsync(d->pfd_fd) == 0 ? 0 : -errno;
-		pthread_mutex_lock(&d->pfd_sync_lock);
-		struct fs_req *finished;
-		again = posix_round_fsync_done(pf, d, NULL, frc, true, &finished);
-		if (finished != NULL) {
-			pthread_mutex_unlock(&d->pfd_sync_lock);
-			posix_round_complete(pf, d, finished);
-			pthread_mutex_lock(&d->pfd_sync_lock);
-		}
-	}
+	while (posix_round_fsync(pf, d, NULL, d->pfd_fd, true))
+		;
 }
 
 static int posix_dir_sync_join(struct posix_fs *pf, struct posix_fd *d, int obj_fd)
@@ -829,16 +837,7 @@ static int posix_dir_sync_join(struct posix_fs *pf, struct posix_fd *d, int obj_
 		}
 		int fd = self.run_fd;
 		self.run_fd = -1;
-		pthread_mutex_unlock(&d->pfd_sync_lock);
-		int frc = fsync(fd) == 0 ? 0 : -errno;
-		pthread_mutex_lock(&d->pfd_sync_lock);
-		struct fs_req *finished;
-		(void)posix_round_fsync_done(pf, d, &self, frc, false, &finished);
-		if (finished != NULL) {
-			pthread_mutex_unlock(&d->pfd_sync_lock);
-			posix_round_complete(pf, d, finished);
-			pthread_mutex_lock(&d->pfd_sync_lock);
-		}
+		(void)posix_round_fsync(pf, d, &self, fd, false);
 	}
 	rc = self.rc;
 	pthread_mutex_unlock(&d->pfd_sync_lock);
