@@ -368,18 +368,18 @@ int posix_do_remove(struct posix_fs *pf, struct fs_req *req)
 	posix_wcc_pre(&dst, wcc);
 	/* The victim's inode, to drop its cached fds once it is gone (freeing its space now). */
 	bool have_victim = fstatat(d->pfd_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
-	if (unlinkat(d->pfd_fd, name, is_rmdir ? AT_REMOVEDIR : 0) != 0) {
+	if (unlinkat(d->pfd_fd, name, is_rmdir ? AT_REMOVEDIR : 0) != 0)
 		rc = -errno;
-		posix_wcc_post(pf, d->pfd_fd, wcc);
-		goto out;
-	}
-	if (have_victim)
+	else if (have_victim)
 		posix_fd_forget_if_unlinked(pf, (uint64_t)st.st_ino);
 	posix_wcc_post(pf, d->pfd_fd, wcc);
-	/* The reply is complete but for the directory's fsync: the request waits for it parked in
-	 * the directory's rounds, not on this worker, and the round that covers it answers it. */
-	posix_dir_sync_park(pf, d, req);
-	return POSIX_PARKED;
+	if (rc == 0) {
+		/* The reply is complete but for the directory's fsync: the request waits for it
+		 * parked in the directory's rounds, not on this worker, and the round that covers
+		 * it answers it. */
+		posix_dir_sync_park(pf, d, req);
+		return POSIX_PARKED;
+	}
 out:
 	posix_fd_rele(pf, d);
 	return rc;
