@@ -536,6 +536,19 @@ static void zpl_icache_fini(struct zpl *z)
 	ic->ic_last_used = NULL;
 }
 
+#define ZPL_CPU_CACHE_LINE 64u /* bytes the CPU loads at once (x86-64, arm64) */
+
+void zpl_icache_prefetch(const struct zpl *z, uint64_t objid)
+{
+	const struct zpl_icache *ic = &z->z_icache;
+	if (ic->ic_ents == NULL)
+		return;
+	const char *set = (const char *)&ic->ic_ents[zpl_icache_set(ic, objid) * ZPL_ICACHE_WAYS];
+	for (size_t at = 0; at < sizeof(struct zpl_icache_ent) * ZPL_ICACHE_WAYS;
+	     at += ZPL_CPU_CACHE_LINE)
+		__builtin_prefetch(set + at, 0, 3);
+}
+
 int zpl_op_read_inode(struct zpl_op *op, uint64_t objid, struct zpl_inode *out)
 {
 	struct zpl *z = op->op_z;

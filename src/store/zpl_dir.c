@@ -184,10 +184,21 @@ static int zpl_rd_gather(struct zpl_op *op, struct zpl_rd_batch *b, const uint8_
 	return 0;
 }
 
-/* READDIRPLUS: the inode of entry e. 0 (filled, or left without attributes when the inode is
- * absent or malformed: the entry is still listed) or -SH_ENEEDBLOCK. */
-static int zpl_rd_plus(struct zpl_op *op, struct zpl_rd_ent *e)
+/* READDIRPLUS reads the inodes of a batch in turn; the inode cache's set of the entry this many
+ * ahead is prefetched (zpl_icache_prefetch), so that the misses overlap. */
+#define ZPL_RD_PREFETCH_AHEAD 8u
+
+/* READDIRPLUS: the inode of entry i of b. 0 (filled, or left without attributes when the inode
+ * is absent or malformed: the entry is still listed) or -SH_ENEEDBLOCK. */
+static int zpl_rd_plus(struct zpl_op *op, struct zpl_rd_batch *b, uint32_t i)
 {
+	struct zpl_rd_ent *e = &b->rb_ents[i];
+	if (i == 0) {
+		for (uint32_t a = 0; a < ZPL_RD_PREFETCH_AHEAD && a < b->rb_n; a++)
+			zpl_icache_prefetch(op->op_z, b->rb_ents[a].re_child);
+	}
+	if (i + ZPL_RD_PREFETCH_AHEAD < b->rb_n)
+		zpl_icache_prefetch(op->op_z, b->rb_ents[i + ZPL_RD_PREFETCH_AHEAD].re_child);
 	struct zpl_inode ino;
 	int rc = zpl_op_read_inode(op, e->re_child, &ino);
 	if (rc == -SH_ENEEDBLOCK)
@@ -241,10 +252,9 @@ static int zpl_rd_emit_batch(struct zpl_op *op, struct fs_req *req, struct zpl_r
                              bool plus_loaded)
 {
 	for (uint32_t i = 0; i < b->rb_n; i++) {
-		struct zpl_rd_ent *e = &b->rb_ents[i];
-		if (req->u.readdir.rd_plus && !plus_loaded && zpl_rd_plus(op, e) != 0)
+		if (req->u.readdir.rd_plus && !plus_loaded && zpl_rd_plus(op, b, i) != 0)
 			return 2;
-		if (!zpl_rd_emit(req, e))
+		if (!zpl_rd_emit(req, &b->rb_ents[i]))
 			return 1;
 	}
 	return 0;
@@ -317,7 +327,7 @@ int zpl_do_readdir(struct zpl_op *op, struct fs_req *req)
 		return rc;
 	if (plus) {
 		for (uint32_t i = 0; i < b->rb_n; i++)
-			if ((rc = zpl_rd_plus(op, &b->rb_ents[i])) != 0)
+			if ((rc = zpl_rd_plus(op, b, i)) != 0)
 				return rc;
 	}
 	if (cookie == 0 && !zpl_rd_emit_dot(op, req, ".", 1, dir))

@@ -322,6 +322,10 @@ SH_MUST_CHECK int zpl_op_inode(struct zpl_op *op, uint64_t objid, struct zpl_oin
 /* The committed inode objid (from the inode cache, else the tree, then cached) decoded into *out,
  * outside the operation's table: 0, -ENOENT, -EIO, -SH_ENEEDBLOCK. */
 SH_MUST_CHECK int zpl_op_read_inode(struct zpl_op *op, uint64_t objid, struct zpl_inode *out);
+/* Starts loading objid's set of the inode cache into the CPU's cache, for a caller that will
+ * read several inodes in turn (READDIRPLUS): each first touch of a set misses the CPU's cache,
+ * and misses started together overlap. */
+void zpl_icache_prefetch(const struct zpl *z, uint64_t objid);
 /* The inode an object id names: 0; -SH_EBADHANDLE (malformed or never issued); -ESTALE (removed,
  * queued for zpl_reap, or another generation); -EIO; -SH_ENEEDBLOCK. */
 SH_MUST_CHECK int zpl_op_obj(struct zpl_op *op, const struct fs_obj_id *id, struct zpl_oino **out);
