@@ -81,6 +81,11 @@ void loop_post(struct loop *loop, struct loop_task *task);
  * deferred by a deferred task run in the same turn. */
 void loop_defer(struct loop *loop, struct loop_task *task);
 
+/* The monotonic clock (clock_monotonic_ns) as read when the loop's current turn began: one read
+ * per turn, for coarse bookkeeping on the loop's thread (idle timeouts). A turn that runs long
+ * leaves it that far behind. */
+uint64_t loop_turn_ns(const struct loop *loop);
+
 /* Makes the loop poll its descriptors without sleeping for up to spin_ns after each turn before it
  * blocks. A woken sleeping thread costs tens of microseconds on a virtual machine (the idle vCPU
  * halts); a spinning one answers at once, at the price of a busy core. For the load generator,

@@ -115,7 +115,6 @@ struct rpc_call {
 	uint64_t rc_drc_args_hash;      /* hash of the argument bytes, for the duplicate request cache */
 	bool rc_drc_tracked;            /* an in-progress cache entry awaits this call's reply */
 	bool rc_finished;               /* a reply function or rpc_call_drop has run */
-	uint64_t rc_start_ns;
 	struct loop_task rc_task;       /* free for the handler, e.g. to post its completion to rc_loop */
 	/* The reply as sent: mark+header(+result), the bulk pieces, padding. Last, because a call
 	 * taken for reuse is cleared only up to here: the reply layout writes it before any read. */

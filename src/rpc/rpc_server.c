@@ -506,7 +506,7 @@ static void rpc_conn_flush(struct rpc_conn *conn)
 			rpc_conn_close(conn, piped ? "splice failed" : "write failed");
 			return;
 		}
-		conn->cn_last_active_ns = clock_monotonic_ns();
+		conn->cn_last_active_ns = loop_turn_ns(conn->cn_rl->rl_loop);
 		size_t left = (size_t)written;
 		conn->cn_out_bytes -= left;
 		while (left > 0) {
@@ -821,7 +821,6 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 	call->rc_record = record;
 	call->rc_record_len = len;
 	call->rc_record_pool = pool;
-	call->rc_start_ns = clock_monotonic_ns();
 	rpc_conn_hold(conn);
 	atomic_fetch_add_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_relaxed);
 	conn->cn_inflight++;
@@ -894,7 +893,7 @@ static bool rpc_conn_take_record(struct rpc_conn *conn, uint8_t *record, size_t 
 		rpc_conn_close(conn, NULL);
 		return false;
 	}
-	conn->cn_last_active_ns = clock_monotonic_ns();
+	conn->cn_last_active_ns = loop_turn_ns(conn->cn_rl->rl_loop);
 	if (record)
 		rpc_conn_dispatch(conn, record, record_len, pool, &conn->cn_peer, conn->cn_peer_len);
 	else
@@ -1051,7 +1050,7 @@ static struct rpc_conn *rpc_conn_new(struct rpc_loop *rl, struct rpc_endpoint *e
 	conn->cn_transport = transport;
 	conn->cn_fd = fd;
 	conn->cn_refs = 1; /* the open reference */
-	conn->cn_last_active_ns = clock_monotonic_ns();
+	conn->cn_last_active_ns = loop_turn_ns(conn->cn_rl->rl_loop);
 	rpc_rm_init(&conn->cn_rm, rl->rl_srv->rs_cfg.rsc_max_record_bytes);
 	return conn;
 }
