@@ -1,10 +1,11 @@
 #!/bin/bash
 # proto_rpcbind.sh: Shale with Debian's real rpcbind. In a private network namespace (so port 111
-# is ours and nothing else is touched), start rpcbind, start `shale serve` with its portmapper
+# is ours and nothing else is touched) and a private /run (rpcbind's lock file and local socket
+# live there: an rpcbind the host runs would otherwise make ours refuse to start), start rpcbind, start `shale serve` with its portmapper
 # enabled, and check with rpcinfo that NFS 100003 v3 and MOUNT 100005 v3 are registered for TCP
 # and UDP at Shale's port and answer; mount and list through rpcbind with libnfs (no port
 # given); then stop Shale and check that the registrations are gone. Prints TAP lines.
-# Needs root (network namespace) and $SHALE_BIN.
+# Needs root (network and mount namespaces) and $SHALE_BIN.
 set -u
 
 if [ "${1:-}" != "--inside" ]; then
@@ -12,7 +13,7 @@ if [ "${1:-}" != "--inside" ]; then
 		echo "not ok - proto_rpcbind needs root for its network namespace"
 		exit 1
 	fi
-	exec unshare -n "$0" --inside
+	exec unshare -n -m --propagation private "$0" --inside
 fi
 
 . "$(dirname "$0")/../lib/tap.sh"
@@ -33,6 +34,10 @@ for tool in rpcbind rpcinfo nfs-ls; do
 done
 
 ip link set lo up
+if ! mount -t tmpfs -o mode=0755 tmpfs /run; then
+	echo "not ok - a private /run for rpcbind"
+	exit 1
+fi
 rpcbind -f &
 rpcbind_pid=$!
 for _ in $(seq 100); do
