@@ -446,7 +446,6 @@ int posix_fd_hold(struct posix_fs *pf, const struct fs_obj_id *id, struct posix_
 		mem_free(pfd);
 		return -rc;
 	}
-	pfd->pfd_sync_open = 1;
 	pfd->pfd_hash = hash;
 	pfd->pfd_id = *id;
 	pfd->pfd_ino = (uint64_t)st.st_ino;
@@ -688,11 +687,9 @@ static bool posix_round_start(struct posix_fs *pf, struct posix_fd *d,
 	d->pfd_sync_run_tainted = d->pfd_sync_open_tainted;
 	d->pfd_sync_run_nfail = d->pfd_sync_nfail;
 	d->pfd_sync_left = d->pfd_sync_open_objs + (dir_needed ? 1u : 0u);
-	d->pfd_sync_open++;
 	d->pfd_sync_open_list = NULL;
 	d->pfd_sync_open_reqs = NULL;
 	d->pfd_sync_open_tainted = false;
-	d->pfd_sync_open_members = 0;
 	d->pfd_sync_open_objs = 0;
 	d->pfd_sync_open_dir = false;
 	bool caller_runs_dir = false;
@@ -749,7 +746,6 @@ static bool posix_round_fsync_done(struct posix_fs *pf, struct posix_fd *d,
 	d->pfd_sync_run_list = NULL;
 	d->pfd_sync_run_reqs = NULL;
 	d->pfd_sync_running = false;
-	d->pfd_sync_finished = d->pfd_sync_open - 1;
 	/* A parked member of the open round joined before this failure was known: a block the
 	 * failed fsync did not write may hold its change too. */
 	if (round_failed && d->pfd_sync_open_reqs != NULL)
@@ -820,7 +816,6 @@ static int posix_dir_sync_join(struct posix_fs *pf, struct posix_fd *d, int obj_
 		return -rc;
 	pthread_mutex_lock(&d->pfd_sync_lock);
 	d->pfd_sync_ticket++;
-	d->pfd_sync_open_members++;
 	if (obj_fd >= 0)
 		d->pfd_sync_open_objs++;
 	else
@@ -849,7 +844,6 @@ void posix_dir_sync_park(struct posix_fs *pf, struct posix_fd *d, struct fs_req 
 {
 	pthread_mutex_lock(&d->pfd_sync_lock);
 	d->pfd_sync_ticket++;
-	d->pfd_sync_open_members++;
 	d->pfd_sync_open_dir = true;
 	struct fs_req *first = d->pfd_sync_open_reqs;
 	req->fr_task.lt_next = first != NULL ? &first->fr_task : NULL;

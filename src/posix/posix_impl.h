@@ -77,21 +77,18 @@ struct posix_fd {
 	 * guarded by pfd_sync_lock. */
 	pthread_mutex_t pfd_sync_lock;
 	uint64_t pfd_sync_ticket;   /* changes that joined a round, ever */
-	uint64_t pfd_sync_open;     /* the round new changes join (numbered from 1) */
 	struct posix_sync_waiter *pfd_sync_open_list; /* the open round's waiting members */
 	struct fs_req *pfd_sync_open_reqs; /* ...and its parked ones (posix_dir_sync_park) */
 	bool pfd_sync_open_tainted; /* a round failed after a parked member joined the open one */
-	uint32_t pfd_sync_open_members; /* changes in the open round */
-	uint32_t pfd_sync_open_objs;    /* ...of which bring a new object's fsync of their own */
+	uint32_t pfd_sync_open_objs; /* its members that bring a new object's fsync of their own */
 	bool pfd_sync_open_dir;     /* ...and whether one needs the directory's own fsync */
-	bool pfd_sync_running;      /* round pfd_sync_open - 1 has fsyncs under way */
+	bool pfd_sync_running;      /* the round before the open one has fsyncs under way */
 	struct posix_sync_waiter *pfd_sync_run_list; /* the running round's waiting members */
 	struct fs_req *pfd_sync_run_reqs; /* ...and its parked ones */
 	bool pfd_sync_run_tainted;  /* its parked members are answered with the failure */
 	uint64_t pfd_sync_run_nfail; /* pfd_sync_nfail when it started */
 	struct posix_fd *pfd_sync_next; /* pf_round_head's list, with a reference */
 	uint32_t pfd_sync_left;     /* fsyncs of the running round not finished yet */
-	uint64_t pfd_sync_finished; /* every round up to this one has finished */
 	uint64_t pfd_sync_nfail;    /* fsyncs that failed, and the last one's error */
 	int pfd_sync_err;
 	/* Write-behind (posix_writeback.c): listed once, with a reference; guarded by pf_wb_lock. */

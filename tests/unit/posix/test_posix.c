@@ -2180,9 +2180,10 @@ static struct posix_fd *gc_prepare_held(const char *dirname, struct fs_obj_id *d
 static bool dir_sync_idle(struct posix_fd *dpfd)
 {
 	pthread_mutex_lock(&dpfd->pfd_sync_lock);
-	bool idle = !dpfd->pfd_sync_running && dpfd->pfd_sync_open_members == 0 &&
-		    dpfd->pfd_sync_open_list == NULL && dpfd->pfd_sync_run_list == NULL &&
-		    dpfd->pfd_sync_finished + 1 == dpfd->pfd_sync_open;
+	bool idle = !dpfd->pfd_sync_running && dpfd->pfd_sync_open_list == NULL &&
+		    dpfd->pfd_sync_open_reqs == NULL && dpfd->pfd_sync_open_objs == 0 &&
+		    !dpfd->pfd_sync_open_dir && dpfd->pfd_sync_run_list == NULL &&
+		    dpfd->pfd_sync_run_reqs == NULL && dpfd->pfd_sync_left == 0;
 	pthread_mutex_unlock(&dpfd->pfd_sync_lock);
 	return idle;
 }
