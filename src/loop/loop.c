@@ -15,6 +15,22 @@
  * bookkeeping that needs no finer time (the RPC layer's idle connections): reading it per call
  * was a few percent of a busy loop's time here.
  *
+ * The ring (loop_want_ring)
+ *   A loop asked for one makes an io_uring on its own thread when loop_run starts (single issuer,
+ *   completions' work deferred to the waits, so the kernel runs it only when the loop asks for
+ *   events) and waits there instead of in epoll_wait. The epoll set is one multishot poll in the
+ *   ring: when it fires, the turn fetches the set's events with a non-blocking epoll_wait and
+ *   dispatches them as before. The eventfd of posted tasks leaves the epoll set for a read in
+ *   the ring, so a task posted from another thread costs one completion rather than a poll
+ *   event, a fetch and the fetch after it. A multishot poll reports new readiness only, and
+ *   epoll puts a level-triggered descriptor that stays ready back on its ready list without
+ *   waking the set's pollers, so after a fetch that returned events the next turn fetches
+ *   again without sleeping, until one returns none. Owners' ops (struct loop_op, the entry's
+ *   user data) complete through the ring: each turn submits what the turn prepared, waits for
+ *   at least one completion, copies the completions out and runs their callbacks. lp_ring_ops
+ *   counts ops whose last completion has not come; at stop the loop cancels them all and runs
+ *   their callbacks before it frees the ring, so no owner is left holding an op.
+ *
  * Invariants
  *   1. Only the loop's thread touches the epoll set's registrations and runs callbacks.
  *   2. A watch deleted during a turn receives no further events from that turn: loop_watch_del
@@ -26,6 +42,9 @@
  * Concurrency: loop_post and loop_stop are the only entry points safe from other threads; they
  * touch only the atomic task list head, the atomic stop flag and the eventfd. */
 #include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -36,6 +55,11 @@
 #include "loop/loop.h"
 
 #define LOOP_BATCH 64 /* events fetched per epoll_wait; enough to amortise the syscall */
+#define LOOP_RING_ENTRIES 256u
+#define LOOP_RING_CQ_ENTRIES 4096u
+#define LOOP_REAP_MAX 128u /* completions copied out of the ring per batch */
+#define LOOP_DRAIN_WAIT_NS 100000000L /* per wait while cancelling ops at stop */
+#define LOOP_DRAIN_ROUNDS 50
 
 struct loop {
 	int lp_epoll_fd;
@@ -53,6 +77,18 @@ struct loop {
 	struct loop_task *lp_deferred_tail;
 	uint64_t lp_spin_ns; /* loop_set_spin_ns; 0: block at once */
 	uint64_t lp_turn_ns; /* loop_turn_ns: the monotonic clock when this turn's wait returned */
+	/* The ring (see the top of this file); NULL when the loop runs on epoll alone. */
+	bool lp_want_ring;
+	struct io_uring *lp_ring;
+	struct io_uring lp_ring_storage;
+	struct loop_op lp_epoll_op; /* the multishot poll of lp_epoll_fd */
+	struct loop_op lp_wake_op;  /* a read of lp_wake_fd, which is then not in the epoll set */
+	bool lp_wake_armed;
+	uint64_t lp_wake_count;     /* lp_wake_op's buffer */
+	bool lp_epoll_armed;
+	bool lp_epoll_again;        /* fetch the epoll set's events next turn without sleeping */
+	bool lp_ring_closing;       /* stopping: cancel, do not re-arm */
+	unsigned lp_ring_ops;       /* ops whose last completion has not been handled */
 };
 
 static _Thread_local struct loop *loop_this_thread;
@@ -280,11 +316,232 @@ static int loop_wait(struct loop *loop)
 	return epoll_wait(loop->lp_epoll_fd, loop->lp_batch, LOOP_BATCH, -1);
 }
 
+/* Runs the callbacks of the events in lp_batch[0..n). */
+static void loop_dispatch_batch(struct loop *loop, int n)
+{
+	loop->lp_batch_len = n;
+	for (loop->lp_batch_pos = 0; loop->lp_batch_pos < n;) {
+		struct epoll_event *ev = &loop->lp_batch[loop->lp_batch_pos++];
+		struct loop_watch *watch = ev->data.ptr;
+		if (watch)
+			watch->lw_fn(watch, ev->events);
+	}
+	loop->lp_batch_len = 0;
+	loop->lp_batch_pos = 0;
+}
+
+void loop_want_ring(struct loop *loop)
+{
+	loop->lp_want_ring = true;
+}
+
+struct io_uring *loop_ring(struct loop *loop)
+{
+	return loop->lp_ring;
+}
+
+struct io_uring_sqe *loop_op_sqe(struct loop *loop, struct loop_op *op)
+{
+	struct io_uring *ring = loop->lp_ring;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	if (!sqe) {
+		(void)io_uring_submit(ring); /* a full queue: hand it to the kernel now */
+		sqe = io_uring_get_sqe(ring);
+		if (!sqe)
+			return NULL;
+	}
+	io_uring_sqe_set_data(sqe, op);
+	if (op)
+		loop->lp_ring_ops++;
+	return sqe;
+}
+
+static void loop_on_epoll_ready(struct loop_op *op, int res, uint32_t cqe_flags)
+{
+	(void)res; /* an error ends the poll (no F_MORE); it is armed again below */
+	struct loop *loop = SH_CONTAINER_OF(op, struct loop, lp_epoll_op);
+	if (!(cqe_flags & IORING_CQE_F_MORE))
+		loop->lp_epoll_armed = false;
+	loop->lp_epoll_again = true;
+}
+
+static void loop_arm_epoll(struct loop *loop)
+{
+	struct io_uring_sqe *sqe = loop_op_sqe(loop, &loop->lp_epoll_op);
+	if (!sqe) {
+		loop->lp_epoll_again = true; /* fetch without sleeping, and try again next turn */
+		return;
+	}
+	io_uring_prep_poll_multishot(sqe, loop->lp_epoll_fd, POLLIN);
+	loop->lp_epoll_armed = true;
+}
+
+static void loop_arm_wake(struct loop *loop);
+
+static void loop_on_wake_read(struct loop_op *op, int res, uint32_t cqe_flags)
+{
+	(void)res; /* a failed read is armed again below; the tasks are drained either way */
+	(void)cqe_flags;
+	struct loop *loop = SH_CONTAINER_OF(op, struct loop, lp_wake_op);
+	loop->lp_wake_armed = false;
+	if (!loop->lp_ring_closing)
+		loop_arm_wake(loop);
+	loop_drain_posted(loop);
+}
+
+/* Reads the eventfd through the ring: its completion is the wake-up of a post. */
+static void loop_arm_wake(struct loop *loop)
+{
+	struct io_uring_sqe *sqe = loop_op_sqe(loop, &loop->lp_wake_op);
+	if (!sqe)
+		return; /* tried again at the end of the turn */
+	io_uring_prep_read(sqe, loop->lp_wake_fd, &loop->lp_wake_count,
+			   sizeof(loop->lp_wake_count), 0);
+	loop->lp_wake_armed = true;
+}
+
+/* Makes the loop's ring, on the loop's thread (a single-issuer ring belongs to its maker). */
+static void loop_ring_open(struct loop *loop)
+{
+	struct io_uring_params params;
+	memset(&params, 0, sizeof(params));
+	params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+	params.flags |= IORING_SETUP_CQSIZE;
+	params.cq_entries = LOOP_RING_CQ_ENTRIES;
+	int rc = io_uring_queue_init_params(LOOP_RING_ENTRIES, &loop->lp_ring_storage, &params);
+	if (rc < 0) {
+		/* A kernel before 6.1: no deferred completion work. */
+		memset(&params, 0, sizeof(params));
+		params.flags = IORING_SETUP_CQSIZE;
+		params.cq_entries = LOOP_RING_CQ_ENTRIES;
+		rc = io_uring_queue_init_params(LOOP_RING_ENTRIES, &loop->lp_ring_storage, &params);
+	}
+	if (rc < 0) {
+		log_info("loop %u: no io_uring (%s); waiting in epoll", loop->lp_index,
+			 strerror(-rc));
+		return;
+	}
+	loop->lp_ring = &loop->lp_ring_storage;
+	loop->lp_epoll_op.lo_fn = loop_on_epoll_ready;
+	loop->lp_wake_op.lo_fn = loop_on_wake_read;
+	loop_watch_del(loop, &loop->lp_wake_watch);
+	/* Blocking, or the ring's read of it would fail at once with EAGAIN rather than wait. */
+	int flags = fcntl(loop->lp_wake_fd, F_GETFL);
+	if (flags >= 0)
+		(void)fcntl(loop->lp_wake_fd, F_SETFL, flags & ~O_NONBLOCK);
+	loop_arm_wake(loop);
+	loop->lp_epoll_again = true; /* what is already ready raised no poll event */
+	loop_arm_epoll(loop);
+	/* Tasks posted before the read was armed: their eventfd write is consumed by the read. */
+}
+
+/* Copies out and handles the ring's completions; the number handled. */
+static unsigned loop_ring_reap(struct loop *loop)
+{
+	struct io_uring *ring = loop->lp_ring;
+	unsigned total = 0;
+	for (;;) {
+		struct {
+			struct loop_op *op;
+			int res;
+			uint32_t flags;
+		} done[LOOP_REAP_MAX];
+		unsigned n = 0;
+		unsigned head;
+		struct io_uring_cqe *cqe;
+		io_uring_for_each_cqe(ring, head, cqe)
+		{
+			if (n == LOOP_REAP_MAX)
+				break;
+			done[n].op = io_uring_cqe_get_data(cqe);
+			done[n].res = cqe->res;
+			done[n].flags = cqe->flags;
+			n++;
+		}
+		if (n == 0)
+			return total;
+		/* Handed back before the callbacks run, which may submit (and so complete) more. */
+		io_uring_cq_advance(ring, n);
+		for (unsigned i = 0; i < n; i++) {
+			if (!done[i].op)
+				continue;
+			if (!(done[i].flags & IORING_CQE_F_MORE))
+				loop->lp_ring_ops--;
+			done[i].op->lo_fn(done[i].op, done[i].res, done[i].flags);
+		}
+		total += n;
+	}
+}
+
+/* One turn on the ring: submit what the last turn prepared and wait (see the top of the file). */
+static int loop_ring_turn(struct loop *loop)
+{
+	struct io_uring *ring = loop->lp_ring;
+	int rc = loop->lp_epoll_again ? io_uring_submit_and_get_events(ring)
+				       : io_uring_submit_and_wait(ring, 1);
+	loop->lp_turn_ns = clock_monotonic_ns();
+	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+		log_error("io_uring_enter failed: %s", strerror(-rc));
+		return rc;
+	}
+	loop_ring_reap(loop);
+	if (loop->lp_epoll_again) {
+		loop->lp_epoll_again = false;
+		int n = epoll_wait(loop->lp_epoll_fd, loop->lp_batch, LOOP_BATCH, 0);
+		if (n < 0 && errno != EINTR) {
+			rc = -errno;
+			log_error("epoll_wait failed: %s", strerror(errno));
+			return rc;
+		}
+		if (n > 0) {
+			loop_dispatch_batch(loop, n);
+			loop->lp_epoll_again = true;
+		}
+	}
+	if (!loop->lp_epoll_armed && !loop->lp_ring_closing)
+		loop_arm_epoll(loop);
+	if (!loop->lp_wake_armed && !loop->lp_ring_closing)
+		loop_arm_wake(loop);
+	loop_run_deferred(loop);
+	return 0;
+}
+
+/* At stop: cancels every op still in the ring, runs their last callbacks, frees the ring. */
+static void loop_ring_close(struct loop *loop)
+{
+	struct io_uring *ring = loop->lp_ring;
+	loop->lp_ring_closing = true;
+	for (int round = 0; loop->lp_ring_ops > 0 && round < LOOP_DRAIN_ROUNDS; round++) {
+		struct io_uring_sqe *sqe = loop_op_sqe(loop, NULL);
+		if (sqe)
+			io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+		struct __kernel_timespec limit = {.tv_sec = 0, .tv_nsec = LOOP_DRAIN_WAIT_NS};
+		struct io_uring_cqe *cqe;
+		(void)io_uring_submit_and_wait_timeout(ring, &cqe, 1, &limit, NULL);
+		loop_ring_reap(loop);
+		loop_drain_posted(loop);
+		loop_run_deferred(loop);
+	}
+	if (loop->lp_ring_ops > 0)
+		log_warn("loop %u: %u ring ops did not finish at stop", loop->lp_index,
+			 loop->lp_ring_ops);
+	io_uring_queue_exit(ring);
+	loop->lp_ring = NULL;
+}
+
 int loop_run(struct loop *loop)
 {
 	loop_this_thread = loop;
 	int rc = 0;
+	if (loop->lp_want_ring && !loop->lp_ring)
+		loop_ring_open(loop);
 	while (!atomic_load_explicit(&loop->lp_stop, memory_order_relaxed)) {
+		if (loop->lp_ring) {
+			rc = loop_ring_turn(loop);
+			if (rc < 0)
+				break;
+			continue;
+		}
 		int n = loop_wait(loop);
 		loop->lp_turn_ns = clock_monotonic_ns();
 		if (n < 0) {
@@ -294,20 +551,14 @@ int loop_run(struct loop *loop)
 			log_error("epoll_wait failed: %s", strerror(errno));
 			break;
 		}
-		loop->lp_batch_len = n;
-		for (loop->lp_batch_pos = 0; loop->lp_batch_pos < n;) {
-			struct epoll_event *ev = &loop->lp_batch[loop->lp_batch_pos++];
-			struct loop_watch *watch = ev->data.ptr;
-			if (watch)
-				watch->lw_fn(watch, ev->events);
-		}
-		loop->lp_batch_len = 0;
-		loop->lp_batch_pos = 0;
+		loop_dispatch_batch(loop, n);
 		loop_run_deferred(loop);
 	}
 	/* Run what was posted before the stop so that no completion is silently lost. */
 	loop_drain_posted(loop);
 	loop_run_deferred(loop);
+	if (loop->lp_ring)
+		loop_ring_close(loop);
 	loop_this_thread = NULL;
 	return rc;
 }

@@ -51,6 +51,21 @@ struct loop_task {
 	loop_task_fn lt_fn;
 };
 
+/* Ring operations. A loop asked for a ring (loop_want_ring) owns an io_uring, made on its own
+ * thread when loop_run starts, and then waits in it rather than in epoll_wait: the epoll set is
+ * one multishot poll in the ring, so watches, timers and posted tasks work as before, while an
+ * owner may also put operations (a socket's receives and sends) straight into the ring, which
+ * the loop submits with its next wait: a turn then costs one system call however many sockets
+ * it reads and writes. A loop_op is embedded by its owner, which must keep it valid until the
+ * op's last completion (a completion without IORING_CQE_F_MORE in cqe_flags). */
+struct loop_op;
+typedef void (*loop_op_fn)(struct loop_op *op, int res, uint32_t cqe_flags);
+struct loop_op {
+	loop_op_fn lo_fn;
+};
+struct io_uring;
+struct io_uring_sqe;
+
 /* Creates a loop (epoll set, eventfd for posted tasks). Destroy with loop_destroy. */
 SH_MUST_CHECK int loop_create(struct loop **out);
 /* Frees the loop. Watches still registered are not closed: their owners close their fds. */
@@ -92,6 +107,17 @@ uint64_t loop_turn_ns(const struct loop *loop);
  * whose own latency must not be counted against the server it measures; 0 (the default) turns it
  * off. Call before loop_run. */
 void loop_set_spin_ns(struct loop *loop, uint64_t spin_ns);
+
+/* Asks loop_run to make the loop a ring of its own (above). Call before loop_run. Without one
+ * (not asked, or the kernel refused it: an old kernel, a sandbox), the loop runs on epoll alone
+ * and loop_ring returns NULL. */
+void loop_want_ring(struct loop *loop);
+/* The loop's ring, or NULL. Loop thread only. */
+struct io_uring *loop_ring(struct loop *loop);
+/* A submission entry of the loop's ring whose completions run op->lo_fn on the loop's thread
+ * (op NULL: completions are ignored, for cancellations). The loop submits it with its next wait.
+ * NULL when the ring has none free even after submitting what it holds. Loop thread only. */
+struct io_uring_sqe *loop_op_sqe(struct loop *loop, struct loop_op *op);
 
 /* Runs the loop on the calling thread until loop_stop. Returns 0 or -errno on a fatal epoll
  * error. */

@@ -170,6 +170,9 @@ struct rpc_server_config {
 					    * (default 512 MiB); split evenly over the loops. A
 					    * connection that would take its loop past its share is
 					    * closed, a UDP datagram dropped. */
+	bool rsc_no_socket_ring;          /* TCP connections wait in epoll and use read/writev,
+					   * not the loop's io_uring (rpc_server.c). Also set when
+					   * the environment has SHALE_SOCKET_RING=0. */
 };
 /* A config with every field at its default (fields left 0 in a config mean "default" too). */
 void rpc_server_config_default(struct rpc_server_config *config);
@@ -190,6 +193,10 @@ SH_MUST_CHECK int rpc_server_start(struct rpc_server *srv);
 /* Number of loops and each loop, for back ends that keep per-loop state. */
 unsigned rpc_server_nloops(const struct rpc_server *srv);
 struct loop *rpc_server_loop(const struct rpc_server *srv, unsigned index);
+/* True once loop index serves its TCP connections through its io_uring (rpc_server.c, "The
+ * ring"): decided at the loop's first accepted connection; false before, with
+ * rsc_no_socket_ring, or where the kernel refused the ring. */
+bool rpc_server_socket_ring(const struct rpc_server *srv, unsigned index);
 /* Stops the loops and joins their threads; open connections are closed. */
 void rpc_server_stop(struct rpc_server *srv);
 void rpc_server_destroy(struct rpc_server *srv);

@@ -81,6 +81,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <stdlib.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -88,6 +91,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,6 +124,11 @@
 /* Queued replies that make no progress for this long mean the client stopped reading. */
 #define RPC_WRITE_STALL_NS (30ull * 1000000000ull)
 #define RPC_ACCEPT_BACKOFF_NS 100000000ull /* pause accepting 100 ms when out of descriptors */
+/* The buffers a loop gives its ring for TCP receives (one buffer group): a receive takes one and
+ * the loop hands it back as soon as the bytes are in their record. */
+#define RPC_RING_BUFS 64u
+#define RPC_RING_BUF_BYTES (16u * 1024u)
+#define RPC_RING_BGID 0
 
 struct rpc_prog_entry {
 	const struct rpc_program_desc *pe_desc;
@@ -174,6 +183,17 @@ struct rpc_conn {
 	struct loop_task cn_flush_task; /* deferred flush at the end of the loop's turn */
 	bool cn_flush_queued;           /* cn_flush_task is queued (and holds a reference) */
 	uint64_t cn_last_active_ns;
+	/* Ring connections (see "The ring" above): each op in flight holds a reference. */
+	bool cn_ring;
+	enum { RPC_RECV_IDLE, RPC_RECV_MULTI, RPC_RECV_DIRECT } cn_recv_state;
+	bool cn_recv_cancelled;  /* the multishot receive was asked to end */
+	struct loop_op cn_recv_op;
+	bool cn_send_busy;       /* cn_send_op in flight: the queue's head bytes are the kernel's */
+	struct loop_op cn_send_op;
+	struct msghdr cn_send_msg;
+	struct iovec cn_send_iov[RPC_WRITEV_IOVS];
+	bool cn_pollout_busy;    /* waiting for room to splice a reply's piped bulk */
+	struct loop_op cn_pollout_op;
 	struct rpc_conn *cn_prev; /* the loop's list of open TCP connections */
 	struct rpc_conn *cn_next;
 };
@@ -194,6 +214,12 @@ struct rpc_loop {
 	size_t rl_in_budget;
 	struct rpc_conn *rl_conns;
 	struct rpc_conn **rl_udp; /* one UDP conn per endpoint with UDP, NULL otherwise */
+	/* The ring's receive buffers, set up on the loop's thread at its first accept. */
+	bool rl_ring_checked;
+	bool rl_ring;            /* TCP connections of this loop use the ring */
+	atomic_bool rl_ring_used; /* rl_ring, for rpc_server_socket_ring on other threads */
+	struct io_uring_buf_ring *rl_br;
+	uint8_t *rl_br_mem;      /* RPC_RING_BUFS buffers of RPC_RING_BUF_BYTES */
 	struct loop_task rl_quiesce_task; /* rpc_server_stop: close this loop's sockets */
 	atomic_bool rl_quiesced;
 };
@@ -221,6 +247,7 @@ static const uint8_t rpc_zero_pad[4];
 
 static void rpc_conn_close(struct rpc_conn *conn, const char *why);
 static void rpc_conn_update(struct rpc_conn *conn);
+static void rpc_conn_ring_recv(struct rpc_conn *conn);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration */
@@ -260,6 +287,9 @@ static void rpc_config_fill(struct rpc_server_config *cfg, const struct rpc_serv
 		cfg->rsc_max_total_buffer_bytes = def.rsc_max_total_buffer_bytes;
 	if (cfg->rsc_idle_timeout_s == 0)
 		cfg->rsc_idle_timeout_s = def.rsc_idle_timeout_s;
+	const char *ring = getenv("SHALE_SOCKET_RING");
+	if (ring && strcmp(ring, "0") == 0)
+		cfg->rsc_no_socket_ring = true;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -276,6 +306,8 @@ static void rpc_conn_rele(struct rpc_conn *conn)
 	if (--conn->cn_refs > 0)
 		return;
 	VERIFY(conn->cn_closed);
+	if (conn->cn_fd >= 0)
+		close(conn->cn_fd); /* a ring connection's, kept until its ops ended */
 	mem_free(conn);
 }
 
@@ -388,6 +420,10 @@ static void rpc_conn_update(struct rpc_conn *conn)
 		return;
 	}
 	conn->cn_paused = over;
+	if (conn->cn_ring) {
+		rpc_conn_ring_recv(conn); /* starts, or asks to end, the receive */
+		return;
+	}
 	/* Output waits for LOOP_OUT only when the socket refused it; replies queued during this turn
 	 * go out with the deferred flush at its end, without an epoll_ctl round trip. */
 	bool want_out = conn->cn_out_head != NULL && !conn->cn_flush_queued;
@@ -413,12 +449,25 @@ static void rpc_conn_close(struct rpc_conn *conn, const char *why)
 	if (conn->cn_watching)
 		loop_watch_del(rl->rl_loop, &conn->cn_watch);
 	conn->cn_watching = false;
-	close(conn->cn_fd);
-	conn->cn_fd = -1;
-	rpc_rm_fini(&conn->cn_rm);
-	/* Queued replies are discarded: their calls are complete, only the bytes are left. */
-	struct rpc_call *call = conn->cn_out_head;
-	conn->cn_out_head = conn->cn_out_tail = NULL;
+	/* A ring connection's ops end when its socket is shut down (a receive sees the end of
+	 * the stream, a send an error, a poll the hang-up). Its descriptor stays open until the
+	 * last of them has completed (rpc_conn_rele): an op prepared but not yet submitted names
+	 * the socket by number, and a connection accepted meanwhile under the same number would
+	 * get the op, and lose the bytes it receives to a closed connection. */
+	if (conn->cn_ring) {
+		(void)shutdown(conn->cn_fd, SHUT_RDWR);
+	} else {
+		close(conn->cn_fd);
+		conn->cn_fd = -1;
+	}
+	/* A direct receive in flight may still write into the record: freed when it ends. */
+	if (conn->cn_recv_state != RPC_RECV_DIRECT)
+		rpc_rm_fini(&conn->cn_rm);
+	/* Queued replies are discarded: their calls are complete, only the bytes are left. A send
+	 * in flight still reads the head's buffers: its completion frees the queue then. */
+	struct rpc_call *call = conn->cn_send_busy ? NULL : conn->cn_out_head;
+	if (!conn->cn_send_busy)
+		conn->cn_out_head = conn->cn_out_tail = NULL;
 	conn->cn_out_bytes = 0;
 	rpc_conn_account(conn);
 	if (conn->cn_transport == RPC_TCP) {
@@ -464,38 +513,76 @@ static ssize_t rpc_conn_splice(struct rpc_conn *conn, const struct rpc_call *cal
 	return n;
 }
 
-/* Writes as much of the output queue as the socket takes. */
+/* Gathers the output queue's next bytes into iov (RPC_WRITEV_IOVS entries at most) and returns
+ * how many entries it filled; 0 with *piped set when the next bytes are a reply's bulk data in a
+ * pipe (*piped_len of them), which go out by splice. */
+static int rpc_conn_gather(const struct rpc_conn *conn, struct iovec *iov,
+			   const struct rpc_call **piped, size_t *piped_len)
+{
+	int n = 0;
+	*piped = NULL;
+	*piped_len = 0;
+	for (struct rpc_call *c = conn->cn_out_head;
+	     c && n + (int)c->rc_out_iovcnt <= RPC_WRITEV_IOVS; c = c->rc_out_next) {
+		size_t skip = c == conn->cn_out_head ? c->rc_out_sent : 0;
+		for (unsigned i = 0; i < c->rc_out_iovcnt; i++) {
+			size_t len = c->rc_out_iov[i].iov_len;
+			if (skip >= len) {
+				skip -= len;
+				continue;
+			}
+			if (c->rc_out_iov[i].iov_base == NULL) {
+				/* Piped bulk data: the gathering stops before it. */
+				if (n == 0) {
+					*piped = c;
+					*piped_len = len - skip;
+				}
+				return n;
+			}
+			iov[n].iov_base = (uint8_t *)c->rc_out_iov[i].iov_base + skip;
+			iov[n].iov_len = len - skip;
+			skip = 0;
+			n++;
+		}
+	}
+	return n;
+}
+
+/* Takes written bytes off the head of the output queue, freeing each call sent whole. */
+static void rpc_conn_sent(struct rpc_conn *conn, size_t written)
+{
+	conn->cn_last_active_ns = loop_turn_ns(conn->cn_rl->rl_loop);
+	size_t left = written;
+	conn->cn_out_bytes -= left;
+	while (left > 0) {
+		struct rpc_call *c = conn->cn_out_head;
+		size_t rest = c->rc_out_len - c->rc_out_sent;
+		if (left < rest) {
+			c->rc_out_sent += left;
+			break;
+		}
+		left -= rest;
+		conn->cn_out_head = c->rc_out_next;
+		if (!conn->cn_out_head)
+			conn->cn_out_tail = NULL;
+		rpc_call_free(c);
+	}
+}
+
+static void rpc_conn_ring_send(struct rpc_conn *conn);
+
+/* Writes as much of the output queue as the socket takes (a ring connection: starts its send). */
 static void rpc_conn_flush(struct rpc_conn *conn)
 {
+	if (conn->cn_ring) {
+		rpc_conn_ring_send(conn);
+		return;
+	}
 	while (conn->cn_out_head && !conn->cn_closed) {
 		struct iovec iov[RPC_WRITEV_IOVS];
-		int n = 0;
-		const struct rpc_call *piped = NULL; /* the queue's next bytes are in its pipe */
-		size_t piped_len = 0;
-		for (struct rpc_call *c = conn->cn_out_head;
-		     c && n + (int)c->rc_out_iovcnt <= RPC_WRITEV_IOVS; c = c->rc_out_next) {
-			size_t skip = c == conn->cn_out_head ? c->rc_out_sent : 0;
-			for (unsigned i = 0; i < c->rc_out_iovcnt; i++) {
-				size_t len = c->rc_out_iov[i].iov_len;
-				if (skip >= len) {
-					skip -= len;
-					continue;
-				}
-				if (c->rc_out_iov[i].iov_base == NULL) {
-					/* Piped bulk data: the writev stops before it. */
-					if (n == 0) {
-						piped = c;
-						piped_len = len - skip;
-					}
-					goto gathered;
-				}
-				iov[n].iov_base = (uint8_t *)c->rc_out_iov[i].iov_base + skip;
-				iov[n].iov_len = len - skip;
-				skip = 0;
-				n++;
-			}
-		}
-	gathered:;
+		const struct rpc_call *piped;
+		size_t piped_len;
+		int n = rpc_conn_gather(conn, iov, &piped, &piped_len);
 		ssize_t written =
 		    piped ? rpc_conn_splice(conn, piped, piped_len) : writev(conn->cn_fd, iov, n);
 		if (written < 0) {
@@ -506,22 +593,7 @@ static void rpc_conn_flush(struct rpc_conn *conn)
 			rpc_conn_close(conn, piped ? "splice failed" : "write failed");
 			return;
 		}
-		conn->cn_last_active_ns = loop_turn_ns(conn->cn_rl->rl_loop);
-		size_t left = (size_t)written;
-		conn->cn_out_bytes -= left;
-		while (left > 0) {
-			struct rpc_call *c = conn->cn_out_head;
-			size_t rest = c->rc_out_len - c->rc_out_sent;
-			if (left < rest) {
-				c->rc_out_sent += left;
-				break;
-			}
-			left -= rest;
-			conn->cn_out_head = c->rc_out_next;
-			if (!conn->cn_out_head)
-				conn->cn_out_tail = NULL;
-			rpc_call_free(c);
-		}
+		rpc_conn_sent(conn, (size_t)written);
 	}
 	rpc_conn_update(conn);
 }
@@ -901,6 +973,50 @@ static bool rpc_conn_take_record(struct rpc_conn *conn, uint8_t *record, size_t 
 	return true;
 }
 
+/* Commits n bytes read straight into the record's body; false when the connection closed. */
+static bool rpc_conn_body_read(struct rpc_conn *conn, size_t n)
+{
+	uint8_t *record;
+	size_t record_len;
+	int rc = rpc_rm_body_commit(&conn->cn_rm, n, &record, &record_len);
+	rpc_conn_account(conn);
+	if (rc == 1 && !rpc_conn_take_record(conn, record, record_len))
+		return false;
+	if (rc == 0 && conn->cn_rl->rl_in_bytes > conn->cn_rl->rl_in_budget &&
+	    !rpc_conn_take_record(conn, NULL, 0))
+		return false;
+	return true;
+}
+
+/* Feeds n received bytes to the reassembler, dispatching each record they complete; false when
+ * the connection closed. */
+static bool rpc_conn_feed(struct rpc_conn *conn, const uint8_t *data, size_t n)
+{
+	struct rpc_loop *rl = conn->cn_rl;
+	size_t off = 0;
+	while (off < n && !conn->cn_closed) {
+		size_t used;
+		uint8_t *record;
+		size_t record_len;
+		int rc = rpc_rm_feed(&conn->cn_rm, data + off, n - off, &used, &record,
+				     &record_len);
+		off += used;
+		rpc_conn_account(conn);
+		if (rc < 0) {
+			log_ratelimited(LOG_WARN, "rpc: %s from a client; closing its connection",
+					rc == -EMSGSIZE ? "record over the size limit"
+							: "no memory for a record");
+			rpc_conn_close(conn, NULL);
+			return false;
+		}
+		if (rc == 1 || rl->rl_in_bytes > rl->rl_in_budget) {
+			if (!rpc_conn_take_record(conn, record, record_len))
+				return false;
+		}
+	}
+	return !conn->cn_closed;
+}
+
 /* Reads the rest of a large fragment body straight into its record buffer. Returns 2 when bytes
  * were read and the socket had no more (a short read), 1 when bytes were read and more may wait,
  * 0 when the socket had none (EAGAIN), -1 when the connection was closed. */
@@ -921,14 +1037,7 @@ static int rpc_conn_read_direct(struct rpc_conn *conn, uint8_t *dst, size_t spac
 		}
 		return 0;
 	}
-	uint8_t *record;
-	size_t record_len;
-	int rc = rpc_rm_body_commit(&conn->cn_rm, (size_t)n, &record, &record_len);
-	rpc_conn_account(conn);
-	if (rc == 1 && !rpc_conn_take_record(conn, record, record_len))
-		return -1;
-	if (rc == 0 && conn->cn_rl->rl_in_bytes > conn->cn_rl->rl_in_budget &&
-	    !rpc_conn_take_record(conn, NULL, 0))
+	if (!rpc_conn_body_read(conn, (size_t)n))
 		return -1;
 	return (size_t)n < space ? 2 : 1;
 }
@@ -969,30 +1078,290 @@ static void rpc_conn_read(struct rpc_conn *conn)
 				rpc_conn_close(conn, "read failed");
 			return;
 		}
-		size_t off = 0;
-		while (off < (size_t)n && !conn->cn_closed) {
-			size_t used;
-			uint8_t *record;
-			size_t record_len;
-			int rc = rpc_rm_feed(&conn->cn_rm, rl->rl_scratch + off, (size_t)n - off, &used,
-					     &record, &record_len);
-			off += used;
-			rpc_conn_account(conn);
-			if (rc < 0) {
-				log_ratelimited(LOG_WARN, "rpc: %s from a client; closing its connection",
-						rc == -EMSGSIZE ? "record over the size limit" : "no memory for a record");
-				rpc_conn_close(conn, NULL);
-				return;
-			}
-			if (rc == 1 || rl->rl_in_bytes > rl->rl_in_budget) {
-				if (!rpc_conn_take_record(conn, record, record_len))
-					return;
-			}
-		}
+		if (!rpc_conn_feed(conn, rl->rl_scratch, (size_t)n))
+			return;
 		rpc_conn_update(conn);
 		if ((size_t)n < RPC_SCRATCH_BYTES)
 			return; /* drained (see above) */
 	}
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The ring: TCP connections on the loop's io_uring
+ *
+ * When the loop has a ring (loop_want_ring; not with rsc_no_socket_ring), a TCP connection is not
+ * in the epoll set: its bytes come in through a multishot receive into the loop's buffer group
+ * (RPC_RING_BUFS buffers, each handed back once its bytes are in their record), and its replies
+ * go out through one non-blocking sendmsg at a time, submitted with the loop's next wait, so the
+ * reads and answers of a busy turn cost one system call. A send the socket has no room for
+ * completes with EAGAIN, and a POLLOUT poll in the ring waits for room. (A send's completion
+ * wakes the loop's next wait at once: at light load a call still costs two system calls, the
+ * wait that sleeps and the one that submits the reply. Waiting instead for one completion
+ * beyond the sends' would save one, but a send that must be followed up, short or EAGAIN,
+ * would then wait for an unrelated event; bounding that wait with a timeout cost more here
+ * than the call saved, see docs/performance.md.) A large fragment body (a big WRITE) is
+ * still read straight into its record: the multishot receive is cancelled and single receives
+ * into the record follow until the body is complete. A paused connection's receive is cancelled
+ * and started again when it resumes. A reply's piped bulk data is spliced from the loop's thread
+ * between sends, with the same poll when the socket is full. Closing shuts the
+ * socket down, which ends every op; each op holds a connection reference until its last
+ * completion, and the queue a send is reading, or the record a direct receive is filling, is
+ * freed only when that op has ended. */
+
+static void rpc_conn_on_send(struct loop_op *op, int res, uint32_t cqe_flags);
+static void rpc_conn_on_pollout(struct loop_op *op, int res, uint32_t cqe_flags);
+
+/* Frees the replies left queued on a closed connection. */
+static void rpc_conn_discard_queue(struct rpc_conn *conn)
+{
+	struct rpc_call *call = conn->cn_out_head;
+	conn->cn_out_head = conn->cn_out_tail = NULL;
+	while (call) {
+		struct rpc_call *next = call->rc_out_next;
+		rpc_call_free(call);
+		call = next;
+	}
+}
+
+/* Polls for room in a full socket; the poll's completion sends again. False if it closed. */
+static bool rpc_conn_ring_wait_room(struct rpc_conn *conn)
+{
+	struct io_uring_sqe *sqe = loop_op_sqe(conn->cn_rl->rl_loop, &conn->cn_pollout_op);
+	if (!sqe) {
+		rpc_conn_close(conn, "no room in the loop's ring");
+		return false;
+	}
+	io_uring_prep_poll_add(sqe, conn->cn_fd, POLLOUT);
+	conn->cn_pollout_busy = true;
+	rpc_conn_hold(conn);
+	return true;
+}
+
+/* Starts the next send of a ring connection when none is in flight. */
+static void rpc_conn_ring_send(struct rpc_conn *conn)
+{
+	struct loop *loop = conn->cn_rl->rl_loop;
+	while (conn->cn_out_head && !conn->cn_closed && !conn->cn_send_busy &&
+	       !conn->cn_pollout_busy) {
+		const struct rpc_call *piped;
+		size_t piped_len;
+		int n = rpc_conn_gather(conn, conn->cn_send_iov, &piped, &piped_len);
+		if (piped) {
+			ssize_t written = rpc_conn_splice(conn, piped, piped_len);
+			if (written >= 0) {
+				rpc_conn_sent(conn, (size_t)written);
+				continue;
+			}
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK) {
+				rpc_conn_close(conn, "splice failed");
+				return;
+			}
+			if (!rpc_conn_ring_wait_room(conn))
+				return;
+			break;
+		}
+		struct io_uring_sqe *sqe = loop_op_sqe(loop, &conn->cn_send_op);
+		if (!sqe) {
+			rpc_conn_close(conn, "no room in the loop's ring");
+			return;
+		}
+		memset(&conn->cn_send_msg, 0, sizeof(conn->cn_send_msg));
+		conn->cn_send_msg.msg_iov = conn->cn_send_iov;
+		conn->cn_send_msg.msg_iovlen = (size_t)n;
+		/* Non-blocking: it completes as it is submitted, with what the socket took or
+		 * EAGAIN. */
+		io_uring_prep_sendmsg(sqe, conn->cn_fd, &conn->cn_send_msg,
+				      MSG_NOSIGNAL | MSG_DONTWAIT);
+		conn->cn_send_busy = true;
+		rpc_conn_hold(conn);
+	}
+	if (!conn->cn_closed)
+		rpc_conn_update(conn);
+}
+
+static void rpc_conn_on_send(struct loop_op *op, int res, uint32_t cqe_flags)
+{
+	(void)cqe_flags;
+	struct rpc_conn *conn = SH_CONTAINER_OF(op, struct rpc_conn, cn_send_op);
+	conn->cn_send_busy = false;
+	if (conn->cn_closed) {
+		rpc_conn_discard_queue(conn);
+	} else if (res == -EAGAIN || res == -EWOULDBLOCK) {
+		if (rpc_conn_ring_wait_room(conn))
+			rpc_conn_update(conn);
+	} else if (res < 0 && res != -EINTR) {
+		rpc_conn_close(conn, "send failed");
+	} else if (res < 0) {
+		rpc_conn_ring_send(conn);
+	} else {
+		rpc_conn_sent(conn, (size_t)res);
+		rpc_conn_ring_send(conn);
+	}
+	rpc_conn_rele(conn);
+}
+
+static void rpc_conn_on_pollout(struct loop_op *op, int res, uint32_t cqe_flags)
+{
+	(void)res;
+	(void)cqe_flags;
+	struct rpc_conn *conn = SH_CONTAINER_OF(op, struct rpc_conn, cn_pollout_op);
+	conn->cn_pollout_busy = false;
+	if (!conn->cn_closed)
+		rpc_conn_ring_send(conn); /* a hang-up shows as the splice's error */
+	rpc_conn_rele(conn);
+}
+
+/* Starts the receive a ring connection wants, or asks the running one to end when it no longer
+ * fits (paused, or a large body to read straight into its record). */
+static void rpc_conn_ring_recv(struct rpc_conn *conn)
+{
+	if (conn->cn_closed || conn->cn_recv_state == RPC_RECV_DIRECT)
+		return; /* a direct receive's completion decides what follows it */
+	uint8_t *dst = NULL;
+	size_t space = 0;
+	if (!conn->cn_paused) {
+		int err;
+		dst = rpc_rm_body_space(&conn->cn_rm, RPC_DIRECT_READ_MIN, &space, &err);
+		if (err < 0) {
+			log_ratelimited(LOG_WARN,
+					"rpc: no memory for a record; closing its connection");
+			rpc_conn_close(conn, NULL);
+			return;
+		}
+	}
+	struct loop *loop = conn->cn_rl->rl_loop;
+	if (conn->cn_recv_state == RPC_RECV_MULTI) {
+		if ((conn->cn_paused || dst) && !conn->cn_recv_cancelled) {
+			struct io_uring_sqe *sqe = loop_op_sqe(loop, NULL);
+			if (!sqe) {
+				rpc_conn_close(conn, "no room in the loop's ring");
+				return;
+			}
+			io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&conn->cn_recv_op, 0);
+			conn->cn_recv_cancelled = true;
+		}
+		return;
+	}
+	if (conn->cn_paused)
+		return;
+	struct io_uring_sqe *sqe = loop_op_sqe(loop, &conn->cn_recv_op);
+	if (!sqe) {
+		rpc_conn_close(conn, "no room in the loop's ring");
+		return;
+	}
+	if (dst) {
+		io_uring_prep_recv(sqe, conn->cn_fd, dst, space, 0);
+		conn->cn_recv_state = RPC_RECV_DIRECT;
+	} else {
+		io_uring_prep_recv_multishot(sqe, conn->cn_fd, NULL, 0, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = RPC_RING_BGID;
+		conn->cn_recv_state = RPC_RECV_MULTI;
+		conn->cn_recv_cancelled = false;
+	}
+	rpc_conn_hold(conn);
+}
+
+static void rpc_conn_on_recv(struct loop_op *op, int res, uint32_t cqe_flags)
+{
+	struct rpc_conn *conn = SH_CONTAINER_OF(op, struct rpc_conn, cn_recv_op);
+	struct rpc_loop *rl = conn->cn_rl;
+	bool last = !(cqe_flags & IORING_CQE_F_MORE);
+	bool direct = conn->cn_recv_state == RPC_RECV_DIRECT;
+	if (last)
+		conn->cn_recv_state = RPC_RECV_IDLE;
+	if (cqe_flags & IORING_CQE_F_BUFFER) {
+		unsigned bid = cqe_flags >> IORING_CQE_BUFFER_SHIFT;
+		uint8_t *buf = rl->rl_br_mem + (size_t)bid * RPC_RING_BUF_BYTES;
+		if (res > 0 && !conn->cn_closed)
+			(void)rpc_conn_feed(conn, buf, (size_t)res);
+		io_uring_buf_ring_add(rl->rl_br, buf, RPC_RING_BUF_BYTES, (unsigned short)bid,
+				      io_uring_buf_ring_mask(RPC_RING_BUFS), 0);
+		io_uring_buf_ring_advance(rl->rl_br, 1);
+	} else if (direct && res > 0 && !conn->cn_closed) {
+		(void)rpc_conn_body_read(conn, (size_t)res);
+	}
+	if (!conn->cn_closed) {
+		if (res == 0)
+			rpc_conn_close(conn, NULL); /* orderly shutdown by the client */
+		else if (res < 0 && res != -ENOBUFS && res != -ECANCELED && res != -EINTR &&
+			 res != -EAGAIN)
+			rpc_conn_close(conn, "receive failed");
+	}
+	if (conn->cn_closed) {
+		if (last && direct) {
+			rpc_rm_fini(&conn->cn_rm);
+			rpc_conn_account(conn);
+		}
+	} else {
+		rpc_conn_update(conn); /* the next receive, or the end of this one when paused */
+	}
+	if (last)
+		rpc_conn_rele(conn);
+}
+
+/* Sets up the loop's receive buffers on its first accept, on its thread: from then on its TCP
+ * connections use the ring, or, when that fails, epoll as before. */
+static void rpc_loop_ring_check(struct rpc_loop *rl)
+{
+	if (rl->rl_ring_checked)
+		return;
+	rl->rl_ring_checked = true;
+	struct io_uring *ring = loop_ring(rl->rl_loop);
+	if (!ring || rl->rl_srv->rs_cfg.rsc_no_socket_ring)
+		return;
+	/* Multishot receives came with Linux 6.0; an older kernel fails them with EINVAL. */
+	struct utsname uts;
+	memset(&uts, 0, sizeof(uts));
+	unsigned major = 0, minor = 0;
+	if (uname(&uts) != 0 || sscanf(uts.release, "%u.%u", &major, &minor) != 2 ||
+	    major < 6) {
+		log_info("rpc: loop %u: kernel %s has no multishot receive; connections wait in "
+			 "epoll", loop_index(rl->rl_loop), uts.release);
+		return;
+	}
+	size_t ring_bytes = RPC_RING_BUFS * sizeof(struct io_uring_buf);
+	void *br = NULL;
+	if (posix_memalign(&br, 4096, ring_bytes) != 0)
+		return;
+	rl->rl_br_mem = mem_alloc((size_t)RPC_RING_BUFS * RPC_RING_BUF_BYTES);
+	if (!rl->rl_br_mem) {
+		free(br);
+		return;
+	}
+	rl->rl_br = br;
+	io_uring_buf_ring_init(rl->rl_br);
+	struct io_uring_buf_reg reg;
+	memset(&reg, 0, sizeof(reg));
+	reg.ring_addr = (uint64_t)(uintptr_t)rl->rl_br;
+	reg.ring_entries = RPC_RING_BUFS;
+	reg.bgid = RPC_RING_BGID;
+	int rc = io_uring_register_buf_ring(ring, &reg, 0);
+	if (rc < 0) {
+		log_info("rpc: loop %u: no buffer ring (%s); connections wait in epoll",
+			 loop_index(rl->rl_loop), strerror(-rc));
+		free(rl->rl_br);
+		rl->rl_br = NULL;
+		mem_free(rl->rl_br_mem);
+		rl->rl_br_mem = NULL;
+		return;
+	}
+	for (unsigned i = 0; i < RPC_RING_BUFS; i++)
+		io_uring_buf_ring_add(rl->rl_br, rl->rl_br_mem + (size_t)i * RPC_RING_BUF_BYTES,
+				      RPC_RING_BUF_BYTES, (unsigned short)i,
+				      io_uring_buf_ring_mask(RPC_RING_BUFS), (int)i);
+	io_uring_buf_ring_advance(rl->rl_br, RPC_RING_BUFS);
+	rl->rl_ring = true;
+	atomic_store_explicit(&rl->rl_ring_used, true, memory_order_relaxed);
+	log_info("rpc: loop %u: TCP connections on io_uring", loop_index(rl->rl_loop));
+}
+
+bool rpc_server_socket_ring(const struct rpc_server *srv, unsigned index)
+{
+	return index < srv->rs_nloops &&
+	       atomic_load_explicit(&srv->rs_loops[index].rl_ring_used, memory_order_relaxed);
 }
 
 static void rpc_conn_on_event(struct loop_watch *watch, uint32_t events)
@@ -1120,6 +1489,19 @@ static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
 		rpc_rm_set_pools(&conn->cn_rm, &rl->rl_pool, &rl->rl_small_pool);
 		memcpy(&conn->cn_peer, &peer, peer_len);
 		conn->cn_peer_len = peer_len;
+		rpc_loop_ring_check(rl);
+		if (rl->rl_ring) {
+			conn->cn_ring = true;
+			conn->cn_recv_op.lo_fn = rpc_conn_on_recv;
+			conn->cn_send_op.lo_fn = rpc_conn_on_send;
+			conn->cn_pollout_op.lo_fn = rpc_conn_on_pollout;
+			conn->cn_next = rl->rl_conns;
+			if (rl->rl_conns)
+				rl->rl_conns->cn_prev = conn;
+			rl->rl_conns = conn;
+			rpc_conn_ring_recv(conn);
+			continue;
+		}
 		if (loop_watch_add(rl->rl_loop, &conn->cn_watch, fd, LOOP_IN, rpc_conn_on_event, conn) < 0) {
 			atomic_fetch_sub(&srv->rs_nconns, 1u);
 			close(fd);
@@ -1201,6 +1583,8 @@ int rpc_server_create(const struct rpc_server_config *config, struct rpc_server 
 			mem_free(rl->rl_scratch);
 			goto out_free_loops;
 		}
+		if (!srv->rs_cfg.rsc_no_socket_ring)
+			loop_want_ring(rl->rl_loop);
 	}
 	*out = srv;
 	return 0;
@@ -1667,6 +2051,8 @@ void rpc_server_destroy(struct rpc_server *srv)
 		rpc_buf_pool_fini(&srv->rs_loops[l].rl_small_pool);
 		mem_free(srv->rs_loops[l].rl_scratch);
 		mem_free(srv->rs_loops[l].rl_udp);
+		free(srv->rs_loops[l].rl_br); /* unregistered when its ring was freed */
+		mem_free(srv->rs_loops[l].rl_br_mem);
 	}
 	mem_free(srv->rs_loops);
 	rpc_drc_destroy(srv->rs_drc);

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -358,6 +359,14 @@ static void server_null_and_echo(void)
 		CHECKF(rc == 0 && len == 12 && memcmp(res, args, 12) == 0, "%s ECHO rc %d", tname(t), rc);
 		rpc_clnt_destroy(c);
 	}
+	/* The TCP calls above went through their loop's io_uring unless the environment turned it
+	 * off (this program also runs with SHALE_SOCKET_RING=0, for the epoll path). */
+	const char *ring = getenv("SHALE_SOCKET_RING");
+	bool want_ring = !(ring && strcmp(ring, "0") == 0);
+	bool used = false;
+	for (unsigned l = 0; l < rpc_server_nloops(srv); l++)
+		used = used || rpc_server_socket_ring(srv, l);
+	CHECKF(used == want_ring, "socket ring %d, expected %d", used, want_ring);
 }
 
 static void server_rpc_errors(void)
