@@ -57,7 +57,10 @@ struct loop_task {
  * owner may also put operations (a socket's receives and sends) straight into the ring, which
  * the loop submits with its next wait: a turn then costs one system call however many sockets
  * it reads and writes. A loop_op is embedded by its owner, which must keep it valid until the
- * op's last completion (a completion without IORING_CQE_F_MORE in cqe_flags). */
+ * op's last completion (a completion without IORING_CQE_F_MORE in cqe_flags). An entry names
+ * its descriptor by number until it is submitted, so the owner must not close that descriptor
+ * before the op's last completion either: a descriptor opened meanwhile under the same number
+ * would receive the op. */
 struct loop_op;
 typedef void (*loop_op_fn)(struct loop_op *op, int res, uint32_t cqe_flags);
 struct loop_op {
