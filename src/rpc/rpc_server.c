@@ -216,8 +216,9 @@ struct rpc_loop {
 	struct rpc_conn **rl_udp; /* one UDP conn per endpoint with UDP, NULL otherwise */
 	/* The ring's receive buffers, set up on the loop's thread at its first accept. */
 	bool rl_ring_checked;
-	bool rl_ring;            /* TCP connections of this loop use the ring */
-	atomic_bool rl_ring_used; /* rl_ring, for rpc_server_socket_ring on other threads */
+	/* TCP connections of this loop use the ring; set once, on the loop's thread, and read by
+	 * rpc_server_socket_ring on others. */
+	atomic_bool rl_ring;
 	struct io_uring_buf_ring *rl_br;
 	uint8_t *rl_br_mem;      /* RPC_RING_BUFS buffers of RPC_RING_BUF_BYTES */
 	struct loop_task rl_quiesce_task; /* rpc_server_stop: close this loop's sockets */
@@ -1353,15 +1354,14 @@ static void rpc_loop_ring_check(struct rpc_loop *rl)
 				      RPC_RING_BUF_BYTES, (unsigned short)i,
 				      io_uring_buf_ring_mask(RPC_RING_BUFS), (int)i);
 	io_uring_buf_ring_advance(rl->rl_br, RPC_RING_BUFS);
-	rl->rl_ring = true;
-	atomic_store_explicit(&rl->rl_ring_used, true, memory_order_relaxed);
+	atomic_store_explicit(&rl->rl_ring, true, memory_order_relaxed);
 	log_info("rpc: loop %u: TCP connections on io_uring", loop_index(rl->rl_loop));
 }
 
 bool rpc_server_socket_ring(const struct rpc_server *srv, unsigned index)
 {
 	return index < srv->rs_nloops &&
-	       atomic_load_explicit(&srv->rs_loops[index].rl_ring_used, memory_order_relaxed);
+	       atomic_load_explicit(&srv->rs_loops[index].rl_ring, memory_order_relaxed);
 }
 
 static void rpc_conn_on_event(struct loop_watch *watch, uint32_t events)
@@ -1490,7 +1490,7 @@ static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
 		memcpy(&conn->cn_peer, &peer, peer_len);
 		conn->cn_peer_len = peer_len;
 		rpc_loop_ring_check(rl);
-		if (rl->rl_ring) {
+		if (atomic_load_explicit(&rl->rl_ring, memory_order_relaxed)) {
 			conn->cn_ring = true;
 			conn->cn_recv_op.lo_fn = rpc_conn_on_recv;
 			conn->cn_send_op.lo_fn = rpc_conn_on_send;
