@@ -1,7 +1,8 @@
 /* test_rpc_server.c: an in-process rpc_server with a toy program on an ephemeral 127.0.0.1 port,
  * driven through rpc_clnt over TCP and UDP and through raw sockets: NULL, every RPC-level error,
  * AUTH_SYS, GARBAGE_ARGS, bulk replies, multi-fragment and pipelined calls, limits, the duplicate
- * request cache, and the builtin portmapper and registration with it. */
+ * request cache, a connection closed in the same turn as an accept, and the builtin portmapper
+ * and registration with it. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +21,10 @@
 #define TOY2_PROG 0x20005a1fu
 #define TIMEOUT_MS 5000
 
-enum { TOY_NULL, TOY_ECHO, TOY_COUNT, TOY_WHOAMI, TOY_NOPROC, TOY_BULK, TOY_DELAY, TOY_BIG, TOY_PIPED };
+enum {
+	TOY_NULL, TOY_ECHO, TOY_COUNT, TOY_WHOAMI, TOY_NOPROC, TOY_BULK, TOY_DELAY, TOY_BIG,
+	TOY_PIPED, TOY_SPIN
+};
 
 static atomic_uint toy_count;
 static atomic_uint toy_bulk_released;
@@ -134,6 +138,21 @@ static void toy_delay(struct rpc_call *call)
 		mem_free(td);
 		rpc_reply_accept_error(call, RPC_SYSTEM_ERR);
 	}
+}
+
+/* SPIN(ms): keeps the loop's thread busy for ms (at most 1000) before it answers, so that what
+ * reaches the server meanwhile is handled in one turn of the loop. */
+static void toy_spin(struct rpc_call *call)
+{
+	uint32_t ms = xdr_get_u32(&call->rc_args);
+	if (!xdr_dec_ok(&call->rc_args) || ms > 1000) {
+		rpc_reply_accept_error(call, RPC_GARBAGE_ARGS);
+		return;
+	}
+	uint64_t until = clock_monotonic_ns() + (uint64_t)ms * 1000000u;
+	while (clock_monotonic_ns() < until)
+		;
+	rpc_reply_success(call);
 }
 
 /* BIG(n): n bytes (multiple of 4) of a pattern as bulk data, handed over as RPC_BULK_IOVS_MAX
@@ -250,6 +269,7 @@ static const struct rpc_proc_desc toy_procs[] = {
 	[TOY_DELAY] = {"DELAY", toy_delay, false},
 	[TOY_BIG] = {"BIG", toy_big, false},
 	[TOY_PIPED] = {"PIPED", toy_piped, false},
+	[TOY_SPIN] = {"SPIN", toy_spin, false},
 };
 static const struct rpc_version_desc toy_versions[] = {
 	{2, toy_procs, SH_ARRAY_SIZE(toy_procs)},
@@ -791,6 +811,96 @@ static void server_oversize_record_closes(void)
 	}
 }
 
+/* Starts a server of its own for one case: cfg, the toy program, TCP on an ephemeral port,
+ * stored in *port. */
+static struct rpc_server *case_server_start(struct rpc_server_config *cfg, uint16_t *port)
+{
+	struct rpc_server *s = NULL;
+	*port = 0;
+	CHECK(rpc_server_create(cfg, &s) == 0);
+	CHECK(rpc_server_add_program(s, &toy_program, NULL) == 0);
+	CHECK(rpc_server_listen(s, "127.0.0.1", 0, RPC_TCP, port) == 0);
+	CHECK(rpc_server_start(s) == 0);
+	return s;
+}
+
+/* Reads one reply record of any length and returns its xid, or 0 on a timeout, a close, or a
+ * record of more than cap bytes; the rest of the record is read and dropped. */
+static uint32_t raw_read_reply_xid(int fd, size_t cap)
+{
+	uint8_t hdr[4], *body = mem_alloc(cap);
+	uint32_t xid = 0;
+	if (body && raw_read(fd, hdr, 4, TIMEOUT_MS) == 4) {
+		uint32_t len = get_be32(hdr) & RPC_RM_LEN_MASK;
+		if (len >= 4 && len <= cap && raw_read(fd, body, len, TIMEOUT_MS) == (ssize_t)len)
+			xid = get_be32(body);
+	}
+	mem_free(body);
+	return xid;
+}
+
+/* A connection closed in the same turn of the loop as an accept, with a send of its own prepared
+ * but not yet submitted: the accepted connection must not get that send. While the loop is kept
+ * busy by SPIN on c, a sends a call whose reply is large enough to be sent at once (so its send
+ * is prepared as its record is read) followed by a record mark the server refuses (so a is closed
+ * right after), and b connects and sends a NULL call. When the loop next turns, it reads a's
+ * bytes, prepares the send, closes a, and accepts b. A ring connection's descriptor stays open
+ * until its last op has completed (rpc_conn_close): were it closed at once, b would be accepted
+ * under a's number and the next submission would send a's reply down b. */
+static void server_closed_conn_keeps_its_fd_until_its_ops_end(void)
+{
+	struct rpc_server_config cfg;
+	rpc_server_config_default(&cfg);
+	cfg.rsc_nloops = 1;
+	uint16_t port;
+	struct rpc_server *s = case_server_start(&cfg, &port);
+	const uint32_t big = 512u * 1024u; /* above the reply size that is sent at once */
+	for (int round = 0; round < 5; round++) {
+		int c = raw_connect(port), a = raw_connect(port);
+		CHECK(c >= 0 && a >= 0);
+		if (c < 0 || a < 0) {
+			if (c >= 0)
+				close(c);
+			if (a >= 0)
+				close(a);
+			break;
+		}
+		/* Both accepted and answering before the loop is held. */
+		uint8_t stream[256];
+		size_t n = 0;
+		put_u32_call(stream, &n, 1000, TOY_NULL, 0);
+		CHECK(send(c, stream, n, 0) == (ssize_t)n && raw_read_reply_xid(c, 256) == 1000);
+		CHECK(send(a, stream, n, 0) == (ssize_t)n && raw_read_reply_xid(a, 256) == 1000);
+		n = 0;
+		put_u32_call(stream, &n, 1001, TOY_SPIN, 300);
+		CHECK(send(c, stream, n, 0) == (ssize_t)n);
+		usleep(50000); /* the loop is spinning now */
+		n = 0;
+		put_u32_call(stream, &n, 2000, TOY_BIG, big);
+		/* A record mark of 2 GiB: refused, and a is closed. */
+		xdr_store_u32(stream + n, RPC_RM_LAST | 0x7fffffffu);
+		n += 4;
+		CHECK(send(a, stream, n, 0) == (ssize_t)n);
+		int b = raw_connect(port);
+		CHECK(b >= 0);
+		if (b >= 0) {
+			n = 0;
+			put_u32_call(stream, &n, 3000, TOY_NULL, 0);
+			CHECK(send(b, stream, n, 0) == (ssize_t)n);
+			uint32_t xid = raw_read_reply_xid(b, big + 1024);
+			CHECKF(xid == 3000, "round %d: b's first reply has xid %u", round, xid);
+		}
+		CHECK(raw_read_reply_xid(c, 256) == 1001);
+		CHECK(raw_closed_by_server(a, 2000));
+		close(a);
+		close(c);
+		if (b >= 0)
+			close(b);
+	}
+	rpc_server_stop(s);
+	rpc_server_destroy(s);
+}
+
 static void server_portmap_builtin_and_registration(void)
 {
 	uint16_t pmap = rpc_portmap_port(srv);
@@ -878,12 +988,8 @@ static void server_conn_limit_and_idle(void)
 	cfg.rsc_nloops = 1;
 	cfg.rsc_max_conns = 2;
 	cfg.rsc_idle_timeout_s = 1;
-	struct rpc_server *s;
-	CHECK(rpc_server_create(&cfg, &s) == 0);
-	CHECK(rpc_server_add_program(s, &toy_program, NULL) == 0);
-	uint16_t port = 0;
-	CHECK(rpc_server_listen(s, "127.0.0.1", 0, RPC_TCP, &port) == 0);
-	CHECK(rpc_server_start(s) == 0);
+	uint16_t port;
+	struct rpc_server *s = case_server_start(&cfg, &port);
 	struct rpc_clnt *a = clnt_new(RPC_TCP, port), *b = clnt_new(RPC_TCP, port);
 	if (a && b) {
 		CHECK(rpc_clnt_call(a, TOY_PROG, 2, 0, NULL, 0, NULL, 0, NULL, TIMEOUT_MS, NULL, NULL) == 0);
@@ -918,12 +1024,8 @@ static void server_slow_sender_is_idle(void)
 	cfg.rsc_nloops = 1;
 	cfg.rsc_idle_timeout_s = 1;
 	cfg.rsc_max_conn_buffer_bytes = 64 * 1024;
-	struct rpc_server *s;
-	CHECK(rpc_server_create(&cfg, &s) == 0);
-	CHECK(rpc_server_add_program(s, &toy_program, NULL) == 0);
-	uint16_t port = 0;
-	CHECK(rpc_server_listen(s, "127.0.0.1", 0, RPC_TCP, &port) == 0);
-	CHECK(rpc_server_start(s) == 0);
+	uint16_t port;
+	struct rpc_server *s = case_server_start(&cfg, &port);
 	/* A record that never completes, trickled a byte at a time. */
 	int fd = raw_connect(port);
 	CHECK(fd >= 0);
@@ -986,6 +1088,7 @@ int main(void)
 	TAP_RUN(server_large_replies_and_slow_reader);
 	TAP_RUN(server_piped_replies_and_slow_reader);
 	TAP_RUN(server_oversize_record_closes);
+	TAP_RUN(server_closed_conn_keeps_its_fd_until_its_ops_end);
 	TAP_RUN(server_portmap_builtin_and_registration);
 	TAP_RUN(server_conn_limit_and_idle);
 	TAP_RUN(server_slow_sender_is_idle);
