@@ -824,8 +824,8 @@ static struct rpc_server *case_server_start(struct rpc_server_config *cfg, uint1
 	return s;
 }
 
-/* Reads one reply record of any length and returns its xid, or 0 on a timeout, a close, or a
- * record of more than cap bytes; the rest of the record is read and dropped. */
+/* Reads one reply record of at most cap bytes and returns its xid; 0 on a timeout, a close, or a
+ * longer record (then left unread). */
 static uint32_t raw_read_reply_xid(int fd, size_t cap)
 {
 	uint8_t hdr[4], *body = mem_alloc(cap);
