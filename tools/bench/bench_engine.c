@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -592,6 +593,7 @@ void bench_engine_point(const struct bench_engine *eng, double requested_ops, st
 	memset(pt, 0, sizeof(*pt));
 	struct bench_hist *all = mem_zalloc(sizeof(*all));
 	pt->bp_requested_ops = requested_ops;
+	pt->bp_durable_ms = NAN;
 	pt->bp_seconds = eng->be_elapsed_s;
 	pt->bp_ops = eng->be_ops;
 	pt->bp_achieved_ops = eng->be_elapsed_s > 0 ? (double)eng->be_ops / eng->be_elapsed_s : 0;

@@ -28,6 +28,8 @@
  *     a full ring a REMOVE). Spares left at the end are removed. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -593,6 +595,27 @@ static int sfs_probe_peak(const struct bench_ctx *ctx, struct sfs_thread **sts, 
 	return 0;
 }
 
+/* Sets the point's bp_durable_ms: the mean response of its calls whose reply NFSv3 makes wait
+ * for stable storage (SETATTR, CREATE and REMOVE; WRITE too when they are FILE_SYNC), so that a
+ * reader can tell the cost of durability from the rest of the curve. */
+static void sfs_point_durable(struct bench_point *pt, bool stable_writes)
+{
+	double sum = 0.0;
+	uint64_t count = 0;
+	for (unsigned i = 0; i < pt->bp_nprocs; i++) {
+		const struct bench_proc_result *r = &pt->bp_procs[i];
+		bool durable = r->bpr_name == sfs_stat_names[SFS_SETATTR] ||
+			       r->bpr_name == sfs_stat_names[SFS_CREATE] ||
+			       r->bpr_name == sfs_stat_names[SFS_REMOVE] ||
+			       (stable_writes && r->bpr_name == sfs_stat_names[SFS_WRITE]);
+		if (!durable || r->bpr_count == 0 || !isfinite(r->bpr_resp_mean_ms))
+			continue;
+		sum += r->bpr_resp_mean_ms * (double)r->bpr_count;
+		count += r->bpr_count;
+	}
+	pt->bp_durable_ms = count > 0 ? sum / (double)count : NAN;
+}
+
 int bench_sfs2008(const struct bench_ctx *ctx, struct bench_run *run)
 {
 	const struct bench_opts *o = ctx->bc_opts;
@@ -720,6 +743,7 @@ int bench_sfs2008(const struct bench_ctx *ctx, struct bench_run *run)
 			goto out;
 		struct bench_point *pt = &run->br_points[run->br_npoints++];
 		bench_engine_point(&eng, rate, pt);
+		sfs_point_durable(pt, o->bo_stable_writes);
 		if (!o->bo_quiet)
 			fprintf(stderr,
 				"sfs2008: point %u/%u: requested %.0f ops/s, achieved %.0f ops/s, "

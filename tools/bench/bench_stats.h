@@ -67,6 +67,9 @@ struct bench_point {
 	double bp_mean_ms;        /* mean latency from each op's intended start, client backlog
 				   * included (open loop, coordinated-omission-correct): "queued" */
 	double bp_p99_ms;         /* p99 of the same intended-start latency */
+	double bp_durable_ms;     /* mean response (from the send) of the calls whose reply waits
+				   * for stable storage; NAN where the workload does not say which
+				   * those are (sfs2008 sets it) */
 	uint64_t bp_ops;          /* operations completed in the measured interval */
 	uint64_t bp_failed;       /* unexpected error replies */
 	uint64_t bp_unanswered;   /* requests without a reply at the end of the interval */
