@@ -604,6 +604,7 @@ static void sfs_point_durable(struct bench_point *pt, bool stable_writes)
 	uint64_t count = 0;
 	for (unsigned i = 0; i < pt->bp_nprocs; i++) {
 		const struct bench_proc_result *r = &pt->bp_procs[i];
+		/* The engine names each procedure by the very string of sfs_stat_names. */
 		bool durable = r->bpr_name == sfs_stat_names[SFS_SETATTR] ||
 			       r->bpr_name == sfs_stat_names[SFS_CREATE] ||
 			       r->bpr_name == sfs_stat_names[SFS_REMOVE] ||
