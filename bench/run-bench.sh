@@ -68,7 +68,9 @@
 #   BENCH_ARC_MAX_MB (memory-pool's --arc-max; 256), BENCH_MEM_WRITE_MB (memory-pool's write;
 #   10240, quick 1024), BENCH_MEM_FILES (memory-pool's directory; 1000000, quick 100000),
 #   BENCH_SPIN_US (the load thread polls this long before it sleeps; default 1000; 0: off),
-#   BENCH_SHALE_THREADS (event loops of Shale; 1: one loop on the one pinned core).
+#   BENCH_SHALE_THREADS (event loops of Shale; 1: one loop on the one pinned core),
+#   BENCH_TCP_CC (TCP congestion control inside the run's namespace; default cubic, Linux's own
+#   default; "inherit" keeps the host's).
 #
 # Needs root (namespaces, pinning), two or more CPUs, and the Debian packages nfs-ganesha,
 # nfs-ganesha-vfs, rpcbind and iperf3 (`make bench` installs whatever is missing).
@@ -157,6 +159,13 @@ meta_before_default='sync && echo 1 > /proc/sys/vm/drop_caches'
 meta_before=${BENCH_META_BEFORE-$meta_before_default}
 iperf_s=${BENCH_IPERF_S:-$d_iperf_s}
 shale_threads=${BENCH_SHALE_THREADS:-1}
+# Congestion control inside the namespace (a per-namespace setting; the host's is untouched). A
+# machine may set BBR by default; on one such machine BBR over loopback retransmitted hundreds of
+# segments a second on a link that cannot lose one, and carried half of what cubic did (iperf3,
+# 1 MiB writes: 36-43 against 73-75 Gbit/s), which made every bulk figure, seq above all, a
+# measure of that instead of the servers (docs/performance.md). Every server and iperf3 share the
+# namespace, so whichever is chosen applies to all of them alike.
+tcp_cc=${BENCH_TCP_CC:-cubic}
 # The pool holds seq's file written twice over (copy on write: the FILE_SYNC pass is new blocks
 # until the old ones are freed), the sfs2008 file set, and room for everything else.
 pool_size=${BENCH_POOL_SIZE:-$((2 * seq_mb + fileset_mb + 2048))M}
@@ -203,6 +212,12 @@ if awk -v l="${load_start%% *}" 'BEGIN {exit !(l > 0.5)}'; then
 	say "warning: load average $load_start before the run; the figures need an idle machine"
 fi
 ip link set lo up || die "cannot bring up loopback in the private namespace"
+tcp_cc_host=$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown)
+if [ "$tcp_cc" != inherit ]; then
+	sysctl -qw net.ipv4.tcp_congestion_control="$tcp_cc" ||
+		die "cannot set TCP congestion control $tcp_cc in the private namespace"
+fi
+tcp_cc_now=$(sysctl -n net.ipv4.tcp_congestion_control 2>/dev/null || echo unknown)
 mount -t tmpfs -o mode=0755 bench-run /run || die "cannot mount a private /run"
 
 logs=$work/logs
@@ -387,6 +402,7 @@ cat >"$results/config.txt" <<-EOF
 	pool              W-pool: tank/bench in a file of $pool_size in $work/pool, served by the same shale (--arc-max ${shale_arc_mb}M)
 	memory-pool       a second shale (--arc-max ${arc_max_mb}M, pool in a file in $work/pool-mem): sfs2008 at its own peak (3 points), a $mem_write_mb MB write, $mem_files files created and listed; goal peak RSS <= $((arc_max_mb + 64)) MiB
 	load average      $load_start at the start
+	TCP congestion    $tcp_cc_now in the run's namespace (the host's: $tcp_cc_host)
 	loopback TCP      iperf3, one stream, 1 MiB writes, ${iperf_s}s, server CPU $SERVER_CPU, client CPU $LOAD_CPU: $(tcp_median) MB/s median of ${tcp_list[*]} before the workloads; $tcp_128k MB/s with iperf3's default 128 KiB writes
 EOF
 
