@@ -817,10 +817,18 @@ static struct rpc_server *case_server_start(struct rpc_server_config *cfg, uint1
 {
 	struct rpc_server *s = NULL;
 	*port = 0;
-	CHECK(rpc_server_create(cfg, &s) == 0);
-	CHECK(rpc_server_add_program(s, &toy_program, NULL) == 0);
-	CHECK(rpc_server_listen(s, "127.0.0.1", 0, RPC_TCP, port) == 0);
-	CHECK(rpc_server_start(s) == 0);
+	bool ok = rpc_server_create(cfg, &s) == 0;
+	CHECK(ok);
+	if (!ok)
+		return NULL; /* the case fails rather than the program */
+	ok = rpc_server_add_program(s, &toy_program, NULL) == 0 &&
+	     rpc_server_listen(s, "127.0.0.1", 0, RPC_TCP, port) == 0 && rpc_server_start(s) == 0;
+	CHECK(ok);
+	if (!ok) {
+		rpc_server_stop(s);
+		rpc_server_destroy(s);
+		return NULL;
+	}
 	return s;
 }
 
@@ -854,6 +862,8 @@ static void server_closed_conn_keeps_its_fd_until_its_ops_end(void)
 	cfg.rsc_nloops = 1;
 	uint16_t port;
 	struct rpc_server *s = case_server_start(&cfg, &port);
+	if (!s)
+		return;
 	const uint32_t big = 512u * 1024u; /* above the reply size that is sent at once */
 	for (int round = 0; round < 5; round++) {
 		int c = raw_connect(port), a = raw_connect(port);
@@ -990,6 +1000,8 @@ static void server_conn_limit_and_idle(void)
 	cfg.rsc_idle_timeout_s = 1;
 	uint16_t port;
 	struct rpc_server *s = case_server_start(&cfg, &port);
+	if (!s)
+		return;
 	struct rpc_clnt *a = clnt_new(RPC_TCP, port), *b = clnt_new(RPC_TCP, port);
 	if (a && b) {
 		CHECK(rpc_clnt_call(a, TOY_PROG, 2, 0, NULL, 0, NULL, 0, NULL, TIMEOUT_MS, NULL, NULL) == 0);
@@ -1026,6 +1038,8 @@ static void server_slow_sender_is_idle(void)
 	cfg.rsc_max_conn_buffer_bytes = 64 * 1024;
 	uint16_t port;
 	struct rpc_server *s = case_server_start(&cfg, &port);
+	if (!s)
+		return;
 	/* A record that never completes, trickled a byte at a time. */
 	int fd = raw_connect(port);
 	CHECK(fd >= 0);
