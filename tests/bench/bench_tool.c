@@ -98,7 +98,11 @@ static const char points_script[] =
 	"    assert ach > 0.8 * req, (ach, req)\n"
 	"    # SETATTR, CREATE and REMOVE (6% of the mix) wait for stable storage.\n"
 	"    d = p['durable_mean_ms']\n"
-	"    assert d is not None and d > 0, d\n";
+	"    assert d is not None and d > 0, d\n"
+	"    # Both sides' CPU over the point, the server's read through --server-pid.\n"
+	"    assert p['cpu_window_s'] > 0, p['cpu_window_s']\n"
+	"    assert p['server_busy_pct'] is not None and p['server_busy_pct'] > 0, p\n"
+	"    assert 0 < p['load_busy_pct'] < 100 * 64, p['load_busy_pct']\n";
 
 struct wl_case {
 	const char *name;
@@ -141,7 +145,7 @@ static void run_workload(const struct wl_case *wc)
 	tap_check(py_check(svg_script, svg, pyout), "%s: SVG is well-formed XML", wc->name);
 	if (strcmp(wc->name, "sfs2008") == 0)
 		tap_check(py_check(points_script, json, pyout),
-			  "sfs2008: two load points, each achieving its requested rate");
+			  "sfs2008: two points, each at its requested rate, with both sides' CPU");
 	if (strcmp(wc->name, "varmail") == 0)
 		tap_check(file_has(out, "IO Summary: ") && file_has(out, " ops/s ") &&
 			  file_has(out, " rd/wr ") && file_has(out, "ms/op"),

@@ -76,8 +76,9 @@
  *   With --server-pid (and --vs-pid), the server's CPU seconds (utime+stime of all its threads,
  *   /proc/PID/stat) are sampled at the edges of each measured window, and its peak RSS is
  *   VmHWM after a reset through /proc/PID/clear_refs at the start of the measured points. The
- *   generator's own CPU (getrusage) is reported alongside, so a reader can see when the client,
- *   not the server, was the limit. */
+ *   generator's own CPU (getrusage) is reported alongside, per operation and, as each side's
+ *   share of a core, per point ("CPU per point"), so a reader can see when the client, not the
+ *   server, was the limit. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>

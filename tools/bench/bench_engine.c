@@ -601,6 +601,7 @@ void bench_engine_point(const struct bench_engine *eng, double requested_ops, st
 	pt->bp_unanswered = eng->be_unanswered;
 	pt->bp_server_cpu_s = eng->be_server_cpu_s;
 	pt->bp_client_cpu_s = eng->be_client_cpu_s;
+	pt->bp_cpu_window_s = eng->be_elapsed_s;
 	unsigned n = 0;
 	uint64_t sent_sum = 0, sent_count = 0;
 	for (unsigned s = 0; s < eng->be_nstats; s++) {

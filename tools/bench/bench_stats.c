@@ -367,6 +367,41 @@ static size_t highest_point_index(const struct bench_run *run)
 	return best;
 }
 
+/* CPU seconds over a point's CPU window, as a percentage of one core; NAN when unknown (no
+ * window, or a server CPU of 0, which means its pid was not given). */
+static double busy_pct(const struct bench_point *p, double cpu_s)
+{
+	if (!(p->bp_cpu_window_s > 0.0) || !(cpu_s > 0.0))
+		return NAN;
+	return 100.0 * cpu_s / p->bp_cpu_window_s;
+}
+
+/* Each point's busy server and load generator, so that a reader can tell which of the two
+ * bounded it. */
+static void text_busy(FILE *out, const struct bench_run *run)
+{
+	bool any = false;
+	for (size_t i = 0; i < run->br_npoints; i++)
+		any = any || run->br_points[i].bp_cpu_window_s > 0.0;
+	if (!any)
+		return;
+	fputs("\nCPU per point\n=============\n\n", out);
+	fprintf(out, "%16s%14s%14s\n", "Throughput", "Server", "Load");
+	fprintf(out, "%16s%14s%14s\n", "(ops/sec)", "(% of a core)", "(% of a core)");
+	fprintf(out, "%16s%14s%14s\n", "--------------", "------------", "------------");
+	for (size_t i = 0; i < run->br_npoints; i++) {
+		const struct bench_point *p = &run->br_points[i];
+		text_num(out, 16, 0, p->bp_achieved_ops);
+		text_num(out, 14, 1, busy_pct(p, p->bp_server_cpu_s));
+		text_num(out, 14, 1, busy_pct(p, p->bp_client_cpu_s));
+		fputc('\n', out);
+	}
+	fputs("  CPU seconds (user and system, all threads) over each point's measured interval.\n"
+	      "  Where the load generator has one core and its column nears 100%, the load\n"
+	      "  generator, not only the server, bounded that point.\n",
+	      out);
+}
+
 static const char RULE[] =
 	"================================================================================\n";
 
@@ -487,6 +522,8 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 		fputs("  Note: throughput fell from one valid point to the next; the area is taken in\n"
 		      "  load order, as SPECsfs2008 did.\n",
 		      out);
+
+	text_busy(out, run);
 
 	fputs("\nConfiguration\n=============\n", out);
 	fputs("Workload                  ", out);
@@ -641,6 +678,12 @@ static void json_point(FILE *out, const struct bench_point *p, double min_fracti
 	json_known(out, p->bp_server_cpu_s);
 	fputs(",\"client_cpu_s\":", out);
 	json_num(out, p->bp_client_cpu_s);
+	fputs(",\"cpu_window_s\":", out);
+	json_known(out, p->bp_cpu_window_s);
+	fputs(",\"server_busy_pct\":", out);
+	json_num(out, busy_pct(p, p->bp_server_cpu_s));
+	fputs(",\"load_busy_pct\":", out);
+	json_num(out, busy_pct(p, p->bp_client_cpu_s));
 	fputs(",\"procs\":[", out);
 	for (unsigned i = 0; i < p->bp_nprocs && i < BENCH_MAX_PROCS; i++) {
 		const struct bench_proc_result *r = &p->bp_procs[i];

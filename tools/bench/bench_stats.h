@@ -76,6 +76,9 @@ struct bench_point {
 	double bp_seconds;        /* measured interval */
 	double bp_server_cpu_s;   /* server CPU seconds in the interval (0 if unknown) */
 	double bp_client_cpu_s;   /* the load generator's own CPU seconds in the interval */
+	double bp_cpu_window_s;   /* the interval both CPU figures were read over: bp_seconds,
+				   * except where a workload adds to bp_seconds afterwards (seq's
+				   * COMMIT); 0 if unknown */
 	unsigned bp_nprocs;
 	struct bench_proc_result bp_procs[BENCH_MAX_PROCS];
 };

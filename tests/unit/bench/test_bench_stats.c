@@ -384,6 +384,7 @@ static void fill_sample_run(struct bench_run *run, const char *label, double sca
 		p->bp_ops = (uint64_t)(p->bp_achieved_ops * p->bp_seconds);
 		p->bp_server_cpu_s = 0.5 * (i + 1);
 		p->bp_client_cpu_s = 0.25 * (i + 1);
+		p->bp_cpu_window_s = 10.0;
 		p->bp_nprocs = 5;
 		for (int k = 0; k < 5; k++) {
 			p->bp_procs[k].bpr_name = procs[k];
@@ -491,7 +492,31 @@ static void test_report_text(void)
 	CHECK(strstr(text, "fileset-mb 64") != NULL);
 	CHECK(strstr(text, "read  512.500 MB/s") != NULL);
 	CHECK(strstr(text, "Result: VALID") != NULL);
+	/* Each point's busy server and load generator, in percent of a core (over 10 s: server
+	 * 0.5 (i + 1) s, load 0.25 (i + 1) s). */
+	CHECK(strstr(text, "\nCPU per point\n") != NULL);
+	for (int i = 0; i < 10; i++) {
+		snprintf(line, sizeof(line), "\n%16.0f%14.1f%14.1f\n",
+			 sample_points[i].bp_achieved_ops, 5.0 * (i + 1), 2.5 * (i + 1));
+		CHECKF(strstr(text, line) != NULL, "CPU of point %d missing", i);
+	}
 	mem_free(text);
+
+	/* The server's CPU unknown (no pid): a dash, the load's shown. No window: no table. */
+	sample_points[0].bp_server_cpu_s = 0.0;
+	text = report_to_string(&run);
+	snprintf(line, sizeof(line), "\n%16.0f%14s%14.1f\n", sample_points[0].bp_achieved_ops, "-",
+		 2.5);
+	CHECK(text != NULL && strstr(text, line) != NULL);
+	mem_free(text);
+	for (int i = 0; i < 10; i++)
+		sample_points[i].bp_cpu_window_s = 0.0;
+	text = report_to_string(&run);
+	CHECK(text != NULL && strstr(text, "CPU per point") == NULL);
+	mem_free(text);
+	sample_points[0].bp_server_cpu_s = 0.5;
+	for (int i = 0; i < 10; i++)
+		sample_points[i].bp_cpu_window_s = 10.0;
 
 	sample_points[4].bp_failed = 3;
 	bench_run_finish(&run);
@@ -559,6 +584,9 @@ static void test_report_json(void)
 		"[0.125,0.25,0.375,0.5,0.625]\n"
 		"assert r[0]['points'][0]['procs'][4]['response_p99_ms']==2.5\n"
 		"assert r[0]['server_peak_rss_kib']==20480 and r[0]['valid'] is True\n"
+		"p=r[0]['points'][3]\n"
+		"assert p['cpu_window_s']==10 and abs(p['server_busy_pct']-20)<1e-9 and "
+		"abs(p['load_busy_pct']-10)<1e-9, p\n"
 		"assert 'comparison' not in d\n";
 	const char *args[] = { path, peak, nvalue };
 	CHECK(run_python(script, args, 3));
