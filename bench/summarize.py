@@ -198,6 +198,25 @@ def seq_read_of_tcp(doc, tcp_mbs):
     return out
 
 
+def seq_read_cpu(doc):
+    """Per label: the median over rounds of the read point's server and load-generator CPU, each
+    as a percentage of one core (the read is seq's last phase, so its run's last point)."""
+    per = {}
+    for run in (doc or {}).get("runs", []):
+        if not any(name_matches(f.get("name") or "", SEQ_READ) for f in run.get("figures", [])):
+            continue
+        points = run.get("points") or []
+        if points:
+            per.setdefault(run.get("label"), []).append(points[-1])
+    out = {}
+    for label, points in per.items():
+        srv = [p["server_busy_pct"] for p in points if known(p.get("server_busy_pct"))]
+        load = [p["load_busy_pct"] for p in points if known(p.get("load_busy_pct"))]
+        out[label] = {"server_pct": statistics.median(srv) if srv else None,
+                      "load_pct": statistics.median(load) if load else None}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results", required=True)
@@ -310,6 +329,16 @@ def main():
         fmt(tcp, 0), len(tcp_all), ", ".join(fmt(x, 0) for x in tcp_all)))
     print("goals: %d PASS, %d MISS, %d MISSING (ratio = median over rounds of %s/%s)" % (
         counts["PASS"], counts["MISS"], counts["MISSING"], a_label, b_label))
+    # Which core bounded each read: a load core near 100% means the load generator did.
+    for w in READ_OF_TCP:
+        cpu = seq_read_cpu(docs.get(w)) if w in workloads else {}
+        if not cpu:
+            continue
+        summary.setdefault("seq_read_cpu", {})[w] = cpu
+        print("%s read, CPU as a share of one core (median over rounds): %s" % (w, "; ".join(
+            "%s: server %s%%, load %s%%" % (label, fmt(c["server_pct"], 0),
+                                            fmt(c["load_pct"], 0))
+            for label, c in cpu.items())))
     if MEMORY in workloads:
         print("memory-pool: a second Shale (pool only, --arc-max %s MiB, no comparison); the %s "
               "column is its peak RSS (VmHWM) over each phase, the target arc-max + 64 MiB" % (

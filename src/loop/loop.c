@@ -76,6 +76,7 @@ struct loop {
 	struct loop_task *lp_deferred_head;
 	struct loop_task *lp_deferred_tail;
 	uint64_t lp_spin_ns; /* loop_set_spin_ns; 0: block at once */
+	_Atomic uint64_t *lp_spin_idle; /* loop_count_spin_idle, or NULL */
 	uint64_t lp_turn_ns; /* loop_turn_ns: the monotonic clock when this turn's wait returned */
 	/* The ring (see the top of this file); NULL when the loop runs on epoll alone. */
 	bool lp_want_ring;
@@ -302,16 +303,37 @@ void loop_set_spin_ns(struct loop *loop, uint64_t spin_ns)
 	loop->lp_spin_ns = spin_ns;
 }
 
-/* One epoll_wait, after polling without sleeping for up to lp_spin_ns when that is set. */
+void loop_count_spin_idle(struct loop *loop, _Atomic uint64_t *counter)
+{
+	loop->lp_spin_idle = counter;
+}
+
+/* Adds idle_ns to the spin counter, if any. Only this thread writes it, so no locked add. */
+static void loop_note_spin_idle(struct loop *loop, uint64_t idle_ns)
+{
+	if (loop->lp_spin_idle == NULL)
+		return;
+	uint64_t v = atomic_load_explicit(loop->lp_spin_idle, memory_order_relaxed);
+	atomic_store_explicit(loop->lp_spin_idle, v + idle_ns, memory_order_relaxed);
+}
+
+/* One epoll_wait, after polling without sleeping for up to lp_spin_ns when that is set. The
+ * time up to the start of the poll that found something (or to the deadline) counts as the
+ * spin's idle time. */
 static int loop_wait(struct loop *loop)
 {
 	if (loop->lp_spin_ns > 0) {
-		uint64_t deadline = clock_monotonic_ns() + loop->lp_spin_ns;
+		uint64_t start = clock_monotonic_ns(), now = start;
+		uint64_t deadline = start + loop->lp_spin_ns;
 		do {
 			int n = epoll_wait(loop->lp_epoll_fd, loop->lp_batch, LOOP_BATCH, 0);
-			if (n != 0 || atomic_load_explicit(&loop->lp_stop, memory_order_relaxed))
+			if (n != 0 || atomic_load_explicit(&loop->lp_stop, memory_order_relaxed)) {
+				loop_note_spin_idle(loop, now - start);
 				return n;
-		} while (clock_monotonic_ns() < deadline);
+			}
+			now = clock_monotonic_ns();
+		} while (now < deadline);
+		loop_note_spin_idle(loop, now - start);
 	}
 	return epoll_wait(loop->lp_epoll_fd, loop->lp_batch, LOOP_BATCH, -1);
 }

@@ -111,6 +111,12 @@ uint64_t loop_turn_ns(const struct loop *loop);
  * off. Call before loop_run. */
 void loop_set_spin_ns(struct loop *loop, uint64_t spin_ns);
 
+/* Makes the loop add to *counter the nanoseconds each spin (loop_set_spin_ns) polled without
+ * finding an event: CPU that a polling loop burns while idle, which a caller measuring its own
+ * CPU can take off. Only the loop's thread adds; any thread may read the counter. NULL stops
+ * the counting. Call before loop_run. */
+void loop_count_spin_idle(struct loop *loop, _Atomic uint64_t *counter);
+
 /* Asks loop_run to make the loop a ring of its own (above). Call before loop_run. Without one
  * (not asked, or the kernel refused it: an old kernel, a sandbox), the loop runs on epoll alone
  * and loop_ring returns NULL. */

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +102,16 @@ uint64_t bench_proc_hwm_kib(pid_t pid)
 		kib = strtoull(p + 6, NULL, 10);
 	mem_free(text);
 	return kib;
+}
+
+/* The load loops' idle polling so far, summed over the threads (loop_count_spin_idle). */
+static uint64_t bench_spin_idle_ns(const struct bench_engine *eng)
+{
+	uint64_t sum = 0;
+	for (unsigned i = 0; i < eng->be_nthreads; i++)
+		sum += atomic_load_explicit(&eng->be_threads[i].bt_spin_idle_ns,
+					    memory_order_relaxed);
+	return sum;
 }
 
 double bench_self_cpu_s(void)
@@ -372,6 +383,7 @@ static void *bench_thread_main(void *arg)
 	unsigned made = 0;
 	if (rc == 0) {
 		loop_set_spin_ns(t->bt_loop, (uint64_t)ctx->bc_opts->bo_spin_us * 1000u);
+		loop_count_spin_idle(t->bt_loop, &t->bt_spin_idle_ns);
 		for (; made < t->bt_nconns; made++) {
 			struct bench_conn *c = &t->bt_conns[made];
 			c->bc_thread = t;
@@ -530,16 +542,18 @@ int bench_engine_run(struct bench_engine *eng)
 		goto out_free;
 	}
 	double srv0 = -1, srv1 = -1, cli0, cli1 = 0;
-	uint64_t t0, t1 = 0;
+	uint64_t t0, t1 = 0, spin0, spin1 = 0;
 	bench_sleep_until(eng->be_measure_start_ns);
 	t0 = clock_monotonic_ns();
 	cli0 = bench_self_cpu_s();
+	spin0 = bench_spin_idle_ns(eng);
 	if (pid > 0)
 		srv0 = bench_proc_cpu_s(pid);
 	if (windowed) {
 		bench_sleep_until(eng->be_measure_end_ns);
 		t1 = clock_monotonic_ns();
 		cli1 = bench_self_cpu_s();
+		spin1 = bench_spin_idle_ns(eng);
 		if (pid > 0)
 			srv1 = bench_proc_cpu_s(pid);
 	}
@@ -548,6 +562,7 @@ int bench_engine_run(struct bench_engine *eng)
 	if (!windowed) {
 		t1 = clock_monotonic_ns();
 		cli1 = bench_self_cpu_s();
+		spin1 = bench_spin_idle_ns(eng);
 		if (pid > 0)
 			srv1 = bench_proc_cpu_s(pid);
 	}
@@ -555,6 +570,7 @@ int bench_engine_run(struct bench_engine *eng)
 	pthread_mutex_destroy(&eng->be_mutex);
 	eng->be_elapsed_s = (double)(t1 - t0) / 1e9;
 	eng->be_client_cpu_s = cli1 - cli0;
+	eng->be_client_spin_s = (double)(spin1 - spin0) / 1e9;
 	eng->be_server_cpu_s = srv0 >= 0 && srv1 >= 0 ? srv1 - srv0 : 0;
 
 	/* Merge. */
@@ -602,6 +618,7 @@ void bench_engine_point(const struct bench_engine *eng, double requested_ops, st
 	pt->bp_server_cpu_s = eng->be_server_cpu_s;
 	pt->bp_client_cpu_s = eng->be_client_cpu_s;
 	pt->bp_cpu_window_s = eng->be_elapsed_s;
+	pt->bp_client_spin_s = eng->be_client_spin_s;
 	unsigned n = 0;
 	uint64_t sent_sum = 0, sent_count = 0;
 	for (unsigned s = 0; s < eng->be_nstats; s++) {

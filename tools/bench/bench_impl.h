@@ -152,6 +152,7 @@ struct bench_thread {
 	uint64_t bt_ring_count[BENCH_BACKLOG_RING];
 	unsigned bt_ring_head, bt_ring_len;
 	bool bt_stopping;
+	_Atomic uint64_t bt_spin_idle_ns; /* the loop's idle polling (loop_count_spin_idle) */
 };
 
 struct bench_engine {
@@ -177,6 +178,7 @@ struct bench_engine {
 	double be_elapsed_s;         /* measured interval */
 	double be_server_cpu_s;
 	double be_client_cpu_s;
+	double be_client_spin_s; /* of it, the load loops' idle polling (--spin-us) */
 	struct bench_stat *be_total; /* merged per-stat results, be_nstats entries */
 	uint64_t be_failed, be_unanswered, be_ops;
 	uint64_t be_bytes_read, be_bytes_written;

@@ -368,7 +368,8 @@ static size_t highest_point_index(const struct bench_run *run)
 }
 
 /* CPU seconds over a point's CPU window, as a percentage of one core; NAN when unknown (no
- * window, or a server CPU of 0, which means its pid was not given). */
+ * window, or a server CPU of 0, which means its pid was not given). The load generator's is
+ * taken net of its idle polling (load_cpu_s). */
 static double busy_pct(const struct bench_point *p, double cpu_s)
 {
 	if (!(p->bp_cpu_window_s > 0.0) || !(cpu_s > 0.0))
@@ -378,6 +379,11 @@ static double busy_pct(const struct bench_point *p, double cpu_s)
 
 /* Each point's busy server and load generator, so that a reader can tell which of the two
  * bounded it. */
+static double load_cpu_s(const struct bench_point *p)
+{
+	return p->bp_client_cpu_s - p->bp_client_spin_s;
+}
+
 static void text_busy(FILE *out, const struct bench_run *run)
 {
 	bool any = false;
@@ -393,12 +399,14 @@ static void text_busy(FILE *out, const struct bench_run *run)
 		const struct bench_point *p = &run->br_points[i];
 		text_num(out, 16, 0, p->bp_achieved_ops);
 		text_num(out, 14, 1, busy_pct(p, p->bp_server_cpu_s));
-		text_num(out, 14, 1, busy_pct(p, p->bp_client_cpu_s));
+		text_num(out, 14, 1, busy_pct(p, load_cpu_s(p)));
 		fputc('\n', out);
 	}
-	fputs("  CPU seconds (user and system, all threads) over each point's measured interval.\n"
-	      "  Where the load generator has one core and its column nears 100%, the load\n"
-	      "  generator, not only the server, bounded that point.\n",
+	fputs("  CPU seconds (user and system, all threads) over each point's measured interval;\n"
+	      "  the server's are counted in clock ticks (/proc/PID/stat), so a point shorter\n"
+	      "  than a second may be off by a tick's share either way. The load generator's\n"
+	      "  leave out its idle polling (--spin-us). Where it has one core and its column\n"
+	      "  nears 100%, it, not only the server, bounded that point.\n",
 	      out);
 }
 
@@ -682,8 +690,10 @@ static void json_point(FILE *out, const struct bench_point *p, double min_fracti
 	json_known(out, p->bp_cpu_window_s);
 	fputs(",\"server_busy_pct\":", out);
 	json_num(out, busy_pct(p, p->bp_server_cpu_s));
+	fputs(",\"client_spin_s\":", out);
+	json_num(out, p->bp_client_spin_s);
 	fputs(",\"load_busy_pct\":", out);
-	json_num(out, busy_pct(p, p->bp_client_cpu_s));
+	json_num(out, busy_pct(p, load_cpu_s(p)));
 	fputs(",\"procs\":[", out);
 	for (unsigned i = 0; i < p->bp_nprocs && i < BENCH_MAX_PROCS; i++) {
 		const struct bench_proc_result *r = &p->bp_procs[i];

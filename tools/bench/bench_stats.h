@@ -79,6 +79,7 @@ struct bench_point {
 	double bp_cpu_window_s;   /* the interval both CPU figures were read over: bp_seconds,
 				   * except where a workload adds to bp_seconds afterwards (seq's
 				   * COMMIT); 0 if unknown */
+	double bp_client_spin_s;  /* of bp_client_cpu_s, the load loops' idle polling (--spin-us) */
 	unsigned bp_nprocs;
 	struct bench_proc_result bp_procs[BENCH_MAX_PROCS];
 };

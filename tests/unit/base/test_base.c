@@ -137,24 +137,31 @@ static void test_loop_timer(void)
 {
 	struct timer_state st = {0};
 	struct loop_timer timer;
+	_Atomic uint64_t spin_idle = 0;
 	CHECK(loop_create(&st.loop) == 0);
+	loop_count_spin_idle(st.loop, &spin_idle); /* a loop that does not spin counts nothing */
 	uint64_t start = clock_monotonic_ns();
 	CHECK(loop_timer_add(st.loop, &timer, 10000000, 10000000, timer_fired, &st) == 0);
 	CHECK(loop_run(st.loop) == 0);
 	uint64_t elapsed = clock_monotonic_ns() - start;
 	CHECK(st.fired == 3);
 	CHECKF(elapsed >= 30000000ull, "elapsed %llu ns", (unsigned long long)elapsed);
+	CHECK(atomic_load(&spin_idle) == 0);
 	loop_destroy(st.loop);
 }
 
 /* A spinning loop (loop_set_spin_ns) still fires timers, runs posted tasks and stops; and its
- * polling does use the CPU, which is the point of it (CPU time close to the wall time). */
+ * polling does use the CPU, which is the point of it (CPU time close to the wall time). Its idle
+ * polling, most of the wall time here (it waits for three 10 ms timers), is counted
+ * (loop_count_spin_idle). */
 static void test_loop_spin(void)
 {
 	struct timer_state st = {0};
 	struct loop_timer timer;
+	_Atomic uint64_t spin_idle = 0;
 	CHECK(loop_create(&st.loop) == 0);
 	loop_set_spin_ns(st.loop, 1000000000ull);
+	loop_count_spin_idle(st.loop, &spin_idle);
 	struct timespec cpu0, cpu1;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
 	uint64_t start = clock_monotonic_ns();
@@ -169,6 +176,9 @@ static void test_loop_spin(void)
 	/* Sleeping would use almost no CPU; spinning uses most of the wall time unless preempted. */
 	CHECKF(cpu_ns > elapsed / 4, "cpu %llu ns of %llu ns", (unsigned long long)cpu_ns,
 	       (unsigned long long)elapsed);
+	uint64_t idle = atomic_load(&spin_idle);
+	CHECKF(idle > elapsed / 2 && idle <= elapsed, "idle %llu ns of %llu ns",
+	       (unsigned long long)idle, (unsigned long long)elapsed);
 	loop_destroy(st.loop);
 }
 
