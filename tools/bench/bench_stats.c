@@ -600,7 +600,11 @@ void bench_report_text(FILE *out, const struct bench_run *run)
 			(unsigned long long)run->br_server_peak_rss_kib);
 	else
 		fputs("Server peak RSS           not measured (server pid not given)\n", out);
-	fprintf(out, "Client CPU per op         %.2f usec\n", run->br_client_cpu_us_per_op);
+	bool polled = false;
+	for (size_t i = 0; i < run->br_npoints; i++)
+		polled = polled || run->br_points[i].bp_client_spin_s > 0.0;
+	fprintf(out, "Client CPU per op         %.2f usec%s\n", run->br_client_cpu_us_per_op,
+		polled ? " (its idle polling included; CPU per point leaves it out)" : "");
 
 	if (run->br_nfigures > 0) {
 		fputs("\nWorkload figures\n================\n", out);
