@@ -398,9 +398,9 @@ int zpl_record_encode(const struct fs_req *req, void *buf, size_t cap, size_t *l
  *   - time: the file's ctime. The caller logs a file's pending ranges before any other logged
  *     change of the file, so since the last of them nothing but unstable writes changed the file,
  *     and mtime = ctime = the time of the last one; replay sets both to it.
- *   - credential: a WRITE by someone who neither owns the file nor is root clears its set-id bits
- *     (zpl_kill_setid). When the file's mode has no set-id bit such a write could still clear, the
- *     record names such a user (the owner's uid + 1, or 1), so replay clears what an unstable
+ *   - credential: a WRITE by anyone but root clears the file's set-id bits (zpl_kill_setid).
+ *     When the file's mode has no set-id bit such a write could still clear, the record names
+ *     a user who is not root (the owner's uid + 1, or 1), so replay clears what an unstable
  *     write by such a user cleared; otherwise it names root, which clears nothing (a set-id bit
  *     still set was not cleared by any of the writes).
  *   - size: the range is clipped to the file's size, so the write extends the file at most to its

@@ -144,7 +144,7 @@ static int zpl_child(struct zpl_op *op, const struct zpl_dirent *de, struct zpl_
 	return (*out)->oi_ino.ino_type == de->de_type ? 0 : -EIO;
 }
 
-/* Clears the set-id bits a change of owner or a foreign write revokes. */
+/* Clears the set-id bits a change of owner, or a write by anyone but root, revokes. */
 static void zpl_kill_setid(struct zpl_inode *ino)
 {
 	ino->ino_mode &= ~04000u;
@@ -206,10 +206,12 @@ static int zpl_setattr_check(struct zpl_op *op, const struct zpl_inode *ino,
 	bool root = zpl_is_root(op), owner = op->op_cred->fc_uid == ino->ino_uid;
 	if (sa->fs_set_size && (rc = zpl_perm(op, ino, ZPL_W, true, false)) != 0)
 		return rc;
-	if (sa->fs_set_uid && sa->fs_uid != ino->ino_uid && !root)
+	/* chown(2)'s rules, for an owner or group set even to what it is: only the owner may
+	 * keep the owner, and give the group to one of its own groups; root may do anything. */
+	if (sa->fs_set_uid && !root && !(owner && sa->fs_uid == ino->ino_uid))
 		return -EPERM;
-	if (sa->fs_set_gid && sa->fs_gid != ino->ino_gid && !root &&
-	    !(owner && zpl_in_group(op->op_cred, sa->fs_gid)))
+	if (sa->fs_set_gid && !root &&
+	    !(owner && (sa->fs_gid == ino->ino_gid || zpl_in_group(op->op_cred, sa->fs_gid))))
 		return -EPERM;
 	if (sa->fs_set_mode && !owner && !root)
 		return -EPERM;
@@ -237,8 +239,9 @@ static int zpl_setattr_apply(struct zpl_op *op, struct zpl_oino *oi, const struc
 		}
 		*changed = true;
 	}
-	bool owner_changed = (sa->fs_set_uid && sa->fs_uid != ino->ino_uid) ||
-	                     (sa->fs_set_gid && sa->fs_gid != ino->ino_gid);
+	/* As knfsd: setting the owner or group of anything but a directory, even to what it was,
+	 * revokes the set-id bits, those of a mode set in the same call too. */
+	bool owner_set = sa->fs_set_uid || sa->fs_set_gid;
 	if (sa->fs_set_uid)
 		ino->ino_uid = sa->fs_uid;
 	if (sa->fs_set_gid)
@@ -248,9 +251,14 @@ static int zpl_setattr_apply(struct zpl_op *op, struct zpl_oino *oi, const struc
 		if (!zpl_is_root(op) && !zpl_in_group(op->op_cred, ino->ino_gid))
 			ino->ino_mode &= ~02000u;
 	}
-	if (owner_changed && ino->ino_type != FS_DIR)
+	if (owner_set && ino->ino_type != FS_DIR)
 		zpl_kill_setid(ino);
 	zpl_set_times(op, ino, sa);
+	/* The verifier of an EXCLUSIVE create lives until the file's times or data change, as
+	 * it does in the times knfsd keeps it in. */
+	if (sa->fs_set_size || sa->fs_atime_how != FS_TIME_DONT_CHANGE ||
+	    sa->fs_mtime_how != FS_TIME_DONT_CHANGE)
+		ino->ino_flags &= (uint8_t)~ZPL_IF_VERF;
 	if (sa->fs_set_uid || sa->fs_set_gid || sa->fs_set_mode ||
 	    sa->fs_atime_how != FS_TIME_DONT_CHANGE || sa->fs_mtime_how != FS_TIME_DONT_CHANGE)
 		*changed = true;
@@ -276,11 +284,15 @@ static int zpl_setattr(struct zpl_op *op, struct fs_req *req)
 		rc = -SH_ENOTSYNC;
 		goto out;
 	}
-	if ((rc = zpl_setattr_check(op, &oi->oi_ino, sa)) != 0)
+	/* A symlink's mode means nothing, and knfsd ignores a mode set on one. */
+	struct fs_sattr wanted = *sa;
+	if (oi->oi_ino.ino_type == FS_LNK)
+		wanted.fs_set_mode = false;
+	if ((rc = zpl_setattr_check(op, &oi->oi_ino, &wanted)) != 0)
 		goto out;
 	struct zpl_inode before = oi->oi_ino;
 	bool changed = false;
-	if ((rc = zpl_setattr_apply(op, oi, sa, &changed)) == 0 && changed)
+	if ((rc = zpl_setattr_apply(op, oi, &wanted, &changed)) == 0 && changed)
 		rc = zpl_op_commit(op);
 	if (rc != 0) {
 		oi->oi_ino = before;
@@ -436,8 +448,10 @@ static int zpl_write(struct zpl_op *op, struct fs_req *req)
 		goto out;
 	if ((rc = zpl_data_write(op, oi, off, req->u.write.wr_data, len)) != 0)
 		goto undo;
-	if (op->op_cred->fc_uid != ino->ino_uid && op->op_cred->fc_uid != 0)
+	/* As write(2) by anyone without CAP_FSETID, the owner included: only root keeps them. */
+	if (op->op_cred->fc_uid != 0)
 		zpl_kill_setid(ino);
+	ino->ino_flags &= (uint8_t)~ZPL_IF_VERF;
 	ino->ino_mtime = ino->ino_ctime = op->op_now;
 	oi->oi_dirty = true;
 	if ((rc = zpl_op_commit(op)) != 0)
@@ -472,7 +486,7 @@ static int zpl_create_existing(struct zpl_op *op, struct fs_req *req, const stru
 	if (req->u.create.cr_mode == FS_CREATE_EXCLUSIVE) {
 		/* A retransmission finds the file its first transmission made. */
 		if (ino->ino_type != FS_REG || (ino->ino_flags & ZPL_IF_VERF) == 0 ||
-		    memcmp(ino->ino_verf, req->u.create.cr_verf, 8) != 0)
+		    ino->ino_size != 0 || memcmp(ino->ino_verf, req->u.create.cr_verf, 8) != 0)
 			return -EEXIST;
 		*out = child;
 		return 0;
@@ -525,6 +539,10 @@ static int zpl_create(struct zpl_op *op, struct fs_req *req)
 	zpl_wcc_pre(&dir->oi_ino, wcc);
 	req->u.create.cr_attr_valid = false;
 
+	if (name != NULL && (zpl_is_dot(name) || zpl_is_dotdot(name))) {
+		rc = -EEXIST;
+		goto out;
+	}
 	switch (req->fr_op) {
 	case FS_OP_CREATE:
 		type = FS_REG;
@@ -554,13 +572,11 @@ static int zpl_create(struct zpl_op *op, struct fs_req *req)
 		rc = -ENOTDIR;
 		goto out;
 	}
-	if (name != NULL && (zpl_is_dot(name) || zpl_is_dotdot(name))) {
-		rc = -EEXIST;
-		goto out;
-	}
 	if ((rc = zpl_name_check(name, &len)) != 0)
 		goto out;
-	if ((rc = zpl_perm(op, &dir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0)
+	/* The order of open(2) and mkdir(2), which knfsd's answers follow: searching the
+	 * directory needs X, an existing name is found (EEXIST) before creating needs W. */
+	if ((rc = zpl_perm(op, &dir->oi_ino, ZPL_X, false, false)) != 0)
 		goto out;
 	if (!exclusive && (rc = zpl_sattr_times_valid(sa)) != 0)
 		goto out;
@@ -574,6 +590,8 @@ static int zpl_create(struct zpl_op *op, struct fs_req *req)
 		goto done;
 	}
 	if (rc != -ENOENT)
+		goto undo;
+	if ((rc = zpl_perm(op, &dir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0)
 		goto undo;
 
 	/* A new object: owner and group first, as the permission rules on sattr need them. */
@@ -615,8 +633,13 @@ static int zpl_create(struct zpl_op *op, struct fs_req *req)
 	}
 	if (type == FS_LNK)
 		ino->ino_mode = 0777; /* symlink modes mean nothing; Linux shows 0777 */
-	if (type == FS_DIR && setgid_dir)
-		ino->ino_mode |= 02000;
+	if (type == FS_DIR) {
+		/* As mkdir(2) (and so knfsd, which sets no mode after it): of the special bits
+		 * only sticky is taken from the call; set-group-ID comes from the parent. */
+		ino->ino_mode &= 01777;
+		if (setgid_dir)
+			ino->ino_mode |= 02000;
+	}
 	if (type != FS_DIR && (ino->ino_mode & 02000) != 0 && !zpl_is_root(op) &&
 	    !zpl_in_group(cred, ino->ino_gid))
 		ino->ino_mode &= ~02000u;
@@ -684,17 +707,19 @@ static int zpl_remove(struct zpl_op *op, struct fs_req *req)
 		return rc;
 	struct zpl_inode dir_before = dir->oi_ino;
 	zpl_wcc_pre(&dir->oi_ino, wcc);
-	if (dir->oi_ino.ino_type != FS_DIR) {
-		rc = -ENOTDIR;
-		goto out;
-	}
 	if (name != NULL && (zpl_is_dot(name) || zpl_is_dotdot(name))) {
 		rc = rmdir && zpl_is_dotdot(name) ? -ENOTEMPTY : -EINVAL;
 		goto out;
 	}
+	if (dir->oi_ino.ino_type != FS_DIR) {
+		rc = -ENOTDIR;
+		goto out;
+	}
 	if ((rc = zpl_name_check(name, &len)) != 0)
 		goto out;
-	if ((rc = zpl_perm(op, &dir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0)
+	/* The order of unlink(2) and rmdir(2) (may_delete): search permission, the name
+	 * (ENOENT), write permission, the sticky rule, then the object's type. */
+	if ((rc = zpl_perm(op, &dir->oi_ino, ZPL_X, false, false)) != 0)
 		goto out;
 	struct zpl_dirent de;
 	uint64_t hash;
@@ -703,14 +728,15 @@ static int zpl_remove(struct zpl_op *op, struct fs_req *req)
 	if ((rc = zpl_child(op, &de, &child)) != 0)
 		goto out;
 	struct zpl_inode *ino = &child->oi_ino;
+	if ((rc = zpl_perm(op, &dir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0 ||
+	    (rc = zpl_sticky_ok(op, &dir->oi_ino, ino)) != 0)
+		goto out;
 	if (rmdir && ino->ino_type != FS_DIR)
 		rc = -ENOTDIR;
 	else if (!rmdir && ino->ino_type == FS_DIR)
 		rc = -EISDIR;
 	else if (rmdir && ino->ino_nentries != 0)
 		rc = -ENOTEMPTY;
-	else
-		rc = zpl_sticky_ok(op, &dir->oi_ino, ino);
 	if (rc != 0)
 		goto out;
 
@@ -776,25 +802,32 @@ static int zpl_check_not_below(struct zpl_op *op, uint64_t dir, uint64_t obj)
 	return -EIO;
 }
 
-/* The type rules of rename(2) for moving src over tgt (NULL: no target) into tdir; moves: src
- * is a directory changing parents. */
-static int zpl_rename_types(struct zpl_op *op, const struct zpl_oino *tdir,
-                            const struct zpl_oino *src, const struct zpl_oino *tgt, bool moves)
+/* The checks of rename(2) once both names are looked up, in vfs_rename's order (the answers
+ * knfsd gives): removing src from fdir (W and X, the sticky rule), then adding to tdir (as a
+ * creation, or as the removal of tgt, with the type rules), then the W a moving directory needs
+ * for its "..", then what the file system itself refuses (a non-empty target, too many links). */
+static int zpl_rename_check(struct zpl_op *op, const struct zpl_oino *fdir,
+                            const struct zpl_oino *tdir, const struct zpl_oino *src,
+                            const struct zpl_oino *tgt, bool moves)
 {
-	if (src->oi_ino.ino_type != FS_DIR)
-		return tgt != NULL && tgt->oi_ino.ino_type == FS_DIR ? -EISDIR : 0;
-	if (tgt != NULL && tgt->oi_ino.ino_type != FS_DIR)
-		return -ENOTDIR;
-	if (tgt != NULL && tgt->oi_ino.ino_nentries != 0)
+	int rc;
+	if ((rc = zpl_perm(op, &fdir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0 ||
+	    (rc = zpl_sticky_ok(op, &fdir->oi_ino, &src->oi_ino)) != 0 ||
+	    (rc = zpl_perm(op, &tdir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0)
+		return rc;
+	if (tgt != NULL) {
+		if ((rc = zpl_sticky_ok(op, &tdir->oi_ino, &tgt->oi_ino)) != 0)
+			return rc;
+		if (src->oi_ino.ino_type == FS_DIR && tgt->oi_ino.ino_type != FS_DIR)
+			return -ENOTDIR;
+		if (src->oi_ino.ino_type != FS_DIR && tgt->oi_ino.ino_type == FS_DIR)
+			return -EISDIR;
+	}
+	if (moves && (rc = zpl_perm(op, &src->oi_ino, ZPL_W, false, false)) != 0)
+		return rc;
+	if (tgt != NULL && tgt->oi_ino.ino_type == FS_DIR && tgt->oi_ino.ino_nentries != 0)
 		return -ENOTEMPTY;
-	if (!moves)
-		return 0;
-	int rc = zpl_check_not_below(op, tdir->oi_objid, src->oi_objid);
-	if (rc != 0)
-		return rc;
-	if ((rc = zpl_perm(op, &src->oi_ino, ZPL_W, false, false)) != 0)
-		return rc;
-	return tgt == NULL && tdir->oi_ino.ino_nlink >= ZPL_LINK_MAX ? -EMLINK : 0;
+	return moves && tgt == NULL && tdir->oi_ino.ino_nlink >= ZPL_LINK_MAX ? -EMLINK : 0;
 }
 
 static int zpl_rename(struct zpl_op *op, struct fs_req *req)
@@ -814,25 +847,30 @@ static int zpl_rename(struct zpl_op *op, struct fs_req *req)
 	}
 	struct zpl_inode tdir_before = tdir->oi_ino;
 	zpl_wcc_pre(&tdir->oi_ino, twcc);
-	if (fdir->oi_ino.ino_type != FS_DIR || tdir->oi_ino.ino_type != FS_DIR) {
-		rc = -ENOTDIR;
-		goto out;
-	}
 	if ((fname != NULL && (zpl_is_dot(fname) || zpl_is_dotdot(fname))) ||
 	    (tname != NULL && (zpl_is_dot(tname) || zpl_is_dotdot(tname)))) {
 		rc = -EINVAL;
 		goto out;
 	}
+	if (fdir->oi_ino.ino_type != FS_DIR || tdir->oi_ino.ino_type != FS_DIR) {
+		rc = -ENOTDIR;
+		goto out;
+	}
 	if ((rc = zpl_name_check(fname, &flen)) != 0 || (rc = zpl_name_check(tname, &tlen)) != 0)
 		goto out;
-	if ((rc = zpl_perm(op, &fdir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0 ||
-	    (rc = zpl_perm(op, &tdir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0)
+	/* rename(2)'s order: searching both directories needs X; the source must exist; a
+	 * directory cannot move below itself; then zpl_rename_check. */
+	if ((rc = zpl_perm(op, &fdir->oi_ino, ZPL_X, false, false)) != 0 ||
+	    (rc = zpl_perm(op, &tdir->oi_ino, ZPL_X, false, false)) != 0)
 		goto out;
 	struct zpl_dirent fde, tde;
 	uint64_t fhash, thash = 0, free_hash = 0;
 	if ((rc = zpl_dir_find(op, fdir->oi_objid, fname, flen, &fde, &fhash, NULL)) != 0)
 		goto out;
 	if ((rc = zpl_child(op, &fde, &src)) != 0)
+		goto out;
+	bool moves = src->oi_ino.ino_type == FS_DIR && fdir->oi_objid != tdir->oi_objid;
+	if (moves && (rc = zpl_check_not_below(op, tdir->oi_objid, src->oi_objid)) != 0)
 		goto out;
 	rc = zpl_dir_find(op, tdir->oi_objid, tname, tlen, &tde, &thash, &free_hash);
 	bool replace = rc == 0;
@@ -843,11 +881,16 @@ static int zpl_rename(struct zpl_op *op, struct fs_req *req)
 		goto out; /* both names are links to the same object: nothing to do (POSIX) */
 	if (replace && (rc = zpl_child(op, &tde, &tgt)) != 0)
 		goto out;
-	if ((rc = zpl_sticky_ok(op, &fdir->oi_ino, &src->oi_ino)) != 0 ||
-	    (replace && (rc = zpl_sticky_ok(op, &tdir->oi_ino, &tgt->oi_ino)) != 0))
-		goto out;
-	bool moves = src->oi_ino.ino_type == FS_DIR && fdir->oi_objid != tdir->oi_objid;
-	if ((rc = zpl_rename_types(op, tdir, src, replace ? tgt : NULL, moves)) != 0)
+	/* A target directory that holds the source's directory: rename(2)'s ENOTEMPTY, found
+	 * before any permission check. */
+	if (replace && tgt->oi_ino.ino_type == FS_DIR) {
+		rc = zpl_check_not_below(op, fdir->oi_objid, tgt->oi_objid);
+		if (rc == -EINVAL)
+			rc = -ENOTEMPTY;
+		if (rc != 0)
+			goto out;
+	}
+	if ((rc = zpl_rename_check(op, fdir, tdir, src, replace ? tgt : NULL, moves)) != 0)
 		goto out;
 
 	/* The new entry, then the old one's removal. */
@@ -907,17 +950,25 @@ out:
 /* ---------------------------------------------------------------------------------------------
  * LINK */
 
-static int zpl_link_check(const struct zpl_op *op, const struct zpl_oino *file,
-                          const struct zpl_oino *dir, const char *name, size_t *len)
+/* The checks of LINK in knfsd's order, which the posix back end shares: the name, the file
+ * (no links to a directory: NFS3ERR_ISDIR, as knfsd answers), then as link(2): searching the
+ * directory needs X, an existing name is EEXIST, creating the entry needs W. */
+static int zpl_link_check(struct zpl_op *op, const struct zpl_oino *file,
+                          const struct zpl_oino *dir, const char *name, size_t *len,
+                          uint64_t *free_hash)
 {
 	if (dir->oi_ino.ino_type != FS_DIR)
 		return -ENOTDIR;
-	if (file->oi_ino.ino_type == FS_DIR)
-		return -EPERM; /* as link(2): no hard links to directories */
-	if (name != NULL && (zpl_is_dot(name) || zpl_is_dotdot(name)))
-		return -EEXIST;
 	int rc = zpl_name_check(name, len);
 	if (rc != 0)
+		return rc;
+	if ((rc = zpl_perm(op, &dir->oi_ino, ZPL_X, false, false)) != 0)
+		return rc;
+	struct zpl_dirent de;
+	rc = zpl_dir_find(op, dir->oi_objid, name, *len, &de, NULL, free_hash);
+	if (rc == 0)
+		return -EEXIST;
+	if (rc != -ENOENT)
 		return rc;
 	if ((rc = zpl_perm(op, &dir->oi_ino, ZPL_W | ZPL_X, false, false)) != 0)
 		return rc;
@@ -930,21 +981,19 @@ static int zpl_link(struct zpl_op *op, struct fs_req *req)
 	const char *name = req->u.link.ln_name;
 	struct zpl_oino *file, *dir = NULL;
 	size_t len;
+	if (name != NULL && (zpl_is_dot(name) || zpl_is_dotdot(name)))
+		return -EEXIST;
 	int rc = zpl_op_obj(op, &req->fr_obj, &file);
 	if (rc != 0)
 		return rc;
+	if (file->oi_ino.ino_type == FS_DIR)
+		return -EISDIR;
 	if ((rc = zpl_op_obj(op, &req->u.link.ln_dir, &dir)) != 0)
 		return rc;
 	struct zpl_inode dir_before = dir->oi_ino, file_before = file->oi_ino;
 	zpl_wcc_pre(&dir->oi_ino, wcc);
-	if ((rc = zpl_link_check(op, file, dir, name, &len)) != 0)
-		goto out;
-	struct zpl_dirent de;
 	uint64_t free_hash = 0;
-	rc = zpl_dir_find(op, dir->oi_objid, name, len, &de, NULL, &free_hash);
-	if (rc == 0)
-		rc = -EEXIST;
-	if (rc != -ENOENT)
+	if ((rc = zpl_link_check(op, file, dir, name, &len, &free_hash)) != 0)
 		goto out;
 	uint8_t key[ZPL_LONG_KEY], val[ZPL_DIRENT_FIXED_BYTES + FS_NAME_MAX];
 	zpl_key_long(key, dir->oi_objid, ZPL_KIND_DIRENT, free_hash);
@@ -1002,9 +1051,12 @@ static int zpl_commit_op(struct zpl_op *op, struct fs_req *req)
 	int rc = zpl_op_obj(op, &req->fr_obj, &oi);
 	if (rc != 0)
 		return rc;
-	/* Data is made stable by the caller's log; COMMIT changes nothing here. */
+	/* Data is made stable by the caller's log; COMMIT changes nothing here. Only a regular
+	 * file has data to commit (knfsd: NFS3ERR_ISDIR for a directory, INVAL otherwise). */
 	zpl_wcc_pre(&oi->oi_ino, &req->u.commit.cm_wcc);
 	zpl_wcc_post(op->op_z, oi, &req->u.commit.cm_wcc);
+	if (oi->oi_ino.ino_type != FS_REG)
+		return oi->oi_ino.ino_type == FS_DIR ? -EISDIR : -EINVAL;
 	return 0;
 }
 
