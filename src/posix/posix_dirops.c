@@ -356,7 +356,9 @@ int posix_do_remove(struct posix_fs *pf, struct fs_req *req)
 	struct stat dst, st;
 	int rc;
 
-	rc = posix_check_name(name, -EINVAL);
+	/* As rmdir(2): ".." is a directory that is not empty, "." an invalid argument. */
+	bool dotdot = is_rmdir && name != NULL && strcmp(name, "..") == 0;
+	rc = posix_check_name(name, dotdot ? -ENOTEMPTY : -EINVAL);
 	if (rc != 0)
 		return rc;
 	rc = posix_hold_dir(pf, &req->fr_obj, &d, &dst);

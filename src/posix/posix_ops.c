@@ -200,6 +200,14 @@ int posix_apply_sattr(int fd, enum fs_type type, bool path_fd, const struct fs_s
 	if (sa->fs_set_mode && type != FS_LNK) {
 		/* Linux keeps no meaningful mode on a symlink, so a mode for one is ignored. */
 		mode_t mode = (mode_t)(sa->fs_mode & 07777);
+		/* As knfsd: a change of owner revokes the set-id bits of anything but a directory,
+		 * those of a mode set in the same call too (the chown above revoked the old ones).
+		 */
+		if ((sa->fs_set_uid || sa->fs_set_gid) && type != FS_DIR) {
+			mode &= ~(mode_t)S_ISUID;
+			if ((mode & S_IXGRP) != 0)
+				mode &= ~(mode_t)S_ISGID;
+		}
 		int rc = real_fd ? (fchmod(fd, mode) == 0 ? 0 : -errno) : posix_chmod_path_fd(fd, mode);
 		if (rc != 0)
 			return rc;
@@ -227,6 +235,32 @@ static int posix_sync_obj(struct posix_fs *pf, struct posix_fd *o)
 	if (o->pfd_type == FS_REG)
 		return fsync(o->pfd_fd) == 0 ? 0 : -errno;
 	return syncfs(pf->pf_root_fd) == 0 ? 0 : -errno;
+}
+
+/* chown(2), chmod(2) and utimensat(2)'s ownership rules for a caller that is not root: the
+ * changes the kernel would refuse with EPERM (the size is checked by the truncate itself). */
+static int posix_setattr_owner_check(const struct fs_cred *cred, const struct stat *st,
+				     enum fs_type type, const struct fs_sattr *sa)
+{
+	if (cred->fc_uid == 0)
+		return 0;
+	bool owner = cred->fc_uid == (uint32_t)st->st_uid;
+	bool needs_owner = (sa->fs_set_mode && type != FS_LNK) || sa->fs_set_uid ||
+			   sa->fs_set_gid || sa->fs_atime_how == FS_TIME_CLIENT ||
+			   sa->fs_mtime_how == FS_TIME_CLIENT;
+	if (needs_owner && !owner)
+		return -EPERM;
+	if (sa->fs_set_uid && sa->fs_uid != (uint32_t)st->st_uid)
+		return -EPERM;
+	if (sa->fs_set_gid && sa->fs_gid != (uint32_t)st->st_gid && sa->fs_gid != cred->fc_gid) {
+		uint32_t n = SH_MIN(cred->fc_ngids, (uint32_t)FS_MAX_GIDS);
+		bool member = false;
+		for (uint32_t i = 0; i < n && !member; i++)
+			member = cred->fc_gids[i] == sa->fs_gid;
+		if (!member)
+			return -EPERM;
+	}
+	return 0;
 }
 
 static int posix_do_setattr(struct posix_fs *pf, struct fs_req *req)
@@ -258,7 +292,9 @@ static int posix_do_setattr(struct posix_fs *pf, struct fs_req *req)
 		goto out_post;
 	}
 	/* Size first, while the caller's rights are those it had on the object before any change
-	 * of owner or mode in this same request. */
+	 * of owner or mode in this same request; but what the kernel would refuse after it is
+	 * refused before it, so that a refused SETATTR changes nothing (knfsd truncates first and
+	 * may then refuse the rest, leaving the new size). */
 	if (sa->fs_set_size) {
 		if (o->pfd_type == FS_DIR)
 			rc = -EISDIR;
@@ -272,6 +308,8 @@ static int posix_do_setattr(struct posix_fs *pf, struct fs_req *req)
 			rc = posix_fd_writable(pf, o, &wfd); /* may switch to root to open */
 		if (rc == 0)
 			rc = posix_cred_apply(req->fr_cred);
+		if (rc == 0)
+			rc = posix_setattr_owner_check(req->fr_cred, &st, o->pfd_type, sa);
 		if (rc == 0 && ftruncate(wfd, (off_t)sa->fs_size) != 0)
 			rc = -errno;
 		if (rc != 0)
