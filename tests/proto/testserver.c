@@ -228,7 +228,14 @@ static int ts_fixture_nfs(const struct ts_server *ts, const struct ts_fixture *f
 int ts_start_with(struct ts_server *ts, const char *const *export_lines, unsigned nexports,
 		  const struct ts_fixture *fixtures, unsigned nfixtures)
 {
+	return ts_start_backend(ts, export_lines, nexports, fixtures, nfixtures, ts_pool_mode());
+}
+
+int ts_start_backend(struct ts_server *ts, const char *const *export_lines, unsigned nexports,
+		     const struct ts_fixture *fixtures, unsigned nfixtures, bool pool)
+{
 	memset(ts, 0, sizeof(*ts));
+	ts->ts_pool = pool;
 	const char *bin = getenv("SHALE_BIN");
 	if (bin == NULL || bin[0] == '\0') {
 		printf("# SHALE_BIN is not set\n");
@@ -247,7 +254,6 @@ int ts_start_with(struct ts_server *ts, const char *const *export_lines, unsigne
 	/* The temporary root must be traversable by squashed and unprivileged uids. */
 	chmod(ts->ts_root, 0755);
 
-	bool pool = ts_pool_mode();
 	if (pool && ts_make_pool(ts, bin, nexports) != 0)
 		goto fail;
 	char exports_text[4096] = "";
@@ -400,7 +406,7 @@ static int ts_stop_server(struct ts_server *ts)
 int ts_stop(struct ts_server *ts)
 {
 	int rc = ts_stop_server(ts);
-	if (rc == 0 && ts_pool_mode() && ts->ts_root[0] != '\0') {
+	if (rc == 0 && ts->ts_pool && ts->ts_root[0] != '\0') {
 		/* Whatever the test sent, the pool it leaves behind must check clean. */
 		const char *bin = getenv("SHALE_BIN");
 		char dir[320], log[320];

@@ -31,6 +31,7 @@ struct ts_server {
 	char ts_export_path[TS_MAX_EXPORTS][320];  /* each export's path (host's unless pool) */
 	unsigned ts_nexports;
 	char ts_log_path[320];                     /* the server's stderr */
+	bool ts_pool;                              /* serving a pool's file systems */
 };
 
 /* A file a test needs in an export before the server serves it: made on the host in the posix
@@ -49,6 +50,11 @@ int ts_start(struct ts_server *ts, const char *const *export_lines, unsigned nex
 /* ts_start, with the given fixtures made first. */
 int ts_start_with(struct ts_server *ts, const char *const *export_lines, unsigned nexports,
 		  const struct ts_fixture *fixtures, unsigned nfixtures);
+
+/* ts_start_with for a chosen back end, whatever SHALE_TS_BACKEND says: a test that compares
+ * the two back ends runs one server of each. */
+int ts_start_backend(struct ts_server *ts, const char *const *export_lines, unsigned nexports,
+		     const struct ts_fixture *fixtures, unsigned nfixtures, bool pool);
 
 /* True when SHALE_TS_BACKEND=pool asks for pool-backed exports (see above). */
 bool ts_pool_mode(void);
