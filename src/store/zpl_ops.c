@@ -237,6 +237,10 @@ static int zpl_setattr_apply(struct zpl_op *op, struct zpl_oino *oi, const struc
 				return rc;
 			ino->ino_mtime = op->op_now;
 		}
+		/* As truncate(2) by anyone but root, even to the same size; a mode set in the same
+		 * call comes after, as the posix back end's chmod does. */
+		if (!zpl_is_root(op))
+			zpl_kill_setid(ino);
 		*changed = true;
 	}
 	/* As knfsd: setting the owner or group of anything but a directory, even to what it was,
@@ -505,6 +509,8 @@ static int zpl_create_existing(struct zpl_op *op, struct fs_req *req, const stru
 				return rc;
 			child->oi_ino.ino_mtime = op->op_now;
 		}
+		if (!zpl_is_root(op))
+			zpl_kill_setid(&child->oi_ino); /* as truncate(2) */
 		child->oi_ino.ino_ctime = op->op_now;
 		child->oi_dirty = true;
 		if ((rc = zpl_op_commit(op)) != 0)
@@ -665,9 +671,12 @@ static int zpl_create(struct zpl_op *op, struct fs_req *req)
 		break;
 	default: break;
 	}
-	if (type == FS_REG && !exclusive && sa->fs_set_size && sa->fs_size > 0 &&
-	    (rc = zpl_data_truncate(op, child, sa->fs_size)) != 0)
-		goto undo;
+	if (type == FS_REG && !exclusive && sa->fs_set_size && sa->fs_size > 0) {
+		if ((rc = zpl_data_truncate(op, child, sa->fs_size)) != 0)
+			goto undo;
+		if (!zpl_is_root(op))
+			zpl_kill_setid(ino); /* as the truncate(2) that follows open(2) */
+	}
 
 	uint8_t key[ZPL_LONG_KEY], val[ZPL_DIRENT_FIXED_BYTES + FS_NAME_MAX];
 	zpl_key_long(key, dir->oi_objid, ZPL_KIND_DIRENT, free_hash);

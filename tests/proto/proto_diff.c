@@ -261,8 +261,10 @@ static void call_create(void)
 	createmode3 how = (createmode3)rng_below(3); /* UNCHECKED, GUARDED, EXCLUSIVE */
 	uint32_t mode = random_mode(false);
 	uint64_t verf = call_no % 4; /* a repeated verifier makes a retried EXCLUSIVE create */
-	snprintf(call_desc, sizeof(call_desc), "CREATE %s how %d mode %04o%s", name, how, mode,
-		 user ? " as a user" : "");
+	/* An UNCHECKED create may carry a size, which applies to a file that exists. */
+	int64_t size = how == UNCHECKED && rng_below(3) == 0 ? (int64_t)rng_below(3000) : -1;
+	snprintf(call_desc, sizeof(call_desc), "CREATE %s how %d mode %04o size %" PRId64 "%s",
+		 name, how, mode, size, user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
 	CREATE3res r[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
@@ -275,6 +277,10 @@ static void call_create(void)
 			memcpy(a.how.createhow3_u.verf, &verf, sizeof(verf));
 		else
 			a.how.createhow3_u.obj_attributes = pc_sattr_mode(mode);
+		if (size >= 0) {
+			a.how.createhow3_u.obj_attributes.size.set_it = 1;
+			a.how.createhow3_u.obj_attributes.size.set_size3_u.size = (uint64_t)size;
+		}
 		memset(&r[s], 0, sizeof(r[s]));
 		st[s] = pc_nfs3_create(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
 									 : 0xffffffffu;
@@ -526,12 +532,29 @@ static void call_setattr(void)
 		sa.mtime.set_mtime_u.mtime.seconds = 1700000000u + (uint32_t)call_no;
 		used += (size_t)snprintf(what + used, sizeof(what) - used, " mtime");
 	}
-	snprintf(call_desc, sizeof(call_desc), "SETATTR type %u%s%s", o->do_type, what,
+	/* A guard on the ctime: each side's own (read just before: the change applies), or one
+	 * long past (NOT_SYNC). */
+	unsigned guard = rng_below(6); /* 0: the object's ctime, 1: a stale one, else none */
+	snprintf(call_desc, sizeof(call_desc), "SETATTR type %u%s%s%s", o->do_type, what,
+		 guard == 0 ? " guarded" : guard == 1 ? " guarded by a stale ctime" : "",
 		 user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
 	SETATTR3res r[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
 		SETATTR3args a = {.object = pc_fh_arg(&o->do_fh[s]), .new_attributes = sa};
+		if (guard == 0) {
+			GETATTR3args ga = {.object = pc_fh_arg(&o->do_fh[s])};
+			GETATTR3res gr;
+			memset(&gr, 0, sizeof(gr));
+			if (pc_nfs3_getattr(&root_cl[s], &ga, &gr) == 0 && gr.status == NFS3_OK) {
+				a.guard.check = 1;
+				a.guard.sattrguard3_u.obj_ctime =
+				    gr.GETATTR3res_u.resok.obj_attributes.ctime;
+			}
+		} else if (guard == 1) {
+			a.guard.check = 1;
+			a.guard.sattrguard3_u.obj_ctime.seconds = 1000000000u;
+		}
 		memset(&r[s], 0, sizeof(r[s]));
 		st[s] = pc_nfs3_setattr(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
 									  : 0xffffffffu;

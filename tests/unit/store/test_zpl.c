@@ -1872,6 +1872,11 @@ static void test_permissions(void)
 	CHECK(t_chmod(e, &f, 06777) == 0);
 	e->e_cred = &root_cred;
 	CHECK(t_write(e, &f, 0, "o", 1) == 0 && t_getattr(e, &f, &a) == 0 && a.fa_mode == 06777);
+	/* So does a truncation (truncate(2)), even to the size the file has. */
+	e->e_cred = &user1;
+	CHECK(t_getattr(e, &f, &a) == 0 && t_truncate(e, &f, a.fa_size) == 0);
+	CHECK(t_getattr(e, &f, &a) == 0 && a.fa_mode == 0777);
+	CHECK(t_chmod(e, &f, 06777) == 0);
 	e->e_cred = &user2;
 	CHECK(t_write(e, &f, 0, "o", 1) == 0 && t_getattr(e, &f, &a) == 0 && a.fa_mode == 0777);
 	e->e_cred = &user1;
