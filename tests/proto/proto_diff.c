@@ -38,6 +38,7 @@
 #define DIFF_USER_UID 1000
 #define DIFF_MAX_LIST 64 /* directory entries compared per listing */
 #define DIFF_DATA_MAX 6000
+#define DIFF_NAME_MAX 255 /* NFS3_MAXNAMLEN */
 
 static const char *const side_name[DIFF_SIDES] = {"posix", "pool"};
 static struct ts_server srv[DIFF_SIDES];
@@ -91,8 +92,16 @@ static void report(const char *fmt, ...)
 static const char *random_name(bool dots)
 {
 	static const char *const names[] = {"a", "b", "c", "d", "e", "f"};
+	/* The longest name NFSv3 allows, and one byte more. */
+	static char longest[DIFF_NAME_MAX + 1], too_long[DIFF_NAME_MAX + 2];
+	if (longest[0] == '\0') {
+		memset(longest, 'l', sizeof(longest) - 1);
+		memset(too_long, 't', sizeof(too_long) - 1);
+	}
 	if (dots && rng_below(12) == 0)
 		return rng_below(2) ? "." : "..";
+	if (rng_below(40) == 0)
+		return rng_below(2) ? longest : too_long;
 	return names[rng_below(6)];
 }
 
@@ -203,7 +212,7 @@ static void call_lookup(void)
 	struct diff_obj *dir = random_dir();
 	const char *name = random_name(true);
 	bool user = pick_user();
-	snprintf(call_desc, sizeof(call_desc), "LOOKUP %s%s", name, user ? " as a user" : "");
+	snprintf(call_desc, sizeof(call_desc), "LOOKUP %.24s%s", name, user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
 	LOOKUP3res r[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
@@ -263,7 +272,7 @@ static void call_create(void)
 	uint64_t verf = call_no % 4; /* a repeated verifier makes a retried EXCLUSIVE create */
 	/* An UNCHECKED create may carry a size, which applies to a file that exists. */
 	int64_t size = how == UNCHECKED && rng_below(3) == 0 ? (int64_t)rng_below(3000) : -1;
-	snprintf(call_desc, sizeof(call_desc), "CREATE %s how %d mode %04o size %" PRId64 "%s",
+	snprintf(call_desc, sizeof(call_desc), "CREATE %.24s how %d mode %04o size %" PRId64 "%s",
 		 name, how, mode, size, user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
 	CREATE3res r[DIFF_SIDES];
@@ -301,7 +310,7 @@ static void call_mkdir(void)
 	const char *name = random_name(false);
 	bool user = pick_user();
 	uint32_t mode = random_mode(true);
-	snprintf(call_desc, sizeof(call_desc), "MKDIR %s mode %04o%s", name, mode,
+	snprintf(call_desc, sizeof(call_desc), "MKDIR %.24s mode %04o%s", name, mode,
 		 user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
 	MKDIR3res r[DIFF_SIDES];
@@ -327,7 +336,7 @@ static void call_symlink(void)
 	struct diff_obj *dir = random_dir();
 	const char *name = random_name(false);
 	const char *target = targets[rng_below(5)];
-	snprintf(call_desc, sizeof(call_desc), "SYMLINK %s -> %s", name, target);
+	snprintf(call_desc, sizeof(call_desc), "SYMLINK %.24s -> %s", name, target);
 	uint32_t st[DIFF_SIDES];
 	SYMLINK3res r[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
@@ -351,7 +360,7 @@ static void call_mknod(void)
 {
 	struct diff_obj *dir = random_dir();
 	const char *name = random_name(false);
-	snprintf(call_desc, sizeof(call_desc), "MKNOD %s fifo", name);
+	snprintf(call_desc, sizeof(call_desc), "MKNOD %.24s fifo", name);
 	uint32_t st[DIFF_SIDES];
 	MKNOD3res r[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
@@ -376,7 +385,7 @@ static void call_remove(bool rmdir)
 	struct diff_obj *dir = random_dir();
 	const char *name = random_name(true);
 	bool user = pick_user();
-	snprintf(call_desc, sizeof(call_desc), "%s %s%s", rmdir ? "RMDIR" : "REMOVE", name,
+	snprintf(call_desc, sizeof(call_desc), "%s %.24s%s", rmdir ? "RMDIR" : "REMOVE", name,
 		 user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
@@ -404,7 +413,7 @@ static void call_rename(void)
 	struct diff_obj *from = random_dir(), *to = random_dir();
 	const char *from_name = random_name(true), *to_name = random_name(true);
 	bool user = pick_user();
-	snprintf(call_desc, sizeof(call_desc), "RENAME %s to %s%s%s", from_name, to_name,
+	snprintf(call_desc, sizeof(call_desc), "RENAME %.24s to %.24s%s%s", from_name, to_name,
 		 from == to ? " in one directory" : "", user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
@@ -423,7 +432,7 @@ static void call_link(void)
 {
 	struct diff_obj *file = random_obj(0), *dir = random_dir();
 	const char *name = random_name(false);
-	snprintf(call_desc, sizeof(call_desc), "LINK type %u as %s", file->do_type, name);
+	snprintf(call_desc, sizeof(call_desc), "LINK type %u as %.24s", file->do_type, name);
 	uint32_t st[DIFF_SIDES];
 	LINK3res r[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
@@ -528,9 +537,12 @@ static void call_setattr(void)
 		used += (size_t)snprintf(what + used, sizeof(what) - used, " owner %u", id);
 	}
 	if (pick & 8 || pick == 0) {
-		sa.mtime.set_it = SET_TO_CLIENT_TIME;
+		/* The client's time needs ownership; the server's time write permission too. */
+		bool server_time = rng_below(2) == 0;
+		sa.mtime.set_it = server_time ? SET_TO_SERVER_TIME : SET_TO_CLIENT_TIME;
 		sa.mtime.set_mtime_u.mtime.seconds = 1700000000u + (uint32_t)call_no;
-		used += (size_t)snprintf(what + used, sizeof(what) - used, " mtime");
+		used += (size_t)snprintf(what + used, sizeof(what) - used, " mtime%s",
+					 server_time ? " now" : "");
 	}
 	/* A guard on the ctime: each side's own (read just before: the change applies), or one
 	 * long past (NOT_SYNC). */
@@ -604,7 +616,7 @@ static void call_readlink(void)
 
 /* One directory entry of a listing, as READDIRPLUS gave it. */
 struct diff_entry {
-	char de_name[16];
+	char de_name[DIFF_NAME_MAX + 1];
 	bool de_has_attr;
 	fattr3 de_attr;
 	bool de_has_fh;
@@ -677,22 +689,20 @@ static void call_readdirplus(void)
 		st[s] = list_dir(s, user, &dir->do_fh[s], list[s], &n[s]);
 	if (!same_status(st) || st[0] != NFS3_OK)
 		return;
-	char names[DIFF_SIDES][DIFF_MAX_LIST * 3 + 1];
-	for (unsigned s = 0; s < DIFF_SIDES; s++) {
-		names[s][0] = '\0';
-		for (unsigned i = 0; i < n[s]; i++) {
-			strcat(names[s], list[s][i].de_name);
-			strcat(names[s], " ");
-		}
-	}
-	if (strcmp(names[0], names[1]) != 0) {
-		report("names [%s] against [%s]", names[0], names[1]);
+	if (n[0] != n[1]) {
+		report("%u entries against %u", n[0], n[1]);
 		return;
 	}
 	for (unsigned i = 0; i < n[0]; i++) {
+		if (strcmp(list[0][i].de_name, list[1][i].de_name) != 0) {
+			report("entry %.40s against %.40s", list[0][i].de_name, list[1][i].de_name);
+			return;
+		}
+	}
+	for (unsigned i = 0; i < n[0]; i++) {
 		const struct diff_entry *e0 = &list[0][i], *e1 = &list[1][i];
-		char what[48];
-		snprintf(what, sizeof(what), "entry %s", e0->de_name);
+		char what[64];
+		snprintf(what, sizeof(what), "entry %.40s", e0->de_name);
 		if (e0->de_has_attr && e1->de_has_attr)
 			compare_fattr(what, &e0->de_attr, &e1->de_attr);
 		if (e0->de_has_fh && e1->de_has_fh && e0->de_has_attr) {

@@ -845,6 +845,24 @@ static void test_setattr(void)
 	r.u.setattr.sa_sattr.fs_set_mode = true;
 	r.u.setattr.sa_sattr.fs_mode = 0777;
 	CHECK(run(&r) == -EPERM);
+	/* The server's clock, set by a non-owner: allowed to whoever may write the file (knfsd,
+	 * and utimensat(2) with no times), EACCES to others; the client's clock needs the owner. */
+	struct fs_cred other = {.fc_uid = 2000, .fc_gid = 2000};
+	req_init(&r, FS_OP_SETATTR, &id, &other);
+	r.u.setattr.sa_sattr.fs_mtime_how = FS_TIME_SERVER;
+	CHECK(run(&r) == -EACCES);
+	req_init(&r, FS_OP_SETATTR, &id, &g_rootc);
+	r.u.setattr.sa_sattr.fs_set_mode = true;
+	r.u.setattr.sa_sattr.fs_mode = 0756;
+	CHECK(run(&r) == 0);
+	req_init(&r, FS_OP_SETATTR, &id, &other);
+	r.u.setattr.sa_sattr.fs_mtime_how = FS_TIME_SERVER;
+	CHECK(run(&r) == 0);
+	CHECK(host_stat("sa", &st) && st.st_mtim.tv_sec > 1500000000 && st.st_uid == 1000);
+	req_init(&r, FS_OP_SETATTR, &id, &other);
+	r.u.setattr.sa_sattr.fs_mtime_how = FS_TIME_CLIENT;
+	r.u.setattr.sa_sattr.fs_mtime.ft_sec = 1000000000;
+	CHECK(run(&r) == -EPERM);
 }
 
 static void test_mkdir_symlink_mknod(void)
