@@ -155,9 +155,30 @@ static int posix_create_reg(struct posix_fs *pf, struct fs_req *req, struct posi
 			if (!S_ISREG(st->st_mode))
 				return -EEXIST;
 			if (sa->fs_set_size) {
-				int wfd = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-				if (wfd < 0)
-					return -errno;
+				/* The owner may truncate a file whose mode denies it writing
+				 * (knfsd's owner override, as for SETATTR's size): the owner opens
+				 * it as root, then truncates as itself, so that the truncation
+				 * still drops the set-id bits; anyone else opens it as itself. */
+				bool owner = req->fr_cred->fc_uid != 0 &&
+					     req->fr_cred->fc_uid == (uint32_t)st->st_uid;
+				int wfd = -1;
+				if (owner)
+					rc = posix_cred_root();
+				int wflags = O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+				if (rc == 0) {
+					wfd = openat(dfd, name, wflags);
+					rc = wfd < 0 ? -errno : 0;
+				}
+				if (owner) {
+					int crc = posix_cred_apply(req->fr_cred);
+					if (rc == 0)
+						rc = crc;
+				}
+				if (rc != 0) {
+					if (wfd >= 0)
+						(void)close(wfd);
+					return rc;
+				}
 				if (sa->fs_size > (uint64_t)INT64_MAX)
 					rc = -EFBIG;
 				else if (ftruncate(wfd, (off_t)sa->fs_size) != 0)

@@ -630,21 +630,21 @@ static int entry_cmp(const void *a, const void *b)
 }
 
 /* Lists a whole directory with READDIRPLUS; returns the status, the entries sorted by name. */
-static uint32_t list_dir(unsigned side, bool user, const struct pc_fh *dir,
+static uint32_t list_dir(unsigned side, bool user, const struct pc_fh *dir, uint32_t maxcount,
 			 struct diff_entry *out, unsigned *n_out)
 {
 	struct pc_fh dir_copy = *dir;
 	uint64_t cookie = 0;
 	char verf[NFS3_COOKIEVERFSIZE] = {0};
 	unsigned n = 0;
-	for (int round = 0; round < 32; round++) {
+	for (int round = 0; round < 64; round++) {
 		READDIRPLUS3args a;
 		memset(&a, 0, sizeof(a));
 		a.dir = pc_fh_arg(&dir_copy);
 		a.cookie = cookie;
 		memcpy(a.cookieverf, verf, sizeof(verf));
-		a.dircount = 512;
-		a.maxcount = 4096;
+		a.dircount = maxcount / 2;
+		a.maxcount = maxcount;
 		READDIRPLUS3res r;
 		memset(&r, 0, sizeof(r));
 		if (pc_nfs3_readdirplus(client(side, user), &a, &r) != 0)
@@ -679,14 +679,16 @@ static uint32_t list_dir(unsigned side, bool user, const struct pc_fh *dir,
 static void call_readdirplus(void)
 {
 	static struct diff_entry list[DIFF_SIDES][DIFF_MAX_LIST];
+	static const uint32_t maxcounts[] = {4096, 1024, 600}; /* the smaller ones take pages */
 	struct diff_obj *dir = random_obj(rng_below(6) ? NF3DIR : 0);
 	bool user = pick_user();
-	snprintf(call_desc, sizeof(call_desc), "READDIRPLUS type %u%s", dir->do_type,
-		 user ? " as a user" : "");
+	uint32_t maxcount = maxcounts[rng_below(3)];
+	snprintf(call_desc, sizeof(call_desc), "READDIRPLUS type %u maxcount %u%s", dir->do_type,
+		 maxcount, user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
 	unsigned n[DIFF_SIDES] = {0, 0};
 	for (unsigned s = 0; s < DIFF_SIDES; s++)
-		st[s] = list_dir(s, user, &dir->do_fh[s], list[s], &n[s]);
+		st[s] = list_dir(s, user, &dir->do_fh[s], maxcount, list[s], &n[s]);
 	if (!same_status(st) || st[0] != NFS3_OK)
 		return;
 	if (n[0] != n[1]) {
@@ -727,6 +729,32 @@ static void call_commit(void)
 	same_status(st);
 }
 
+static void call_pathconf(void)
+{
+	struct diff_obj *o = random_obj(0);
+	snprintf(call_desc, sizeof(call_desc), "PATHCONF type %u", o->do_type);
+	uint32_t st[DIFF_SIDES];
+	PATHCONF3res r[DIFF_SIDES];
+	for (unsigned s = 0; s < DIFF_SIDES; s++) {
+		PATHCONF3args a = {.object = pc_fh_arg(&o->do_fh[s])};
+		memset(&r[s], 0, sizeof(r[s]));
+		st[s] = pc_nfs3_pathconf(&root_cl[s], &a, &r[s]) == 0 ? (uint32_t)r[s].status
+								      : 0xffffffffu;
+	}
+	if (!same_status(st) || st[0] != NFS3_OK)
+		return;
+	/* What a client relies on; link_max is each file system's own. */
+	PATHCONF3resok *a = &r[0].PATHCONF3res_u.resok, *b = &r[1].PATHCONF3res_u.resok;
+	if (a->name_max != b->name_max || a->no_trunc != b->no_trunc ||
+	    a->chown_restricted != b->chown_restricted ||
+	    a->case_insensitive != b->case_insensitive ||
+	    a->case_preserving != b->case_preserving)
+		report("name_max %u/%u, no_trunc %d/%d, chown_restricted %d/%d, case %d%d/%d%d",
+		       a->name_max, b->name_max, a->no_trunc, b->no_trunc, a->chown_restricted,
+		       b->chown_restricted, a->case_insensitive, a->case_preserving,
+		       b->case_insensitive, b->case_preserving);
+}
+
 /* ---------------------------------------------------------------- the runs */
 
 static void one_call(void)
@@ -762,8 +790,10 @@ static void one_call(void)
 		call_access();
 	else if (pick < 95)
 		call_readlink();
-	else if (pick < 99)
+	else if (pick < 98)
 		call_readdirplus();
+	else if (pick < 99)
+		call_pathconf();
 	else
 		call_commit();
 	if (verbose)

@@ -863,6 +863,30 @@ static void test_setattr(void)
 	r.u.setattr.sa_sattr.fs_mtime_how = FS_TIME_CLIENT;
 	r.u.setattr.sa_sattr.fs_mtime.ft_sec = 1000000000;
 	CHECK(run(&r) == -EPERM);
+
+	/* CREATE UNCHECKED with a size over an existing file: its owner may truncate it even
+	 * where the mode denies writing (knfsd's owner override, as for SETATTR), no one else. */
+	struct fs_obj_id own;
+	CHECK(do_create(&g_root, "own", FS_CREATE_GUARDED, 0644, NULL, &g_rootc, &own, NULL) == 0);
+	CHECK(do_write(&own, 0, "0123456789", FS_FILE_SYNC, &g_rootc, NULL) == 0);
+	req_init(&r, FS_OP_SETATTR, &own, &g_rootc);
+	r.u.setattr.sa_sattr.fs_set_uid = true;
+	r.u.setattr.sa_sattr.fs_uid = other.fc_uid;
+	r.u.setattr.sa_sattr.fs_set_mode = true;
+	r.u.setattr.sa_sattr.fs_mode = 0444;
+	CHECK(run(&r) == 0);
+	struct fs_cred third = {.fc_uid = 3000, .fc_gid = 3000};
+	const struct fs_cred *who[] = {&third, &other};
+	for (int i = 0; i < 2; i++) {
+		req_init(&r, FS_OP_CREATE, &g_root, who[i]);
+		r.u.create.cr_name = "own";
+		r.u.create.cr_mode = FS_CREATE_UNCHECKED;
+		r.u.create.cr_sattr.fs_set_size = true;
+		r.u.create.cr_sattr.fs_size = 3;
+		CHECK(run(&r) == (i == 0 ? -EACCES : 0));
+		CHECK(host_stat("own", &st) && st.st_size == (i == 0 ? 10 : 3));
+	}
+	CHECK(do_remove(FS_OP_REMOVE, &g_root, "own", &g_rootc) == 0);
 }
 
 static void test_mkdir_symlink_mknod(void)
