@@ -191,13 +191,24 @@ static void pc_connect_cb(struct rpc_context *rpc, int status, void *data, void 
 int pc_connect(struct pc_client *c, uint16_t port, uint32_t prog, uint32_t vers, uint32_t uid,
 	       uint32_t gid)
 {
+	return pc_connect_groups(c, port, prog, vers, uid, gid, 0, NULL);
+}
+
+int pc_connect_groups(struct pc_client *c, uint16_t port, uint32_t prog, uint32_t vers,
+		      uint32_t uid, uint32_t gid, uint32_t ngids, const uint32_t *gids)
+{
 	memset(c, 0, sizeof(*c));
 	c->pc_rpc = rpc_init_context();
 	if (c->pc_rpc == NULL) {
 		snprintf(c->pc_err, sizeof(c->pc_err), "rpc_init_context failed");
 		return -1;
 	}
-	rpc_set_auth(c->pc_rpc, authunix_create("shale-test", uid, gid, 0, NULL));
+	uint32_t groups[16];
+	if (ngids > 16)
+		ngids = 16;
+	for (uint32_t i = 0; i < ngids; i++)
+		groups[i] = gids[i];
+	rpc_set_auth(c->pc_rpc, authunix_create("shale-test", uid, gid, ngids, groups));
 	struct pc_wait w = { .pw_client = c };
 	if (rpc_connect_port_async(c->pc_rpc, "127.0.0.1", port, (int)prog, (int)vers, pc_connect_cb,
 				   &w) != 0) {

@@ -42,6 +42,9 @@ struct pc_fh {
  * Returns 0 or -1 (pc_err says why; the client is then already cleaned up). */
 int pc_connect(struct pc_client *c, uint16_t port, uint32_t prog, uint32_t vers, uint32_t uid,
 	       uint32_t gid);
+/* pc_connect with supplementary groups in the AUTH_SYS credential (at most 16 are sent). */
+int pc_connect_groups(struct pc_client *c, uint16_t port, uint32_t prog, uint32_t vers,
+		      uint32_t uid, uint32_t gid, uint32_t ngids, const uint32_t *gids);
 /* Closes the connection and frees every result still held. */
 void pc_disconnect(struct pc_client *c);
 /* Frees every result handed out so far (their pointers become invalid). */

@@ -13,7 +13,8 @@
  * so that calls collide: creating what exists, removing what is gone, renaming over files and
  * directories, removing non-empty directories, using handles of removed objects. Objects are
  * tracked as pairs of handles, the posix one and the pool one, learnt from the replies. A fifth
- * of the calls come from an unprivileged uid, so permission checks are compared too.
+ * of the calls come from an unprivileged uid with a supplementary group, and owners and groups
+ * change, so permission checks are compared too.
  *
  * A disagreement is printed with the call's number and arguments; after DIFF_MAX_REPORTS the
  * seed's run stops (the namespaces may no longer agree). Seeds are fixed and printed;
@@ -36,6 +37,8 @@
 #define DIFF_MAX_REPORTS 8
 #define DIFF_CALLS_DEFAULT 1500
 #define DIFF_USER_UID 1000
+#define DIFF_USER_GROUP 1001 /* a supplementary group of the user's */
+#define DIFF_OTHER_GROUP 1003 /* a group the user is not in */
 #define DIFF_MAX_LIST 64 /* directory entries compared per listing */
 #define DIFF_DATA_MAX 6000
 #define DIFF_NAME_MAX 255 /* NFS3_MAXNAMLEN */
@@ -529,12 +532,19 @@ static void call_setattr(void)
 					 (uint64_t)sa.size.set_size3_u.size);
 	}
 	if (pick & 4) {
-		uint32_t id = rng_below(2) ? DIFF_USER_UID : 0;
-		sa.uid.set_it = 1;
-		sa.uid.set_uid3_u.uid = id;
-		sa.gid.set_it = 1;
-		sa.gid.set_gid3_u.gid = id;
-		used += (size_t)snprintf(what + used, sizeof(what) - used, " owner %u", id);
+		static const uint32_t gids[] = {0, DIFF_USER_UID, DIFF_USER_GROUP, DIFF_OTHER_GROUP};
+		unsigned which = rng_below(3); /* 0: owner and group, 1: owner, 2: group */
+		uint32_t uid = rng_below(2) ? DIFF_USER_UID : 0, gid = gids[rng_below(4)];
+		if (which != 2) {
+			sa.uid.set_it = 1;
+			sa.uid.set_uid3_u.uid = uid;
+			used += (size_t)snprintf(what + used, sizeof(what) - used, " uid %u", uid);
+		}
+		if (which != 1) {
+			sa.gid.set_it = 1;
+			sa.gid.set_gid3_u.gid = gid;
+			used += (size_t)snprintf(what + used, sizeof(what) - used, " gid %u", gid);
+		}
 	}
 	if (pick & 8 || pick == 0) {
 		/* The client's time needs ownership; the server's time write permission too. */
@@ -865,9 +875,10 @@ int main(void)
 	bool ready = started;
 	for (unsigned s = 0; ready && s < DIFF_SIDES; s++) {
 		uint16_t port = srv[s].ts_port;
+		const uint32_t groups[] = {DIFF_USER_GROUP};
 		bool connected = pc_connect(&root_cl[s], port, NFS_PROGRAM, 3, 0, 0) == 0 &&
-				 pc_connect(&user_cl[s], port, NFS_PROGRAM, 3, DIFF_USER_UID,
-					    DIFF_USER_UID) == 0;
+				 pc_connect_groups(&user_cl[s], port, NFS_PROGRAM, 3, DIFF_USER_UID,
+						   DIFF_USER_UID, 1, groups) == 0;
 		ready = tap_check(connected, "NFS connections to the %s server", side_name[s]);
 	}
 	if (ready) {
