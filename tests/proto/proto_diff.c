@@ -532,7 +532,8 @@ static void call_setattr(void)
 					 (uint64_t)sa.size.set_size3_u.size);
 	}
 	if (pick & 4) {
-		static const uint32_t gids[] = {0, DIFF_USER_UID, DIFF_USER_GROUP, DIFF_OTHER_GROUP};
+		static const uint32_t gids[] = {0, DIFF_USER_UID, DIFF_USER_GROUP,
+						DIFF_OTHER_GROUP};
 		unsigned which = rng_below(3); /* 0: owner and group, 1: owner, 2: group */
 		uint32_t uid = rng_below(2) ? DIFF_USER_UID : 0, gid = gids[rng_below(4)];
 		if (which != 2) {
