@@ -151,7 +151,7 @@ int posix_thread_cred_reset(void)
 	return posix_set_fsuid((uint32_t)geteuid());
 }
 
-static bool posix_in_group(const struct fs_cred *cred, uint32_t gid)
+bool posix_in_group(const struct fs_cred *cred, uint32_t gid)
 {
 	if (cred->fc_gid == gid)
 		return true;

@@ -371,6 +371,8 @@ SH_MUST_CHECK int posix_cred_apply(const struct fs_cred *cred);
 /* Sets the thread's fsuid to 0 (restoring CAP_DAC_READ_SEARCH for open_by_handle_at) if it is
  * not already; the next posix_cred_apply switches back. */
 SH_MUST_CHECK int posix_cred_root(void);
+/* Whether gid is cred's group or one of its supplementary groups. */
+bool posix_in_group(const struct fs_cred *cred, uint32_t gid);
 /* Checks that cred (already applied to the thread) may do mask (R_OK/W_OK/X_OK) on the object
  * of fd with attributes st. owner_override: the owner may read and write regardless of mode
  * (NFS semantics for I/O on a file the owner opened before changing its mode); read_if_exec:

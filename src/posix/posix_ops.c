@@ -252,14 +252,9 @@ static int posix_setattr_owner_check(const struct fs_cred *cred, const struct st
 		return -EPERM;
 	if (sa->fs_set_uid && sa->fs_uid != (uint32_t)st->st_uid)
 		return -EPERM;
-	if (sa->fs_set_gid && sa->fs_gid != (uint32_t)st->st_gid && sa->fs_gid != cred->fc_gid) {
-		uint32_t n = SH_MIN(cred->fc_ngids, (uint32_t)FS_MAX_GIDS);
-		bool member = false;
-		for (uint32_t i = 0; i < n && !member; i++)
-			member = cred->fc_gids[i] == sa->fs_gid;
-		if (!member)
-			return -EPERM;
-	}
+	if (sa->fs_set_gid && sa->fs_gid != (uint32_t)st->st_gid &&
+	    !posix_in_group(cred, sa->fs_gid))
+		return -EPERM;
 	return 0;
 }
 
