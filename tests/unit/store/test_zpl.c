@@ -1801,6 +1801,21 @@ static void test_permissions(void)
 	CHECK(t_mkdir(e, &priv, "g", 0755, NULL) == -EACCES);
 	CHECK(t_rename(e, &priv, "f", &pub, "f") == -EACCES);
 	CHECK(t_link(e, &f, &priv, "f2") == -EACCES);
+	/* A directory one may search but not write: the name is looked up first, as the kernel
+	 * does, so a missing name is ENOENT, and an existing one EEXIST or (CREATE UNCHECKED)
+	 * the file, before write permission is asked (rm -f of a missing file stays silent). */
+	struct fs_obj_id ro;
+	e->e_cred = &user1;
+	CHECK(t_mkdir(e, &root, "ro", 0755, &ro) == 0);
+	CHECK(t_create(e, &ro, "f", 0644, NULL) == 0);
+	e->e_cred = &user2;
+	CHECK(t_remove(e, &ro, "missing") == -ENOENT);
+	CHECK(t_remove(e, &ro, "f") == -EACCES);
+	CHECK(t_create(e, &ro, "f", 0644, NULL) == 0); /* UNCHECKED: as open(O_CREAT) of it */
+	CHECK(t_create(e, &ro, "new", 0644, NULL) == -EACCES);
+	CHECK(t_mkdir(e, &ro, "f", 0755, NULL) == -EEXIST);
+	CHECK(t_rename(e, &ro, "missing", &pub, "x") == -ENOENT);
+	CHECK(t_rename(e, &ro, "f", &pub, "x") == -EACCES);
 	/* Files: other bits, no access; root reads and writes anything. */
 	CHECK(t_read(e, &f, 0, 1, NULL, NULL, NULL) == -EACCES);
 	CHECK(t_write(e, &f, 0, "a", 1) == -EACCES);
