@@ -105,6 +105,8 @@ static const char *random_name(bool dots)
 		return rng_below(2) ? "." : "..";
 	if (rng_below(40) == 0)
 		return rng_below(2) ? longest : too_long;
+	if (rng_below(80) == 0)
+		return rng_below(2) ? "" : "a/b"; /* names no entry can have */
 	return names[rng_below(6)];
 }
 
