@@ -28,6 +28,7 @@
 
 #include "pclient.h"
 #include "rawrpc.h"
+#include "rng.h"
 #include "tap.h"
 #include "testserver.h"
 
@@ -58,25 +59,10 @@ static unsigned nobjs;
  * and a replay of one seed sees what the run of all seeds saw. */
 static struct pc_fh export_root[DIFF_SIDES];
 
-static uint64_t rng_state;
 static unsigned long call_no;
 static char call_desc[256];
 static unsigned reports;
 static bool verbose; /* SHALE_DIFF_VERBOSE: every call is printed */
-
-static uint64_t rng_next(void)
-{
-	/* xorshift64*: enough for choosing calls, and the same sequence everywhere. */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-static uint32_t rng_below(uint32_t n)
-{
-	return (uint32_t)(rng_next() % n);
-}
 
 static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void report(const char *fmt, ...)
@@ -101,13 +87,13 @@ static const char *random_name(bool dots)
 		memset(longest, 'l', sizeof(longest) - 1);
 		memset(too_long, 't', sizeof(too_long) - 1);
 	}
-	if (dots && rng_below(12) == 0)
-		return rng_below(2) ? "." : "..";
-	if (rng_below(40) == 0)
-		return rng_below(2) ? longest : too_long;
-	if (rng_below(80) == 0)
-		return rng_below(2) ? "" : "a/b"; /* names no entry can have */
-	return names[rng_below(6)];
+	if (dots && test_rng_below(12) == 0)
+		return test_rng_below(2) ? "." : "..";
+	if (test_rng_below(40) == 0)
+		return test_rng_below(2) ? longest : too_long;
+	if (test_rng_below(80) == 0)
+		return test_rng_below(2) ? "" : "a/b"; /* names no entry can have */
+	return names[test_rng_below(6)];
 }
 
 /* A random known object, of type want (0: any); objs[0] is the root, always a directory. */
@@ -117,7 +103,7 @@ static struct diff_obj *random_obj(uint32_t want)
 	for (unsigned i = 0; i < nobjs; i++)
 		if (want == 0 || objs[i].do_type == want)
 			candidates[n++] = i;
-	return n == 0 ? &objs[0] : &objs[candidates[rng_below(n)]];
+	return n == 0 ? &objs[0] : &objs[candidates[test_rng_below(n)]];
 }
 
 static struct diff_obj *random_dir(void)
@@ -145,7 +131,7 @@ static void note_obj(const struct pc_fh fh[DIFF_SIDES], uint32_t type)
 			return;
 		}
 	}
-	unsigned slot = nobjs < DIFF_MAX_OBJS ? nobjs++ : 1 + rng_below(DIFF_MAX_OBJS - 1);
+	unsigned slot = nobjs < DIFF_MAX_OBJS ? nobjs++ : 1 + test_rng_below(DIFF_MAX_OBJS - 1);
 	objs[slot].do_fh[0] = fh[0];
 	objs[slot].do_fh[1] = fh[1];
 	objs[slot].do_type = type;
@@ -193,7 +179,7 @@ static struct pc_client *client(unsigned side, bool as_user)
 
 static bool pick_user(void)
 {
-	return rng_below(5) == 0;
+	return test_rng_below(5) == 0;
 }
 
 static sattr3 sattr_none(void)
@@ -207,7 +193,7 @@ static uint32_t random_mode(bool dir)
 {
 	static const uint32_t file_modes[] = {0644, 0600, 0666, 0755, 0444, 0640, 04755, 02755};
 	static const uint32_t dir_modes[] = {0755, 0777, 0700, 01777, 02775, 0555, 0711};
-	return dir ? dir_modes[rng_below(7)] : file_modes[rng_below(8)];
+	return dir ? dir_modes[test_rng_below(7)] : file_modes[test_rng_below(8)];
 }
 
 /* ---------------------------------------------------------------- the calls */
@@ -272,11 +258,12 @@ static void call_create(void)
 	struct diff_obj *dir = random_dir();
 	const char *name = random_name(false);
 	bool user = pick_user();
-	createmode3 how = (createmode3)rng_below(3); /* UNCHECKED, GUARDED, EXCLUSIVE */
+	createmode3 how = (createmode3)test_rng_below(3); /* UNCHECKED, GUARDED, EXCLUSIVE */
 	uint32_t mode = random_mode(false);
 	uint64_t verf = call_no % 4; /* a repeated verifier makes a retried EXCLUSIVE create */
 	/* An UNCHECKED create may carry a size, which applies to a file that exists. */
-	int64_t size = how == UNCHECKED && rng_below(3) == 0 ? (int64_t)rng_below(3000) : -1;
+	bool sized = how == UNCHECKED && test_rng_below(3) == 0;
+	int64_t size = sized ? (int64_t)test_rng_below(3000) : -1;
 	snprintf(call_desc, sizeof(call_desc), "CREATE %.24s how %d mode %04o size %" PRId64 "%s",
 		 name, how, mode, size, user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
@@ -340,7 +327,7 @@ static void call_symlink(void)
 	static const char *const targets[] = {"a", "../b", "/etc/passwd", "c/d/e", "."};
 	struct diff_obj *dir = random_dir();
 	const char *name = random_name(false);
-	const char *target = targets[rng_below(5)];
+	const char *target = targets[test_rng_below(5)];
 	snprintf(call_desc, sizeof(call_desc), "SYMLINK %.24s -> %s", name, target);
 	uint32_t st[DIFF_SIDES];
 	SYMLINK3res r[DIFF_SIDES];
@@ -455,11 +442,11 @@ static void call_link(void)
 static void call_write(void)
 {
 	static char data[DIFF_DATA_MAX];
-	struct diff_obj *o = random_obj(rng_below(4) ? NF3REG : 0);
+	struct diff_obj *o = random_obj(test_rng_below(4) ? NF3REG : 0);
 	bool user = pick_user();
-	uint64_t off = rng_below(4) == 0 ? 0 : rng_below(40000);
-	uint32_t len = rng_below(DIFF_DATA_MAX);
-	stable_how stable = rng_below(2) ? FILE_SYNC : UNSTABLE;
+	uint64_t off = test_rng_below(4) == 0 ? 0 : test_rng_below(40000);
+	uint32_t len = test_rng_below(DIFF_DATA_MAX);
+	stable_how stable = test_rng_below(2) ? FILE_SYNC : UNSTABLE;
 	for (uint32_t i = 0; i < len; i++)
 		data[i] = (char)('A' + (call_no + i) % 26);
 	snprintf(call_desc, sizeof(call_desc), "WRITE %u at %" PRIu64 " stable %d%s", len, off,
@@ -485,10 +472,10 @@ static void call_write(void)
 
 static void call_read(void)
 {
-	struct diff_obj *o = random_obj(rng_below(4) ? NF3REG : 0);
+	struct diff_obj *o = random_obj(test_rng_below(4) ? NF3REG : 0);
 	bool user = pick_user();
-	uint64_t off = rng_below(3) == 0 ? 0 : rng_below(48000);
-	uint32_t count = rng_below(9000);
+	uint64_t off = test_rng_below(3) == 0 ? 0 : test_rng_below(48000);
+	uint32_t count = test_rng_below(9000);
 	snprintf(call_desc, sizeof(call_desc), "READ %u at %" PRIu64 "%s", count, off,
 		 user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
@@ -520,7 +507,7 @@ static void call_setattr(void)
 	sattr3 sa = sattr_none();
 	char what[96] = "";
 	size_t used = 0;
-	unsigned pick = rng_below(16);
+	unsigned pick = test_rng_below(16);
 	if (pick & 1) {
 		sa.mode.set_it = 1;
 		sa.mode.set_mode3_u.mode = random_mode(o->do_type == NF3DIR);
@@ -529,15 +516,15 @@ static void call_setattr(void)
 	}
 	if (pick & 2) {
 		sa.size.set_it = 1;
-		sa.size.set_size3_u.size = rng_below(3) == 0 ? 0 : rng_below(45000);
+		sa.size.set_size3_u.size = test_rng_below(3) == 0 ? 0 : test_rng_below(45000);
 		used += (size_t)snprintf(what + used, sizeof(what) - used, " size %" PRIu64,
 					 (uint64_t)sa.size.set_size3_u.size);
 	}
 	if (pick & 4) {
 		static const uint32_t gids[] = {0, DIFF_USER_UID, DIFF_USER_GROUP,
 						DIFF_OTHER_GROUP};
-		unsigned which = rng_below(3); /* 0: owner and group, 1: owner, 2: group */
-		uint32_t uid = rng_below(2) ? DIFF_USER_UID : 0, gid = gids[rng_below(4)];
+		unsigned which = test_rng_below(3); /* 0: owner and group, 1: owner, 2: group */
+		uint32_t uid = test_rng_below(2) ? DIFF_USER_UID : 0, gid = gids[test_rng_below(4)];
 		if (which != 2) {
 			sa.uid.set_it = 1;
 			sa.uid.set_uid3_u.uid = uid;
@@ -551,7 +538,7 @@ static void call_setattr(void)
 	}
 	if (pick & 8 || pick == 0) {
 		/* The client's time needs ownership; the server's time write permission too. */
-		bool server_time = rng_below(2) == 0;
+		bool server_time = test_rng_below(2) == 0;
 		sa.mtime.set_it = server_time ? SET_TO_SERVER_TIME : SET_TO_CLIENT_TIME;
 		sa.mtime.set_mtime_u.mtime.seconds = 1700000000u + (uint32_t)call_no;
 		used += (size_t)snprintf(what + used, sizeof(what) - used, " mtime%s",
@@ -559,7 +546,7 @@ static void call_setattr(void)
 	}
 	/* A guard on the ctime: each side's own (read just before: the change applies), or one
 	 * long past (NOT_SYNC). */
-	unsigned guard = rng_below(6); /* 0: the object's ctime, 1: a stale one, else none */
+	unsigned guard = test_rng_below(6); /* 0: the object's ctime, 1: a stale one, else none */
 	snprintf(call_desc, sizeof(call_desc), "SETATTR type %u%s%s%s", o->do_type, what,
 		 guard == 0 ? " guarded" : guard == 1 ? " guarded by a stale ctime" : "",
 		 user ? " as a user" : "");
@@ -592,7 +579,7 @@ static void call_setattr(void)
 static void call_access(void)
 {
 	struct diff_obj *o = random_obj(0);
-	bool user = pick_user() || rng_below(2) == 0;
+	bool user = pick_user() || test_rng_below(2) == 0;
 	snprintf(call_desc, sizeof(call_desc), "ACCESS type %u%s", o->do_type,
 		 user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
@@ -611,7 +598,7 @@ static void call_access(void)
 
 static void call_readlink(void)
 {
-	struct diff_obj *o = random_obj(rng_below(4) ? NF3LNK : 0);
+	struct diff_obj *o = random_obj(test_rng_below(4) ? NF3LNK : 0);
 	snprintf(call_desc, sizeof(call_desc), "READLINK type %u", o->do_type);
 	uint32_t st[DIFF_SIDES];
 	READLINK3res r[DIFF_SIDES];
@@ -693,9 +680,9 @@ static void call_readdirplus(void)
 {
 	static struct diff_entry list[DIFF_SIDES][DIFF_MAX_LIST];
 	static const uint32_t maxcounts[] = {4096, 1024, 600}; /* the smaller ones take pages */
-	struct diff_obj *dir = random_obj(rng_below(6) ? NF3DIR : 0);
+	struct diff_obj *dir = random_obj(test_rng_below(6) ? NF3DIR : 0);
 	bool user = pick_user();
-	uint32_t maxcount = maxcounts[rng_below(3)];
+	uint32_t maxcount = maxcounts[test_rng_below(3)];
 	snprintf(call_desc, sizeof(call_desc), "READDIRPLUS type %u maxcount %u%s", dir->do_type,
 		 maxcount, user ? " as a user" : "");
 	uint32_t st[DIFF_SIDES];
@@ -729,7 +716,7 @@ static void call_readdirplus(void)
 
 static void call_commit(void)
 {
-	struct diff_obj *o = random_obj(rng_below(4) ? NF3REG : 0);
+	struct diff_obj *o = random_obj(test_rng_below(4) ? NF3REG : 0);
 	snprintf(call_desc, sizeof(call_desc), "COMMIT type %u", o->do_type);
 	uint32_t st[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
@@ -772,7 +759,7 @@ static void call_pathconf(void)
 
 static void one_call(void)
 {
-	unsigned pick = rng_below(100);
+	unsigned pick = test_rng_below(100);
 	if (pick < 12)
 		call_lookup();
 	else if (pick < 20)
@@ -822,7 +809,7 @@ static bool run_seed(uint64_t seed, unsigned long calls, unsigned run_index)
 {
 	char top[32];
 	snprintf(top, sizeof(top), "run%u", run_index);
-	rng_state = seed * 2654435761u + 1;
+	test_rng_seed(seed * 2654435761u + 1);
 	call_no = 0;
 	reports = 0;
 	nobjs = 0;

@@ -17,33 +17,14 @@
 
 #include "base/base.h"
 #include "store/btree.h"
+#include "rng.h"
 #include "tap.h"
 
 #define ID_SCALE 4096u /* bp_offset = block id * ID_SCALE, like a sector-aligned offset */
 #define TREE_TYPE 7u
 
 /* ---------------------------------------------------------------------------------------------
- * Random numbers (xorshift64*, seeded per test so every run is the same) */
-
-static uint64_t rng_state = 1;
-
-static void rng_seed(uint64_t seed)
-{
-	rng_state = seed ? seed : 1;
-}
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return rng_state * 2685821657736338717ull;
-}
-
-static uint32_t rnd_below(uint32_t n)
-{
-	return (uint32_t)(rnd() % n);
-}
+ * Keys; random choices come from rng.h, seeded per test so every run is the same */
 
 /* A bijection on 64-bit integers (splitmix64's finalizer), so perm(i) are distinct keys in an
  * order unrelated to i. */
@@ -764,22 +745,22 @@ static void keypool_init(struct keypool *kp, uint32_t n, uint32_t kmax, uint32_t
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t *k = kp->kp_keys[i];
 		uint32_t len;
-		if (i > 0 && rnd_below(3) == 0) {
-			uint32_t j = rnd_below(i);
+		if (i > 0 && test_rng_below(3) == 0) {
+			uint32_t j = test_rng_below(i);
 			len = kp->kp_lens[j];
 			memcpy(k, kp->kp_keys[j], len);
-			if (len > 1 && rnd_below(2))
-				len -= 1 + rnd_below(len - 1 > 3 ? 3 : len - 1);
+			if (len > 1 && test_rng_below(2))
+				len -= 1 + test_rng_below(len - 1 > 3 ? 3 : len - 1);
 			else
-				while (len < kmax && rnd_below(2))
-					k[len++] = (uint8_t)rnd();
+				while (len < kmax && test_rng_below(2))
+					k[len++] = (uint8_t)test_rng_next();
 		} else {
-			len = common_prefix + 1 + rnd_below(kmax - common_prefix);
+			len = common_prefix + 1 + test_rng_below(kmax - common_prefix);
 			memset(k, 'x', common_prefix);
 			for (uint32_t b = common_prefix; b < len; b++)
-				k[b] = (uint8_t)(rnd_below(4) == 0   ? 0xff
-				                 : rnd_below(3) == 0 ? 0
-				                                     : rnd());
+				k[b] = (uint8_t)(test_rng_below(4) == 0   ? 0xff
+				                 : test_rng_below(3) == 0 ? 0
+				                                     : test_rng_next());
 		}
 		kp->kp_lens[i] = len;
 	}
@@ -794,7 +775,7 @@ static void keypool_fini(struct keypool *kp)
 static void random_model_run(uint32_t nb, uint32_t kmax, uint32_t vmax, uint32_t common_prefix,
                              uint32_t nkeys, uint32_t rounds, uint64_t seed)
 {
-	rng_seed(seed);
+	test_rng_seed(seed);
 	struct env e;
 	env_init(&e, nb, kmax, vmax);
 	struct model m = {0};
@@ -809,18 +790,18 @@ static void random_model_run(uint32_t nb, uint32_t kmax, uint32_t vmax, uint32_t
 	char report[256];
 	for (uint32_t r = 0; r < rounds && mismatches == 0; r++) {
 		bool grow = (r / 4000) % 2 == 0; /* alternate growing and shrinking phases */
-		uint32_t op = rnd_below(100);
-		uint32_t ki = rnd_below(kp.kp_n);
+		uint32_t op = test_rng_below(100);
+		uint32_t ki = test_rng_below(kp.kp_n);
 		const uint8_t *k = kp.kp_keys[ki];
 		uint32_t kl = kp.kp_lens[ki];
 		bool found;
 		size_t mpos = model_find(&m, k, kl, &found);
 		int rc;
 		if (op < (grow ? 50u : 25u)) {
-			uint32_t vl = rnd_below(vmax + 1);
+			uint32_t vl = test_rng_below(vmax + 1);
 			for (uint32_t b = 0; b < vl; b++)
-				val[b] = (uint8_t)rnd();
-			enum btree_put_mode mode = (enum btree_put_mode)rnd_below(3);
+				val[b] = (uint8_t)test_rng_next();
+			enum btree_put_mode mode = (enum btree_put_mode)test_rng_below(3);
 			rc = e_put(&e, k, kl, val, vl, mode);
 			int want = (mode == BTREE_PUT_NEW && found)        ? -EEXIST
 			           : (mode == BTREE_PUT_REPLACE && !found) ? -ENOENT
@@ -867,13 +848,14 @@ static void random_model_run(uint32_t nb, uint32_t kmax, uint32_t vmax, uint32_t
 				}
 			}
 		} else if (op < 98) {
-			if (scan_compare(&e, &m, k, kl, rnd_below(2), 1 + rnd_below(50), NULL) <
-			    0) {
+			bool after = test_rng_below(2) != 0;
+			uint32_t count = 1 + test_rng_below(50);
+			if (scan_compare(&e, &m, k, kl, after, count, NULL) < 0) {
 				printf("#   round %u: scan mismatch\n", r);
 				mismatches++;
 			}
 		} else {
-			uint32_t what = rnd_below(100);
+			uint32_t what = test_rng_below(100);
 			if (what < 60) {
 				if (e_sync(&e, &root) != 0 || !store_matches_root(&e.e_ms, &root) ||
 				    root.bp_fill != m.m_n || btree_is_dirty(e.e_t)) {
@@ -973,7 +955,7 @@ static void test_varlen_and_modes(void)
 	struct env e;
 	env_init(&e, 4096, kmax, vmax);
 	struct model m = {0};
-	rng_seed(42);
+	test_rng_seed(42);
 	uint8_t k[BTREE_KEY_MAX], v[756], out[756];
 	uint32_t vl;
 	/* The empty key, and a chain of keys each a prefix of the next. */
@@ -987,10 +969,10 @@ static void test_varlen_and_modes(void)
 	/* Max-sized keys and values. */
 	for (uint32_t i = 0; i < 300; i++) {
 		for (uint32_t b = 0; b < kmax; b++)
-			k[b] = (uint8_t)rnd();
-		uint32_t vlen = i % 3 == 0 ? vmax : rnd_below(vmax + 1);
+			k[b] = (uint8_t)test_rng_next();
+		uint32_t vlen = i % 3 == 0 ? vmax : test_rng_below(vmax + 1);
 		for (uint32_t b = 0; b < vlen; b++)
-			v[b] = (uint8_t)rnd();
+			v[b] = (uint8_t)test_rng_next();
 		CHECK(e_put(&e, k, kmax, v, vlen, BTREE_PUT_UPSERT) == 0);
 		model_put(&m, k, kmax, v, vlen);
 	}
@@ -1050,7 +1032,7 @@ static void test_varlen_and_modes(void)
 	CHECK(tree_equals_model(&e, &m));
 	CHECKF(e_check(&e, report, sizeof(report)) == 0, "%s", report);
 	while (m.m_n > 0) {
-		struct mentry *me = m.m_ents[rnd_below((uint32_t)m.m_n)];
+		struct mentry *me = m.m_ents[test_rng_below((uint32_t)m.m_n)];
 		CHECK(e_delete(&e, me->me_key, me->me_klen) == 0);
 		CHECK(e_delete(&e, me->me_key, me->me_klen) == -ENOENT);
 		model_del(&m, me->me_key, me->me_klen);
@@ -1231,14 +1213,14 @@ static void test_scan_resume_after_miss(void)
 	struct env e;
 	env_init(&e, 1024, 16, 24);
 	struct model m = {0};
-	rng_seed(7);
+	test_rng_seed(7);
 	uint8_t k[16], v[24];
 	for (uint32_t i = 0; i < 3000; i++) {
-		uint32_t kl = 4 + rnd_below(12), vl = rnd_below(25);
+		uint32_t kl = 4 + test_rng_below(12), vl = test_rng_below(25);
 		for (uint32_t b = 0; b < kl; b++)
-			k[b] = (uint8_t)rnd();
+			k[b] = (uint8_t)test_rng_next();
 		for (uint32_t b = 0; b < vl; b++)
-			v[b] = (uint8_t)rnd();
+			v[b] = (uint8_t)test_rng_next();
 		CHECK(e_put(&e, k, kl, v, vl, BTREE_PUT_UPSERT) == 0);
 		model_put(&m, k, kl, v, vl);
 	}
@@ -1377,12 +1359,12 @@ static void test_misses(void)
 	CHECK(e_lookup(&e, k, 8, out, sizeof(out), &vl) == -ENOENT);
 	/* Cold tree, random operations through the retrying wrappers. */
 	ms_forget_all(&e.e_ms);
-	rng_seed(99);
+	test_rng_seed(99);
 	for (uint32_t i = 0; i < 3000; i++) {
-		snprintf((char *)k, sizeof(k), "m%07u", rnd_below(7000));
+		snprintf((char *)k, sizeof(k), "m%07u", test_rng_below(7000));
 		bool found;
 		model_find(&m, k, 8, &found);
-		if (rnd_below(2)) {
+		if (test_rng_below(2)) {
 			CHECK(e_delete(&e, k, 8) == (found ? 0 : -ENOENT));
 			model_del(&m, k, 8);
 		} else {
@@ -1410,7 +1392,7 @@ static void test_copy_on_write(void)
 	struct env e;
 	env_init(&e, 1024, 16, 32);
 	struct model m = {0};
-	rng_seed(3);
+	test_rng_seed(3);
 	uint8_t k[16], v[32], out[32];
 	uint32_t vl;
 	for (uint32_t i = 0; i < 600; i++) {
@@ -1431,7 +1413,7 @@ static void test_copy_on_write(void)
 	e.e_ms.ms_nfreed_log = 0;
 	/* Updates, deletes and inserts. Frees happen as the changes are made, not at sync. */
 	for (uint32_t i = 0; i < 30; i++) {
-		const struct mentry *me = m.m_ents[rnd_below((uint32_t)m.m_n)];
+		const struct mentry *me = m.m_ents[test_rng_below((uint32_t)m.m_n)];
 		memset(v, 0xaa, 32);
 		CHECK(e_put(&e, me->me_key, 7, v, 32, BTREE_PUT_REPLACE) == 0);
 		model_put(&m, me->me_key, 7, v, 32);
@@ -1439,7 +1421,7 @@ static void test_copy_on_write(void)
 	size_t frees_before_sync = e.e_ms.ms_nfreed_log;
 	CHECK(frees_before_sync > 0);
 	for (uint32_t i = 0; i < 40; i++) {
-		const struct mentry *me = m.m_ents[rnd_below((uint32_t)m.m_n)];
+		const struct mentry *me = m.m_ents[test_rng_below((uint32_t)m.m_n)];
 		uint8_t victim[7];
 		memcpy(victim, me->me_key, 7);
 		CHECK(e_delete(&e, victim, 7) == 0);
@@ -1515,12 +1497,12 @@ static void test_sync_failure(void)
 	struct env e;
 	env_init(&e, 1024, 16, 40);
 	struct model m = {0};
-	rng_seed(11);
+	test_rng_seed(11);
 	uint8_t k[16], v[40];
 	for (uint32_t i = 0; i < 800; i++) {
 		snprintf((char *)k, sizeof(k), "f%08u", (uint32_t)(perm(i) % 100000000u));
 		for (uint32_t b = 0; b < 40; b++)
-			v[b] = (uint8_t)rnd();
+			v[b] = (uint8_t)test_rng_next();
 		CHECK(e_put(&e, k, 9, v, 40, BTREE_PUT_UPSERT) == 0);
 		model_put(&m, k, 9, v, 40);
 	}
@@ -1546,7 +1528,7 @@ static void test_sync_failure(void)
 	CHECK(st.bst_dirty_nodes == st0.bst_dirty_nodes - 5);
 	/* Changes between the failed sync and the next: a written node copied again is freed. */
 	for (uint32_t i = 0; i < 40; i++) {
-		const struct mentry *me = m.m_ents[rnd_below((uint32_t)m.m_n)];
+		const struct mentry *me = m.m_ents[test_rng_below((uint32_t)m.m_n)];
 		memset(v, 0x11, 40);
 		CHECK(e_put(&e, me->me_key, 9, v, 40, BTREE_PUT_REPLACE) == 0);
 		model_put(&m, me->me_key, 9, v, 40);
@@ -1853,20 +1835,21 @@ static void test_corrupt_fuzz(void)
 		if (mark[id])
 			ids[nids++] = id;
 	mem_free(mark);
-	rng_seed(2024);
+	test_rng_seed(2024);
 	uint8_t save[1024];
 	uint32_t eio = 0, bad = 0;
 	for (int it = 0; it < 1500; it++) {
-		uint64_t id = ids[rnd_below(nids)];
+		uint64_t id = ids[test_rng_below(nids)];
 		uint8_t *img = ms->ms_blocks[id].mb_img;
 		memcpy(save, img, 1024);
-		uint32_t flips = 1 + rnd_below(3);
+		uint32_t flips = 1 + test_rng_below(3);
 		for (uint32_t f = 0; f < flips; f++) {
 			/* Mostly the header, slots and entry headers, where damage matters. */
-			uint32_t off = rnd_below(3) == 0 ? rnd_below(64) : rnd_below(1024);
-			img[off] ^= (uint8_t)(1u << rnd_below(8));
+			bool header = test_rng_below(3) == 0;
+			uint32_t off = header ? test_rng_below(64) : test_rng_below(1024);
+			img[off] ^= (uint8_t)(1u << test_rng_below(8));
 		}
-		const struct mentry *me = ce.ce_m.m_ents[rnd_below((uint32_t)ce.ce_m.m_n)];
+		const struct mentry *me = ce.ce_m.m_ents[test_rng_below((uint32_t)ce.ce_m.m_n)];
 		bool other = false;
 		char report[256];
 		eio += (uint32_t)corrupt_ops(&ce, me->me_key, me->me_klen, &other, report,
@@ -1971,7 +1954,7 @@ static void test_shrink_and_merge(void)
 	struct env e;
 	env_init(&e, 1024, 16, 16);
 	uint8_t k[16], v[16];
-	rng_seed(5);
+	test_rng_seed(5);
 	const uint32_t n = 4000;
 	for (uint32_t i = 0; i < n; i++) {
 		put_be64(k, perm(i)); /* distinct keys in random order */
@@ -1990,7 +1973,7 @@ static void test_shrink_and_merge(void)
 	for (uint32_t i = 0; i < n; i++)
 		order[i] = i;
 	for (uint32_t i = n - 1; i > 0; i--) {
-		uint32_t j = rnd_below(i + 1), t = order[i];
+		uint32_t j = test_rng_below(i + 1), t = order[i];
 		order[i] = order[j];
 		order[j] = t;
 	}
