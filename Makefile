@@ -60,7 +60,7 @@ ifeq ($(BACKEND),posix)
 	@mkdir -p var/export
 	@test -f var/exports.posix || sed 's|@EXPORT@|$(CURDIR_ABS)/var/export|' etc/exports.default > var/exports.posix
 	@echo "Serving $(CURDIR_ABS)/var/export over NFSv3 on 127.0.0.1. Mount it with:"
-	@echo "    mount -t nfs -o vers=3 127.0.0.1:$(CURDIR_ABS)/var/export /mnt"
+	@echo "    mount -t nfs -o vers=3,nolock 127.0.0.1:$(CURDIR_ABS)/var/export /mnt"
 	$(SHALE_BIN) serve --exports var/exports.posix --state var/state
 else
 	@mkdir -p var/pool
@@ -68,7 +68,7 @@ else
 		$(SHALE_BIN) fs create tank/home -d var/pool; }
 	@test -f var/exports || sed 's|@EXPORT@|tank/home|' etc/exports.default > var/exports
 	@echo "Serving the pool file system tank/home over NFSv3 on 127.0.0.1. Mount it with:"
-	@echo "    mount -t nfs -o vers=3 127.0.0.1:/tank/home /mnt"
+	@echo "    mount -t nfs -o vers=3,nolock 127.0.0.1:/tank/home /mnt"
 	$(SHALE_BIN) serve --exports var/exports --state var/state --pool-dir var/pool
 endif
 
