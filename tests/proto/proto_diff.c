@@ -139,10 +139,17 @@ static void note_obj(const struct pc_fh fh[DIFF_SIDES], uint32_t type)
 
 /* ---------------------------------------------------------------- comparing answers */
 
-/* Statuses; a call that failed at the RPC level (0xffffffff) never agrees. */
+/* The status a call answered, or DIFF_NO_REPLY when it failed at the RPC level (rc != 0). */
+#define DIFF_NO_REPLY 0xffffffffu
+static uint32_t reply_status(int rc, const nfsstat3 *status)
+{
+	return rc == 0 ? (uint32_t)*status : DIFF_NO_REPLY;
+}
+
+/* Statuses; a call that failed at the RPC level never agrees. */
 static bool same_status(const uint32_t st[DIFF_SIDES])
 {
-	if (st[0] == st[1] && st[0] != 0xffffffffu)
+	if (st[0] == st[1] && st[0] != DIFF_NO_REPLY)
 		return true;
 	report("status %" PRIu32 " from posix, %" PRIu32 " from the pool", st[0], st[1]);
 	return false;
@@ -209,8 +216,7 @@ static void call_lookup(void)
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
 		LOOKUP3args a = {.what = {.dir = pc_fh_arg(&dir->do_fh[s]), .name = (char *)name}};
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_lookup(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
-									 : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_lookup(client(s, user), &a, &r[s]), &r[s].status);
 	}
 	if (!same_status(st) || st[0] != NFS3_OK)
 		return;
@@ -232,8 +238,7 @@ static void call_getattr(void)
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
 		GETATTR3args a = {.object = pc_fh_arg(&o->do_fh[s])};
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_getattr(&root_cl[s], &a, &r[s]) == 0 ? (uint32_t)r[s].status
-								     : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_getattr(&root_cl[s], &a, &r[s]), &r[s].status);
 	}
 	if (same_status(st) && st[0] == NFS3_OK)
 		compare_fattr("attributes", &r[0].GETATTR3res_u.resok.obj_attributes,
@@ -283,8 +288,7 @@ static void call_create(void)
 			a.how.createhow3_u.obj_attributes.size.set_size3_u.size = (uint64_t)size;
 		}
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_create(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
-									 : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_create(client(s, user), &a, &r[s]), &r[s].status);
 	}
 	if (!same_status(st) || st[0] != NFS3_OK)
 		return;
@@ -313,8 +317,7 @@ static void call_mkdir(void)
 		a.where.name = (char *)name;
 		a.attributes = pc_sattr_mode(mode);
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_mkdir(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
-									: 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_mkdir(client(s, user), &a, &r[s]), &r[s].status);
 	}
 	if (same_status(st) && st[0] == NFS3_OK)
 		learn_new(&r[0].MKDIR3res_u.resok.obj, &r[1].MKDIR3res_u.resok.obj,
@@ -339,8 +342,7 @@ static void call_symlink(void)
 		a.symlink.symlink_attributes = sattr_none();
 		a.symlink.symlink_data = (char *)target;
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_symlink(&root_cl[s], &a, &r[s]) == 0 ? (uint32_t)r[s].status
-								     : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_symlink(&root_cl[s], &a, &r[s]), &r[s].status);
 	}
 	if (same_status(st) && st[0] == NFS3_OK)
 		learn_new(&r[0].SYMLINK3res_u.resok.obj, &r[1].SYMLINK3res_u.resok.obj,
@@ -363,8 +365,7 @@ static void call_mknod(void)
 		a.what.type = NF3FIFO;
 		a.what.mknoddata3_u.pipe_attributes = pc_sattr_mode(0640);
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_mknod(&root_cl[s], &a, &r[s]) == 0 ? (uint32_t)r[s].status
-								   : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_mknod(&root_cl[s], &a, &r[s]), &r[s].status);
 	}
 	if (same_status(st) && st[0] == NFS3_OK)
 		learn_new(&r[0].MKNOD3res_u.resok.obj, &r[1].MKNOD3res_u.resok.obj,
@@ -382,19 +383,16 @@ static void call_remove(bool rmdir)
 	uint32_t st[DIFF_SIDES];
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
 		diropargs3 where = {.dir = pc_fh_arg(&dir->do_fh[s]), .name = (char *)name};
-		int rc;
 		if (rmdir) {
 			RMDIR3args a = {.object = where};
 			RMDIR3res r;
 			memset(&r, 0, sizeof(r));
-			rc = pc_nfs3_rmdir(client(s, user), &a, &r);
-			st[s] = rc == 0 ? (uint32_t)r.status : 0xffffffffu;
+			st[s] = reply_status(pc_nfs3_rmdir(client(s, user), &a, &r), &r.status);
 		} else {
 			REMOVE3args a = {.object = where};
 			REMOVE3res r;
 			memset(&r, 0, sizeof(r));
-			rc = pc_nfs3_remove(client(s, user), &a, &r);
-			st[s] = rc == 0 ? (uint32_t)r.status : 0xffffffffu;
+			st[s] = reply_status(pc_nfs3_remove(client(s, user), &a, &r), &r.status);
 		}
 	}
 	same_status(st);
@@ -414,8 +412,7 @@ static void call_rename(void)
 		    .to = {.dir = pc_fh_arg(&to->do_fh[s]), .name = (char *)to_name}};
 		RENAME3res r;
 		memset(&r, 0, sizeof(r));
-		st[s] = pc_nfs3_rename(client(s, user), &a, &r) == 0 ? (uint32_t)r.status
-								      : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_rename(client(s, user), &a, &r), &r.status);
 	}
 	same_status(st);
 }
@@ -431,8 +428,7 @@ static void call_link(void)
 		LINK3args a = {.file = pc_fh_arg(&file->do_fh[s]),
 			       .link = {.dir = pc_fh_arg(&dir->do_fh[s]), .name = (char *)name}};
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_link(&root_cl[s], &a, &r[s]) == 0 ? (uint32_t)r[s].status
-								  : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_link(&root_cl[s], &a, &r[s]), &r[s].status);
 	}
 	if (same_status(st) && st[0] == NFS3_OK)
 		compare_post("linked object", &r[0].LINK3res_u.resok.file_attributes,
@@ -459,8 +455,7 @@ static void call_write(void)
 		a.data.data_len = len;
 		a.data.data_val = data;
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_write(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
-									: 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_write(client(s, user), &a, &r[s]), &r[s].status);
 	}
 	if (!same_status(st) || st[0] != NFS3_OK)
 		return;
@@ -483,8 +478,7 @@ static void call_read(void)
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
 		READ3args a = {.file = pc_fh_arg(&o->do_fh[s]), .offset = off, .count = count};
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_read(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
-								       : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_read(client(s, user), &a, &r[s]), &r[s].status);
 	}
 	if (!same_status(st) || st[0] != NFS3_OK)
 		return;
@@ -568,8 +562,7 @@ static void call_setattr(void)
 			a.guard.sattrguard3_u.obj_ctime.seconds = 1000000000u;
 		}
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_setattr(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
-									  : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_setattr(client(s, user), &a, &r[s]), &r[s].status);
 	}
 	if (same_status(st) && st[0] == NFS3_OK)
 		compare_post("changed object", &r[0].SETATTR3res_u.resok.obj_wcc.after,
@@ -587,8 +580,7 @@ static void call_access(void)
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
 		ACCESS3args a = {.object = pc_fh_arg(&o->do_fh[s]), .access = 0x3f};
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_access(client(s, user), &a, &r[s]) == 0 ? (uint32_t)r[s].status
-									 : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_access(client(s, user), &a, &r[s]), &r[s].status);
 	}
 	if (same_status(st) && st[0] == NFS3_OK &&
 	    r[0].ACCESS3res_u.resok.access != r[1].ACCESS3res_u.resok.access)
@@ -605,8 +597,7 @@ static void call_readlink(void)
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
 		READLINK3args a = {.symlink = pc_fh_arg(&o->do_fh[s])};
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_readlink(&root_cl[s], &a, &r[s]) == 0 ? (uint32_t)r[s].status
-								      : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_readlink(&root_cl[s], &a, &r[s]), &r[s].status);
 	}
 	if (same_status(st) && st[0] == NFS3_OK &&
 	    strcmp(r[0].READLINK3res_u.resok.data, r[1].READLINK3res_u.resok.data) != 0)
@@ -648,7 +639,7 @@ static uint32_t list_dir(unsigned side, bool user, const struct pc_fh *dir, uint
 		READDIRPLUS3res r;
 		memset(&r, 0, sizeof(r));
 		if (pc_nfs3_readdirplus(client(side, user), &a, &r) != 0)
-			return 0xffffffffu;
+			return DIFF_NO_REPLY;
 		if (r.status != NFS3_OK)
 			return (uint32_t)r.status;
 		READDIRPLUS3resok *ok = &r.READDIRPLUS3res_u.resok;
@@ -723,8 +714,7 @@ static void call_commit(void)
 		COMMIT3args a = {.file = pc_fh_arg(&o->do_fh[s])};
 		COMMIT3res r;
 		memset(&r, 0, sizeof(r));
-		st[s] = pc_nfs3_commit(&root_cl[s], &a, &r) == 0 ? (uint32_t)r.status
-								 : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_commit(&root_cl[s], &a, &r), &r.status);
 	}
 	same_status(st);
 }
@@ -738,8 +728,7 @@ static void call_pathconf(void)
 	for (unsigned s = 0; s < DIFF_SIDES; s++) {
 		PATHCONF3args a = {.object = pc_fh_arg(&o->do_fh[s])};
 		memset(&r[s], 0, sizeof(r[s]));
-		st[s] = pc_nfs3_pathconf(&root_cl[s], &a, &r[s]) == 0 ? (uint32_t)r[s].status
-								      : 0xffffffffu;
+		st[s] = reply_status(pc_nfs3_pathconf(&root_cl[s], &a, &r[s]), &r[s].status);
 	}
 	if (!same_status(st) || st[0] != NFS3_OK)
 		return;
