@@ -81,6 +81,23 @@ static struct pool_open_opts opts_kv(void)
 	return o;
 }
 
+/* A new pool NAME on the one device d, with a dataset "kv" open as *kv_out. Returns the pool, or
+ * NULL (the failure counted) where it could not be created; *kv_out is NULL where the dataset
+ * could not be created or opened. */
+static struct pool *new_kv_pool(const char *name, struct blk_dev *d, struct pool_open_opts *o,
+                                struct kv **kv_out)
+{
+	struct pool_create_args a = {.pc_name = name, .pc_opts = o};
+	struct pool *p = NULL;
+	*kv_out = NULL;
+	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (!p)
+		return NULL;
+	CHECK(pool_ds_create(p, "kv", NULL) == 0);
+	CHECK(kv_open(p, "kv", kv_out) == 0);
+	return p;
+}
+
 /* A model of a dataset's contents: key k -> version (0 = absent). */
 struct model {
 	unsigned m_nkeys;
@@ -251,14 +268,10 @@ static void test_replay_after_close(void)
 	struct blk_dev *d = mem_dev(64 * MIB);
 	struct pool_open_opts o = opts_kv();
 	o.po_log_region_bytes = 16 * MIB; /* the tail below fits: no txg is forced by a full log */
-	struct pool_create_args a = {.pc_name = "replay", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	struct kv *kv;
+	struct pool *p = new_kv_pool("replay", d, &o, &kv);
 	if (!p)
 		return;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	struct model m;
 	model_init(&m, 400);
 	/* many txgs, then a tail of changes only in the log */
@@ -1088,16 +1101,10 @@ static bool top0_is(struct pool *p, unsigned nchildren, bool mirror)
 static struct pool *kv_pool(const char *name, struct blk_dev *d, struct pool_open_opts *o,
                             struct model *m, unsigned nops, uint64_t seed)
 {
-	struct pool_create_args a = {.pc_name = name, .pc_opts = o};
-	struct pool *p = NULL;
 	model_init(m, 300);
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
-	if (!p)
-		return NULL;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
-	if (kv) {
+	struct kv *kv;
+	struct pool *p = new_kv_pool(name, d, o, &kv);
+	if (p && kv) {
 		CHECK(workload(kv, m, nops, nops / 3, true, seed) == 0);
 		kv_close(kv);
 	}
@@ -1515,14 +1522,10 @@ static void test_bad_block(void)
 {
 	struct blk_dev *d = mem_dev(48 * MIB);
 	struct pool_open_opts o = opts_kv();
-	struct pool_create_args a = {.pc_name = "bad", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	struct kv *kv;
+	struct pool *p = new_kv_pool("bad", d, &o, &kv);
 	if (!p)
 		return;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	struct model m;
 	model_init(&m, 100);
 	CHECK(workload(kv, &m, 300, 0, false, 51) == 0);
@@ -1586,14 +1589,10 @@ static void test_full_pool(void)
 {
 	struct blk_dev *d = mem_dev(32 * MIB);
 	struct pool_open_opts o = opts_kv();
-	struct pool_create_args a = {.pc_name = "full", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	struct kv *kv;
+	struct pool *p = new_kv_pool("full", d, &o, &kv);
 	if (!p)
 		return;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	kv->kv_check_space = true;
 	static uint8_t big[60000];
 	unsigned n = 0;
@@ -1653,14 +1652,10 @@ static void test_throttle(void)
 	struct blk_dev *d = mem_dev(64 * MIB);
 	struct pool_open_opts o = opts_kv();
 	o.po_dirty_max_bytes = 256 * 1024;
-	struct pool_create_args a = {.pc_name = "thr", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	struct kv *kv;
+	struct pool *p = new_kv_pool("thr", d, &o, &kv);
 	if (!p)
 		return;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	struct kv_wait w;
 	kv_wait_init(&w);
 	w.kw_pw.pw_done = kv_throttle_cb;
@@ -1749,15 +1744,11 @@ static void test_memory_bound(void)
 	struct blk_dev *d = mem_dev(384 * MIB);
 	struct pool_open_opts o = opts_kv();
 	o.po_arc_max_bytes = c;
-	struct pool_create_args a = {.pc_name = "mem", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	struct kv *kv;
+	struct pool *p = new_kv_pool("mem", d, &o, &kv);
 	if (!p)
 		return;
 	CHECK(p->p_opts.po_dirty_max_bytes == c / POOL_DIRTY_ARC_DIVISOR);
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	static uint8_t big[40000], got[40000];
 	const unsigned nkeys = 2000; /* 80 MB of values: more than the limit */
 	struct kv_stats ks = {0};
@@ -1869,14 +1860,10 @@ static void test_small_arc(void)
 {
 	struct blk_dev *d = mem_dev(64 * MIB);
 	struct pool_open_opts o = opts_kv();
-	struct pool_create_args a = {.pc_name = "arc", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	struct kv *kv;
+	struct pool *p = new_kv_pool("arc", d, &o, &kv);
 	if (!p)
 		return;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	struct model m;
 	model_init(&m, 3000);
 	CHECK(workload(kv, &m, 5000, 1000, false, 61) == 0);
@@ -2115,14 +2102,10 @@ static void test_block_api(void)
 {
 	struct blk_dev *d = mem_dev(32 * MIB);
 	struct pool_open_opts o = opts_kv();
-	struct pool_create_args a = {.pc_name = "blk", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	struct kv *kv;
+	struct pool *p = new_kv_pool("blk", d, &o, &kv);
 	if (!p)
 		return;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	CHECK(put_kv(kv, 1, 1, false, NULL) == 0);
 	kv_close(kv);
 	CHECK(pool_export(p) == 0);
@@ -2174,14 +2157,10 @@ static void test_check_finds_damage(void)
 {
 	struct blk_dev *d = mem_dev(32 * MIB);
 	struct pool_open_opts o = opts_kv();
-	struct pool_create_args a = {.pc_name = "dmg", .pc_opts = &o};
-	struct pool *p;
-	CHECK(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	struct kv *kv;
+	struct pool *p = new_kv_pool("dmg", d, &o, &kv);
 	if (!p)
 		return;
-	CHECK(pool_ds_create(p, "kv", NULL) == 0);
-	struct kv *kv = NULL;
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	struct model m;
 	model_init(&m, 200);
 	CHECK(workload(kv, &m, 600, 0, false, 91) == 0);
