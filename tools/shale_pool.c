@@ -55,7 +55,8 @@ static void pool_cmd_usage(FILE *out)
 		"  shale pool import NAME [-d DIR]   replay the intent log, write a txg, print status\n"
 		"  shale pool export NAME [-d DIR]   import and export: the pool ends clean\n"
 		"  shale pool status NAME [-d DIR]   vdevs, errors, cache and log figures, space;\n"
-		"      live from the server when `shale serve` holds the pool\n"
+		"      live from the server when `shale serve` holds the pool, else read\n"
+		"      without writing to it\n"
 		"  shale pool check NAME [-d DIR]    verify every block and the allocator; exit 1 on problems\n"
 		"  shale pool scrub NAME [-d DIR] [--wait] [--stop]\n"
 		"      while `shale serve` holds the pool: verify and repair every block\n"
@@ -112,11 +113,14 @@ int shale_parse_bytes(const char *text, uint64_t *out)
 	return 0;
 }
 
-/* Imports pool `name` from the leaves in dir, reporting failures on stderr. */
-static int pool_cmd_import(const char *cmd, const char *dir, const char *name, struct pool **out)
+/* Imports pool `name` from the leaves in dir, reporting failures on stderr. read_only: for the
+ * commands that only look (status, list, fs list), which then write nothing to the pool. */
+static int pool_cmd_import(const char *cmd, const char *dir, const char *name, bool read_only,
+                           struct pool **out)
 {
 	struct pool_open_opts opts;
 	shale_cmd_pool_opts(&opts);
+	opts.po_read_only = read_only;
 	char err[512] = "";
 	int rc = pool_import_by_name(dir, name, &opts, out, err, sizeof(err));
 	if (rc < 0)
@@ -347,7 +351,7 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 	struct pool *p = NULL;
 	if (strcmp(verb, "status") == 0 && pool_status_remote(dir, argv[optind], stdout) == 0)
 		return 0; /* a running server holds the pool: its live figures */
-	if (pool_cmd_import(cmd, dir, argv[optind], &p) < 0)
+	if (pool_cmd_import(cmd, dir, argv[optind], strcmp(verb, "status") == 0, &p) < 0)
 		return 1;
 	int status = 0;
 	if (strcmp(verb, "status") == 0 || strcmp(verb, "import") == 0) {
@@ -552,7 +556,7 @@ static int pool_cmd_list(int argc, char **argv)
 				continue; /* a status socket a crashed server left behind */
 		}
 		struct pool *p = NULL;
-		if (pool_cmd_import("shale pool list", dir, name, &p) < 0) {
+		if (pool_cmd_import("shale pool list", dir, name, true, &p) < 0) {
 			status = 1;
 			continue;
 		}
@@ -591,7 +595,7 @@ static int pool_cmd_destroy(int argc, char **argv)
 	}
 	const char *name = argv[optind];
 	struct pool *p = NULL;
-	if (pool_cmd_import("shale pool destroy", dir, name, &p) < 0)
+	if (pool_cmd_import("shale pool destroy", dir, name, false, &p) < 0)
 		return 1;
 	struct pool_status *st = mem_alloc(sizeof(*st));
 	unsigned missing = 0;
@@ -878,7 +882,7 @@ int shale_fs_main(int argc, char **argv)
 			return remote;
 	}
 	struct pool *p = NULL;
-	if (pool_cmd_import(cmd, dir, pool_name_buf, &p) < 0)
+	if (pool_cmd_import(cmd, dir, pool_name_buf, list, &p) < 0)
 		return 1;
 	int status = 0, rc = 0;
 	if (create) {

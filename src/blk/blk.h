@@ -56,6 +56,12 @@ struct blk_dev;
  * locked (flock) for as long as it is open: another open of it, by this or another process, gets
  * -EBUSY. Returns 0 or -errno; destroy with blk_dev_close. */
 SH_MUST_CHECK int blk_dev_open_file(const char *path, uint64_t create_bytes, struct blk_dev **dev_out);
+/* The same for reading only: O_RDONLY, under a shared lock (other read-only opens may hold it
+ * too; blk_dev_open_file of the leaf meanwhile gets -EBUSY, and this gets -EBUSY while a writer
+ * holds it). Every write or flush submitted to the leaf fails with -EROFS, and a mirror's read
+ * does not rewrite a bad copy on it. */
+SH_MUST_CHECK int blk_dev_open_file_read_only(const char *path, struct blk_dev **dev_out);
+bool blk_dev_read_only(const struct blk_dev *dev);
 /* A zero-filled leaf in memory of size_bytes (a multiple of BLK_LABEL_BYTES). */
 SH_MUST_CHECK int blk_dev_create_mem(uint64_t size_bytes, struct blk_dev **dev_out);
 /* A memory leaf that records every completed write and flush, in completion order, for crash

@@ -129,10 +129,11 @@ static int blk_dev_create_file(const char *path, uint64_t create_bytes)
 	return rc;
 }
 
-int blk_dev_open_file(const char *path, uint64_t create_bytes, struct blk_dev **dev_out)
+static int blk_dev_open_file_mode(const char *path, uint64_t create_bytes, bool read_only,
+                                  struct blk_dev **dev_out)
 {
 	*dev_out = NULL;
-	if (!path || !*path)
+	if (!path || !*path || (read_only && create_bytes > 0))
 		return -EINVAL;
 	int rc;
 	if (create_bytes > 0) {
@@ -140,19 +141,21 @@ int blk_dev_open_file(const char *path, uint64_t create_bytes, struct blk_dev **
 		if (rc != 0)
 			return rc;
 	}
+	const int access = read_only ? O_RDONLY : O_RDWR;
 	bool direct = true;
-	int fd = open(path, O_RDWR | O_CLOEXEC | O_DIRECT);
+	int fd = open(path, access | O_CLOEXEC | O_DIRECT);
 	if (fd < 0 && errno == EINVAL) {
 		direct = false;
-		fd = open(path, O_RDWR | O_CLOEXEC);
+		fd = open(path, access | O_CLOEXEC);
 	}
 	if (fd < 0) {
 		rc = -errno;
 		goto fail_created;
 	}
-	/* One process at a time: a second pool instance writing the same leaf would destroy it. The
-	 * lock is released when the descriptor is closed (or the process dies). */
-	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+	/* One writer at a time: a second pool instance writing the same leaf would destroy it,
+	 * and a reader would see it change underneath. Readers share the lock. It is released
+	 * when the descriptor is closed (or the process dies). */
+	if (flock(fd, (read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		goto fail_fd;
 	}
@@ -190,6 +193,7 @@ int blk_dev_open_file(const char *path, uint64_t create_bytes, struct blk_dev **
 	}
 	dev->bd_fd = fd;
 	dev->bd_direct = direct;
+	dev->bd_read_only = read_only;
 	*dev_out = dev;
 	return 0;
 
@@ -199,6 +203,21 @@ fail_created:
 	if (create_bytes > 0)
 		(void)unlink(path);
 	return rc;
+}
+
+int blk_dev_open_file(const char *path, uint64_t create_bytes, struct blk_dev **dev_out)
+{
+	return blk_dev_open_file_mode(path, create_bytes, false, dev_out);
+}
+
+int blk_dev_open_file_read_only(const char *path, struct blk_dev **dev_out)
+{
+	return blk_dev_open_file_mode(path, 0, true, dev_out);
+}
+
+bool blk_dev_read_only(const struct blk_dev *dev)
+{
+	return dev->bd_read_only;
 }
 
 static int blk_dev_create_bytes(enum blk_dev_kind kind, uint64_t size_bytes,
@@ -274,6 +293,8 @@ int blk_dev_hook_status(struct blk_dev *dev, enum blk_io_op op)
 {
 	if (atomic_load(&dev->bd_pulled))
 		return -EIO;
+	if (dev->bd_read_only && op != BLK_IO_READ)
+		return -EROFS;
 	int rc = 0;
 	pthread_mutex_lock(&dev->bd_lock);
 	if (op == BLK_IO_READ && dev->bd_fail_reads > 0) {

@@ -38,6 +38,7 @@ struct blk_dev {
 	char *bd_path;           /* file: the path; "" for memory leaves */
 	int bd_fd;               /* file: the descriptor; -1 otherwise */
 	bool bd_direct;          /* file: opened with O_DIRECT */
+	bool bd_read_only;       /* file: opened O_RDONLY; writes and flushes fail with -EROFS */
 	uint8_t *bd_bytes;       /* mem and fault: the current contents */
 	atomic_bool bd_pulled;   /* test hook: refuse all I/O */
 	pthread_mutex_t bd_lock; /* guards the fields below */
@@ -51,7 +52,8 @@ struct blk_dev {
 };
 
 /* blk_dev.c: served by the engine thread. */
-/* The test hooks: -EIO when the leaf is pulled or an injected failure is due (and consumes it). */
+/* The test hooks: -EIO when the leaf is pulled or an injected failure is due (and consumes it);
+ * and -EROFS for a write or flush to a leaf opened read only. */
 int blk_dev_hook_status(struct blk_dev *dev, enum blk_io_op op);
 /* Performs io on a memory or fault leaf (memcpy, recording for the fault leaf). */
 int blk_dev_mem_execute(struct blk_dev *dev, const struct blk_io *io);

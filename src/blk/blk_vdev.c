@@ -25,7 +25,8 @@
  *   decompressed into the caller's buffer. A read error, a checksum mismatch or a decompression
  *   failure (counted as a checksum error: the bytes cannot be what was written) moves on to the
  *   next child. Once a good copy is found, every child that failed (unless pulled or faulted) is
- *   rewritten with the good asize bytes before the caller hears of the result: self-healing.
+ *   rewritten with the good asize bytes before the caller hears of the result: self-healing
+ *   (except on a leaf opened read only, blk_dev_open_file_read_only, which is never written).
  *
  *   Write-around. When a write or flush of a mirror fails on some children and succeeds on at
  *   least one, the failed children become faulted (vd_faulted) and the operation succeeds: the
@@ -512,14 +513,22 @@ static void blk_block_repair_done(struct blk_io *io)
 		blk_block_read_finish(ctx, 0);
 }
 
+/* Whether a bad copy on child i may be rewritten: not on a leaf that is pulled, faulted or open
+ * read only. */
+static bool blk_block_repairable(struct blk_vdev *vdev, unsigned i)
+{
+	const struct blk_dev *dev = vdev->vd_children[i];
+	return !atomic_load(&dev->bd_pulled) && !atomic_load(&vdev->vd_faulted[i]) &&
+	       !dev->bd_read_only;
+}
+
 /* A good copy is in the bounce buffer: rewrite each child that failed, then finish. */
 static void blk_block_read_repair(struct blk_block_read_ctx *ctx)
 {
 	struct blk_vdev *vdev = ctx->rd_vdev;
 	unsigned n = 0;
 	for (unsigned i = 0; i < vdev->vd_nchildren; i++) {
-		if (ctx->rd_bad[i] && !atomic_load(&vdev->vd_children[i]->bd_pulled) &&
-		    !atomic_load(&vdev->vd_faulted[i]))
+		if (ctx->rd_bad[i] && blk_block_repairable(vdev, i))
 			n++;
 	}
 	if (n == 0) {
@@ -529,8 +538,7 @@ static void blk_block_read_repair(struct blk_block_read_ctx *ctx)
 	/* All on the engine thread: the count cannot drop before every rewrite is submitted. */
 	ctx->rd_repairs_pending = n;
 	for (unsigned i = 0; i < vdev->vd_nchildren; i++) {
-		if (!ctx->rd_bad[i] || atomic_load(&vdev->vd_children[i]->bd_pulled) ||
-		    atomic_load(&vdev->vd_faulted[i]))
+		if (!ctx->rd_bad[i] || !blk_block_repairable(vdev, i))
 			continue;
 		ctx->rd_repairs[i] = (struct blk_io){
 		    .bi_op = BLK_IO_WRITE,

@@ -146,7 +146,9 @@
  *      records that end, before returning. A crash before that uberblock is durable replays the
  *      same records, still unreleased, onto the same uberblock state again; after it, replay
  *      starts after them. The old records' txg numbers may exceed the new txgs: the position, not
- *      the txg, is what keeps them from being replayed twice.
+ *      the txg, is what keeps them from being replayed twice. A read-only import
+ *      (po_read_only) only counts the records replay would apply and writes nothing at all (no
+ *      txg, no relabel, no repair; its leaves refuse writes), so the next import replays them.
  *   R7 (full log) pool_log_append never fails for a full log: the record waits in memory
  *      (p_logq), keeping LSN order (records are appended to the log strictly in the order of
  *      their LSNs, so the pool knows the LSN a waiting record will get), a sync is requested, and
@@ -1105,7 +1107,7 @@ static int pool_create_impl(const struct pool_create_args *args, struct blk_dev 
 {
 	*out = NULL;
 	if (!args || !pool_name_valid(args->pc_name, POOL_NAME_MAX) || ndevs == 0 ||
-	    nlog > BLK_MIRROR_MAX)
+	    nlog > BLK_MIRROR_MAX || (args->pc_opts && args->pc_opts->po_read_only))
 		return -EINVAL;
 	unsigned width = 1;
 	if (args->pc_layout == POOL_LAYOUT_MIRROR) {
@@ -1361,9 +1363,15 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	*out = NULL;
 	if (!devs || ndevs == 0 || ndevs > POOL_MAX_TOPS * BLK_MIRROR_MAX + BLK_MIRROR_MAX)
 		return -EINVAL;
+	/* A read-only import reads leaves opened read only, so that nothing below the pool (a
+	 * mirror's repair of a bad copy) writes either. */
+	for (unsigned k = 0; opts && opts->po_read_only && k < ndevs; k++)
+		if (!devs[k] || !blk_dev_read_only(devs[k]))
+			return -EINVAL;
 	struct pool *p = pool_alloc(opts);
 	if (!p)
 		return -ENOMEM;
+	p->p_read_only = p->p_opts.po_read_only;
 	struct pool_found_leaf *found = mem_zalloc(ndevs * sizeof(*found));
 	struct blk_uberblock *ub = mem_zalloc(sizeof(*ub));
 	struct blk_uberblock *cand = mem_zalloc(sizeof(*cand));
@@ -1502,9 +1510,11 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	}
 	p->p_open_txg = ub->ub_txg + 1;
 	p->p_synced_txg = ub->ub_txg;
-	/* 5. Replay (R6), then the log continues after what was replayed. */
+	/* 5. Replay (R6), then the log continues after what was replayed. Read only: the records
+	 * are counted and stay for the next import; the log object exists for status, unwritten. */
 	struct ilog_position end;
-	rc = pool_log_replay(p, ub->ub_txg, &pos, &end);
+	rc = p->p_read_only ? pool_log_count_unreplayed(p, ub->ub_txg, &pos, &end)
+	                    : pool_log_replay(p, ub->ub_txg, &pos, &end);
 	if (rc != 0)
 		goto fail;
 	rc = ilog_open(p->p_log_vdev, p->p_log_start, p->p_log_bytes, p->p_guid, &end, &p->p_log);
@@ -1514,19 +1524,22 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	ilog_stats(p->p_log, &ls);
 	p->p_log_next_lsn = ls.is_next_lsn;
 	p->p_log_lsn_at_sync = p->p_log_next_lsn;
-	/* Datasets being destroyed: their owners, then the sync thread goes on freeing them. */
-	pool_destroy_attach_all(p);
-	rc = pool_sync_thread_start(p);
-	if (rc != 0)
-		goto fail;
-	/* The txg that records the replayed end (R6). */
-	rc = pool_txg_wait_synced(p, p->p_open_txg);
-	if (rc != 0) {
-		log_error("pool %s: cannot write the first txg after import: %s", p->p_name,
-		          sh_strerror(rc));
-		goto fail;
+	if (!p->p_read_only) {
+		/* Datasets being destroyed: their owners, then the sync thread goes on freeing
+		 * them. */
+		pool_destroy_attach_all(p);
+		rc = pool_sync_thread_start(p);
+		if (rc != 0)
+			goto fail;
+		/* The txg that records the replayed end (R6). */
+		rc = pool_txg_wait_synced(p, p->p_open_txg);
+		if (rc != 0) {
+			log_error("pool %s: cannot write the first txg after import: %s",
+			          p->p_name, sh_strerror(rc));
+			goto fail;
+		}
+		pool_import_relabel(p, found, ndevs, best_label);
 	}
-	pool_import_relabel(p, found, ndevs, best_label);
 	for (unsigned k = 0; k < ndevs; k++) {
 		if (owned && !found[k].fl_used)
 			blk_dev_close(devs[k]); /* left out: the pool does not keep it */
@@ -1536,7 +1549,8 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	mem_free(ub);
 	mem_free(cand);
 	pool_leaves_own(p, owned); /* on failure the caller keeps (and closes) them */
-	log_info("pool %s: imported at txg %" PRIu64 "%s", p->p_name, p->p_synced_txg,
+	log_info("pool %s: imported%s at txg %" PRIu64 "%s", p->p_name,
+	         p->p_read_only ? " read only" : "", p->p_synced_txg,
 	         p->p_degraded ? " (degraded)" : "");
 	*out = p;
 	return 0;
@@ -1573,8 +1587,10 @@ int pool_import(const char *const *paths, unsigned npaths, const struct pool_ope
 		return -ENOMEM;
 	int rc = 0;
 	unsigned opened = 0;
+	const bool read_only = opts && opts->po_read_only;
 	for (; opened < npaths; opened++) {
-		rc = blk_dev_open_file(paths[opened], 0, &devs[opened]);
+		rc = read_only ? blk_dev_open_file_read_only(paths[opened], &devs[opened])
+		               : blk_dev_open_file(paths[opened], 0, &devs[opened]);
 		if (rc != 0) {
 			log_error("pool: cannot open %s: %s", paths[opened], sh_strerror(rc));
 			break;
@@ -1608,6 +1624,10 @@ static void pool_close_impl(struct pool *p, int waiting_status)
 
 int pool_export(struct pool *p)
 {
+	if (p->p_read_only) {
+		pool_close_impl(p, -ECANCELED); /* nothing was changed, nothing to write */
+		return 0;
+	}
 	pool_scrub_stop(p); /* before the last txg: a scrub's record goes into it */
 	int rc = pool_txg_wait_synced(p, 0);
 	if (rc == 0 && pool_is_suspended(p))

@@ -100,6 +100,13 @@ struct pool_open_opts {
 	uint32_t po_destroy_step;
 	pool_attach_fn po_attach;       /* may be NULL */
 	void *po_attach_arg;
+	/* pool_import only: read the pool without writing to it (`shale pool status` and `list` of
+	 * a pool no server holds). The leaves are opened read only; the intent log's records are
+	 * counted (pool_status: ps_log_unreplayed) and left for the next import to replay, so
+	 * datasets show their last txg's state; no txg is written, no label rewritten, no bad copy
+	 * repaired; every change is refused with -EROFS. Close it with pool_close or pool_export
+	 * (which then writes nothing either). */
+	bool po_read_only;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -399,6 +406,10 @@ struct pool_status {
 	struct arc_stats ps_arc;
 	double ps_arc_hit_rate; /* hits / (hits + misses), 0 before any lookup */
 	struct ilog_stats ps_log_stats;
+	/* Imported read only (po_read_only): the log's records newer than the last txg, left for
+	 * the next import to replay. */
+	bool ps_read_only;
+	uint64_t ps_log_unreplayed;
 	uint64_t ps_total_bytes, ps_free_bytes, ps_avail_bytes;
 	uint64_t ps_dirty_bytes;
 	uint64_t ps_datasets;

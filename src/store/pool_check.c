@@ -689,6 +689,8 @@ static void pool_walk_rele_all_locked(struct pool_ds **held, size_t nheld)
 
 int64_t pool_check(struct pool *p, pool_report_fn report, void *arg)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	uint64_t started_ns = clock_realtime_ns(), started_mono = clock_monotonic_ns();
 	struct pool_walk *w = mem_zalloc(sizeof(*w));
 	struct pool_ds **held = NULL;
@@ -948,6 +950,8 @@ static void pool_scrub_reap(struct pool *p, bool wait)
 
 int pool_scrub_start(struct pool *p, const struct pool_scrub_opts *opts)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	pool_scrub_reap(p, false);
 	pthread_mutex_lock(&p->p_state_lock);
 	int rc = 0;
@@ -1109,6 +1113,8 @@ void pool_status(struct pool *p, struct pool_status *st)
 	uint64_t lookups = st->ps_arc.as_hits + st->ps_arc.as_misses;
 	st->ps_arc_hit_rate = lookups ? (double)st->ps_arc.as_hits / (double)lookups : 0.0;
 	ilog_stats(p->p_log, &st->ps_log_stats);
+	st->ps_read_only = p->p_read_only;
+	st->ps_log_unreplayed = p->p_log_unreplayed;
 	uint64_t total, free_now, freeing, reserve;
 	pool_lock(p);
 	pool_space_locked(p, &total, &free_now, &freeing, &reserve);
@@ -1222,9 +1228,14 @@ int pool_status_print(struct pool *p, FILE *out)
 		fprintf(out, "status: A transaction group could not be written. Changes are "
 		             "refused; export and "
 		             "import the pool once the devices work.\n");
-	fprintf(out,
-	        "   txg: %" PRIu64 " durable, %" PRIu64 " open, %" PRIu64 " written since import\n",
-	        st->ps_synced_txg, st->ps_open_txg, st->ps_syncs);
+	if (st->ps_read_only)
+		fprintf(out, "   txg: %" PRIu64 " durable (imported read only: nothing written)\n",
+		        st->ps_synced_txg);
+	else
+		fprintf(out,
+		        "   txg: %" PRIu64 " durable, %" PRIu64 " open, %" PRIu64
+		        " written since import\n",
+		        st->ps_synced_txg, st->ps_open_txg, st->ps_syncs);
 	fprintf(out,
 	        "  sync: pool lock held %.1f ms by the last txg's serialization (longest %.1f ms); "
 	        "%" PRIu64 " data blocks prepared before it\n",
@@ -1273,11 +1284,17 @@ int pool_status_print(struct pool *p, FILE *out)
 	        " evictions\n",
 	        arc_size, arc_max, st->ps_arc.as_hits, st->ps_arc.as_misses,
 	        100.0 * st->ps_arc_hit_rate, st->ps_arc.as_evictions);
-	fprintf(out,
-	        "   log: %" PRIu64 " records, %" PRIu64 " flushes, %.1f records per flush, %" PRIu64
-	        " full\n",
-	        st->ps_log_stats.is_records, st->ps_log_stats.is_flushes,
-	        st->ps_log_stats.is_records_per_flush, st->ps_log_stats.is_full);
+	if (st->ps_read_only)
+		fprintf(out,
+		        "   log: %" PRIu64
+		        " record%s newer than the last txg, replayed by the next import\n",
+		        st->ps_log_unreplayed, st->ps_log_unreplayed == 1 ? "" : "s");
+	else
+		fprintf(out,
+		        "   log: %" PRIu64 " records, %" PRIu64 " flushes, %.1f records per flush, "
+		        "%" PRIu64 " full\n",
+		        st->ps_log_stats.is_records, st->ps_log_stats.is_flushes,
+		        st->ps_log_stats.is_records_per_flush, st->ps_log_stats.is_full);
 	fprintf(out, "datasets: %" PRIu64 " (%u in memory)\n", st->ps_datasets, st->ps_nloaded);
 	for (unsigned i = 0; i < st->ps_nloaded; i++) {
 		const struct pool_status_ds *sd = &st->ps_loaded[i];

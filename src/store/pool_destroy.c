@@ -108,6 +108,8 @@ static int pool_destroy_wait(struct pool *p, uint64_t id)
 
 int pool_ds_destroy_start(struct pool *p, const char *name, bool wait)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	if (!pool_name_valid(name, POOL_DS_NAME_MAX))
 		return -EINVAL;
 	struct pool_ds *ds;
@@ -149,6 +151,8 @@ int pool_ds_destroy_start(struct pool *p, const char *name, bool wait)
 
 int pool_ds_destroy(struct pool *p, const char *name)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	return pool_ds_destroy_start(p, name, true);
 }
 

@@ -212,6 +212,8 @@ int pool_ds_attach_owner(struct pool *p, struct pool_ds *ds)
 int pool_ds_open(struct pool *p, const char *name, struct pool_ds **ds_out)
 {
 	*ds_out = NULL;
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	if (!pool_name_valid(name, POOL_DS_NAME_MAX))
 		return -EINVAL;
 	pool_lock(p);
@@ -260,6 +262,8 @@ const char *pool_ds_name(const struct pool_ds *ds)
 
 int pool_ds_set_compress(struct pool *p, const char *name, enum pool_compress c)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	if (c != POOL_COMPRESS_OFF && c != POOL_COMPRESS_LZ4 && c != POOL_COMPRESS_ZSTD)
 		return -EINVAL;
 	struct pool_ds *ds = NULL;
@@ -289,6 +293,8 @@ static uint64_t pool_ds_charged_locked(const struct pool_ds *ds)
 
 int pool_ds_set_quota(struct pool *p, const char *name, uint64_t bytes)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	struct pool_ds *ds = NULL;
 	int rc = pool_ds_open(p, name, &ds);
 	if (rc == 0) {
@@ -421,6 +427,8 @@ void pool_ds_free_all(struct pool *p)
 
 int pool_ds_create(struct pool *p, const char *name, const struct pool_ds_props *props)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	if (!pool_name_valid(name, POOL_DS_NAME_MAX))
 		return -EINVAL;
 	struct pool_ds_props pr = props ? *props : (struct pool_ds_props){0};
@@ -459,6 +467,8 @@ int pool_ds_create(struct pool *p, const char *name, const struct pool_ds_props 
 
 int pool_ds_rename(struct pool *p, const char *from, const char *to)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	if (!pool_name_valid(from, POOL_DS_NAME_MAX) || !pool_name_valid(to, POOL_DS_NAME_MAX))
 		return -EINVAL;
 	if (strcmp(from, to) == 0)
@@ -615,6 +625,8 @@ static bool pool_prop_name_valid(const char *name)
 
 int pool_prop_set(struct pool *p, const char *name, const char *value)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	if (!pool_prop_name_valid(name) ||
 	    (value && (strlen(value) == 0 || strlen(value) > POOL_PROP_VALUE_MAX)))
 		return -EINVAL;

@@ -398,6 +398,8 @@ struct pool {
 	struct ilog *p_log;
 	pthread_t p_sync_thread;
 	bool p_sync_thread_started;
+	bool p_read_only;            /* imported with po_read_only: nothing is ever written */
+	uint64_t p_log_unreplayed;   /* read only: the log's records newer than the last txg */
 
 	/* p_lock: trees, allocator, datasets, txgs (see pool.c, rule L1). */
 	pthread_mutex_t p_lock;
@@ -625,6 +627,10 @@ int pool_ds_attach_owner(struct pool *p, struct pool_ds *ds);
  * where the log continues. Before the sync thread starts. */
 int pool_log_replay(struct pool *p, uint64_t ub_txg, const struct ilog_position *from,
                     struct ilog_position *end_out);
+/* A read-only import's stand-in for pool_log_replay: reads the same chain and counts the records
+ * that replay would apply (p_log_unreplayed), applying none. */
+int pool_log_count_unreplayed(struct pool *p, uint64_t ub_txg, const struct ilog_position *from,
+                              struct ilog_position *end_out);
 /* The sync thread's log work: appends waiting records once space is free and hands their
  * commits to the log. */
 void pool_log_drain(struct pool *p);

@@ -389,6 +389,38 @@ out:
 	return rc;
 }
 
+struct pool_log_count {
+	uint64_t lc_ub_txg;
+	uint64_t lc_newer;
+};
+
+static int pool_log_count_visit(void *arg, uint16_t type, uint64_t txg, uint64_t lsn,
+                                const void *payload, uint32_t len)
+{
+	(void)type;
+	(void)lsn;
+	(void)payload;
+	(void)len;
+	struct pool_log_count *lc = arg;
+	if (txg > lc->lc_ub_txg)
+		lc->lc_newer++; /* what pool_replay_visit would apply or find orphaned */
+	return 0;
+}
+
+int pool_log_count_unreplayed(struct pool *p, uint64_t ub_txg, const struct ilog_position *from,
+                              struct ilog_position *end_out)
+{
+	struct pool_log_count lc = {.lc_ub_txg = ub_txg};
+	int64_t n = ilog_replay(p->p_engine, p->p_log_vdev, p->p_log_start, p->p_log_bytes,
+	                        p->p_guid, from, pool_log_count_visit, &lc, end_out);
+	if (n < 0) {
+		log_error("pool %s: reading the log failed: %s", p->p_name, sh_strerror((int)n));
+		return (int)n;
+	}
+	p->p_log_unreplayed = lc.lc_newer;
+	return 0;
+}
+
 int pool_log_replay(struct pool *p, uint64_t ub_txg, const struct ilog_position *from,
                     struct ilog_position *end_out)
 {

@@ -84,6 +84,8 @@ uint64_t pool_synced_txg(struct pool *p)
 
 int pool_txg_wait_synced(struct pool *p, uint64_t txg)
 {
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
 	if (txg == 0) {
 		pthread_mutex_lock(&p->p_lock);
 		txg = p->p_open_txg;

@@ -72,6 +72,13 @@ check "pool check: no problems, exit 0" out_has "pool tank: 0 problems" shale po
 check "pool status: the last check's outcome, as a scan line" \
 	bash -c '"$SHALE_BIN" pool status tank | grep -Eq "^  scan: last check [0-9-]+ [0-9:]+ UTC, .* 0 problems$"'
 check "pool import and export" bash -c '"$SHALE_BIN" pool import tank >/dev/null && "$SHALE_BIN" pool export tank'
+check "pool status, pool list and fs list of a pool no server holds write nothing to its leaves" \
+	bash -c 'sum() { md5sum var/pool/a.img var/pool/b.img var/pool/log.img; }; before=$(sum) &&
+		 "$SHALE_BIN" pool status tank | grep -q "log: 0 records newer than the last txg" &&
+		 "$SHALE_BIN" pool list | grep -q "^tank " && "$SHALE_BIN" fs list tank | grep -q "^tank/home " &&
+		 [ "$(sum)" = "$before" ]'
+check "pool status of a pool no server holds says it read it only" \
+	out_has "imported read only at txg" shale pool status tank
 check "a pool whose leaves another process holds is refused as in use" \
 	fails_with "in use by another process" \
 	flock var/pool/a.img flock var/pool/b.img flock var/pool/log.img "$SHALE_BIN" pool status tank

@@ -107,6 +107,10 @@ wait "$pid" 2>/dev/null
 pid=
 check "after kill -9, shale pool status imports the pool itself (the stale socket answers nobody)" \
 	bash -c 'o=$("$SHALE_BIN" pool status tank -d var/pool) && ! grep -q "^(live" <<<"$o" && grep -q "state: ONLINE" <<<"$o"'
+check "and reads it only: the log's records are counted, left for the next import, the leaf unchanged" \
+	bash -c 'before=$(md5sum var/pool/tank0.img) &&
+		 "$SHALE_BIN" pool status tank -d var/pool | grep -Eq "log: [0-9]+ records? newer than the last txg, replayed by the next import" &&
+		 [ "$(md5sum var/pool/tank0.img)" = "$before" ]'
 check "serve restarts after kill -9 (the pool's log is replayed)" start
 check "and answers shale pool status live again" \
 	bash -c '"$SHALE_BIN" pool status tank -d var/pool | grep -q "^(live: from the process serving"'

@@ -1495,6 +1495,45 @@ static void test_file_lock(void)
 	CHECK(unlink(path) == 0);
 }
 
+/* A leaf opened read only: readers share it and a writer is refused (and the other way round);
+ * it reads, refuses every write and flush with -EROFS, and its bytes stay as they were. */
+static void test_file_read_only(void)
+{
+	char path[300];
+	tmp_path(path, sizeof(path), "ro.img");
+	struct blk_engine *e = engine_new(8);
+	struct blk_dev *w = NULL, *r1 = NULL, *r2 = NULL;
+	CHECK(blk_dev_open_file(path, 4u << 20, &w) == 0);
+	if (!w)
+		goto out;
+	CHECK(!blk_dev_read_only(w));
+	write_pattern(e, w, 8, 2, 0x5a);
+	CHECK(blk_dev_open_file_read_only(path, &r1) == -EBUSY && r1 == NULL);
+	blk_dev_close(w);
+	CHECK(blk_dev_open_file_read_only(path, &r1) == 0);
+	CHECK(blk_dev_open_file_read_only(path, &r2) == 0);
+	CHECK(blk_dev_open_file(path, 0, &w) == -EBUSY && w == NULL);
+	if (r1 && r2) {
+		CHECK(blk_dev_read_only(r1) && blk_dev_size(r1) == blk_dev_size(r2));
+		uint8_t *buf = blk_buf_alloc(2 * SECTOR);
+		CHECK(blk_read_sync(e, r2, 8 * SECTOR, buf, 2 * SECTOR) == 0);
+		CHECK(buf[0] == 0x5a && buf[2 * SECTOR - 1] == 0x5a);
+		memset(buf, 0xa5, 2 * SECTOR);
+		CHECK(blk_write_sync(e, r1, 8 * SECTOR, buf, 2 * SECTOR) == -EROFS);
+		CHECK(blk_flush_sync(e, r1) == -EROFS);
+		CHECK(blk_read_sync(e, r1, 8 * SECTOR, buf, 2 * SECTOR) == 0);
+		CHECK(buf[0] == 0x5a && buf[2 * SECTOR - 1] == 0x5a);
+		mem_free(buf);
+	}
+	struct blk_dev *bad = NULL;
+	CHECK(blk_dev_open_file_read_only(tmp_dir, &bad) != 0 && bad == NULL); /* a directory */
+	blk_dev_close(r1);
+	blk_dev_close(r2);
+	CHECK(unlink(path) == 0);
+out:
+	blk_engine_destroy(e);
+}
+
 /* Background ios yield (blk_engine.c, rule 6): a read submitted right after 200 background
  * writes is served before most of them, since at most a few of those are in the ring at once. */
 static struct {
@@ -1776,6 +1815,7 @@ int main(void)
 	TAP_RUN(test_hostile_arguments);
 	TAP_RUN(test_fault_global_order);
 	TAP_RUN(test_file_lock);
+	TAP_RUN(test_file_read_only);
 	TAP_RUN(test_file_created_written);
 	TAP_RUN(test_background_yields);
 	TAP_RUN(test_aggregation);

@@ -370,7 +370,86 @@ static void test_log_full(void)
 	blk_dev_close(l);
 }
 
-/* On files: a mirror and a log vdev, created by path, exported, imported by path. */
+/* The whole of the file at path, in *len bytes (NULL on failure). */
+static uint8_t *file_bytes(const char *path, size_t *len)
+{
+	*len = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	uint8_t *buf = NULL;
+	if (fseek(f, 0, SEEK_END) == 0) {
+		long size = ftell(f);
+		if (size > 0 && fseek(f, 0, SEEK_SET) == 0)
+			buf = malloc((size_t)size);
+		if (buf && fread(buf, 1, (size_t)size, f) == (size_t)size) {
+			*len = (size_t)size;
+		} else {
+			free(buf);
+			buf = NULL;
+		}
+	}
+	fclose(f);
+	return buf;
+}
+
+/* A read-only import of the pool on the files at paths (closed without export, at least
+ * `logged` changes only in its log): the records are counted and stay, every change is refused,
+ * a second reader may share the leaves and a writer may not, and not one byte of any leaf
+ * changes. */
+static void check_read_only_import(const char *const *paths, unsigned n,
+                                   const struct pool_open_opts *rw, uint64_t logged)
+{
+	enum { MAX_LEAVES = 4 };
+	VERIFY(n <= MAX_LEAVES);
+	uint8_t *before[MAX_LEAVES] = {0};
+	size_t lens[MAX_LEAVES] = {0};
+	for (unsigned i = 0; i < n; i++) {
+		before[i] = file_bytes(paths[i], &lens[i]);
+		CHECK(before[i] != NULL);
+	}
+	struct pool_open_opts ro = *rw;
+	ro.po_read_only = true;
+	struct pool *p = NULL, *reader = NULL, *writer = NULL;
+	CHECK(pool_import(paths, n, &ro, &p) == 0);
+	if (p) {
+		struct pool_status *st = mem_alloc(sizeof(*st));
+		VERIFY(st != NULL);
+		pool_status(p, st);
+		CHECK(st->ps_read_only);
+		CHECKF(st->ps_log_unreplayed >= logged, "%" PRIu64 " records newer than the txg",
+		       st->ps_log_unreplayed);
+		mem_free(st);
+		CHECK(pool_import(paths, n, &ro, &reader) == 0);
+		if (reader)
+			CHECK(pool_export(reader) == 0);
+		CHECK(pool_import(paths, n, rw, &writer) == -EBUSY);
+		struct kv *kv = NULL;
+		CHECK(kv_open(p, "fs", &kv) == -EROFS && kv == NULL);
+		CHECK(pool_ds_create(p, "other", NULL) == -EROFS);
+		CHECK(pool_ds_rename(p, "fs", "other") == -EROFS);
+		CHECK(pool_ds_destroy(p, "fs") == -EROFS);
+		CHECK(pool_prop_set(p, "note", "x") == -EROFS);
+		CHECK(pool_txg_wait_synced(p, 0) == -EROFS);
+		CHECK(check_pool(p) == -EROFS);
+		CHECK(pool_export(p) == 0);
+	}
+	/* leaves the caller opened for writing are not read only */
+	struct blk_dev *m = mem_dev(32 * MIB);
+	CHECK(pool_import_devs(&m, 1, &ro, &p) == -EINVAL && p == NULL);
+	blk_dev_close(m);
+	for (unsigned i = 0; i < n; i++) {
+		size_t len;
+		uint8_t *after = file_bytes(paths[i], &len);
+		CHECKF(after && before[i] && len == lens[i] && memcmp(after, before[i], len) == 0,
+		       "%s changed under a read-only import", paths[i]);
+		free(after);
+		free(before[i]);
+	}
+}
+
+/* On files: a mirror and a log vdev, created by path, exported, imported by path; and imported
+ * read only. */
 static void test_files(void)
 {
 	char dir[] = "/tmp/shale-pool-XXXXXX";
@@ -420,6 +499,7 @@ static void test_files(void)
 		kv_close(kv);
 		pool_close(p); /* the last changes only in the log on the log file */
 	}
+	check_read_only_import(all, 3, &o, 300);
 	CHECK(pool_import(all, 3, &o, &p) == 0);
 	if (p) {
 		struct kv *kv = NULL;
