@@ -39,7 +39,10 @@
  * of fds (pfc_fd_cache_max): a directory as O_RDONLY|O_DIRECTORY (enough for *at() calls, fsync
  * and getdents64), a regular file as O_RDONLY plus an O_RDWR fd opened on the first write (so a
  * file only read is never open for writing, which would make exec of it fail with ETXTBSY), and
- * anything else as O_PATH. Requests hold entries by reference while they use the fds.
+ * anything else as O_PATH. Requests hold entries by reference while they use the fds. Entries
+ * no request has used for pfc_fd_idle_s seconds are closed by the write-behind thread's pass
+ * (posix_fdcache_expire), as knfsd's file cache closes idle files: an open fd would keep the
+ * space of a file removed on the host, which no REMOVE of ours told the cache about, allocated.
  *
  * The id cache (posix_idcache.c) maps (inode number, birth time) to the id made for it, so LOOKUP
  * and each READDIRPLUS entry cost one statx rather than a statx and a name_to_handle_at.
@@ -498,6 +501,8 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 	posix_fill_info(pf);
 
 	rc = posix_fdcache_init(&pf->pf_cache, posix_cache_limit(config->pfc_fd_cache_max));
+	pf->pf_cache.pc_idle_passes = config->pfc_fd_idle_s ? config->pfc_fd_idle_s
+	                                                    : POSIX_FD_IDLE_S_DEFAULT;
 	if (rc != 0)
 		goto out_close;
 	rc = posix_idcache_init(&pf->pf_idcache, config->pfc_idcache_slots);

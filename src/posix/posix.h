@@ -35,6 +35,9 @@ struct posix_fs_config {
 	                              * (posix_writeback.c; on by default) */
 	uint64_t pfc_write_behind_burst; /* bytes of UNSTABLE data in one file that start its
 	                              * write-out at once (0 = default 32 MiB) */
+	unsigned pfc_fd_idle_s;      /* an entry of the fd cache that no request has used for
+	                              * about this many seconds is closed (0 = default 5), so that
+	                              * the space of a file removed on the host comes back */
 	bool pfc_buffered_writes;    /* every WRITE through the host's page cache, as knfsd's
 	                              * default (default: large aligned UNSTABLE WRITEs go to the
 	                              * disk with O_DIRECT, posix_direct.c) */

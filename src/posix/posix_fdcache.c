@@ -19,7 +19,15 @@
  *     oldest proof it relied on, never later, so a directory moved out of the export is still
  *     refused within POSIX_VERIFY_TTL_NS; sibling directories re-verified every TTL then cost
  *     one step up each rather than a walk to the root. Without birth times (a host file system
- *     that reports none) every walk goes to the root. */
+ *     that reports none) every walk goes to the root.
+ *  7. Idle expiry: an entry records the pass (pc_pass) in which a request last took it
+ *     (posix_lru_push_head, so the LRU list is ordered by it too); posix_fdcache_expire, run
+ *     about once a second by the write-behind thread, advances the pass and removes the entries
+ *     nobody holds that no request took in the last pc_idle_passes passes (so an entry goes
+ *     between pc_idle_passes and one more seconds after its last use), walking from the LRU
+ *     tail and stopping at the first younger one. Otherwise an entry would stay until
+ *     eviction: a file removed on the host (not through a REMOVE of ours, which forgets it)
+ *     would keep its space allocated. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdalign.h>
@@ -136,6 +144,7 @@ static void posix_lru_unlink(struct posix_fdcache *cache, struct posix_fd *pfd)
 
 static void posix_lru_push_head(struct posix_fdcache *cache, struct posix_fd *pfd)
 {
+	pfd->pfd_used_pass = cache->pc_pass;
 	pfd->pfd_lru_prev = NULL;
 	pfd->pfd_lru_next = cache->pc_lru_head;
 	if (cache->pc_lru_head != NULL)
@@ -164,13 +173,16 @@ static void posix_cache_remove(struct posix_fdcache *cache, struct posix_fd *pfd
 	pfd->pfd_in_table = false;
 }
 
-/* Rule 4. Called with pc_lock held; returns the evicted entries, linked through pfd_hash_next,
- * for the caller to free once the lock is dropped. */
-static struct posix_fd *posix_cache_evict(struct posix_fdcache *cache)
+/* Rules 4 and 7: walks the LRU list from its tail while more(cache, entry) holds, taking the
+ * entries nobody holds out of the table. Called with pc_lock held; returns them, linked through
+ * pfd_hash_next, for the caller to free once the lock is dropped. */
+static struct posix_fd *posix_cache_take_lru(struct posix_fdcache *cache,
+					     bool (*more)(const struct posix_fdcache *cache,
+							  const struct posix_fd *pfd))
 {
 	struct posix_fd *victims = NULL;
 	struct posix_fd *pfd = cache->pc_lru_tail;
-	while (cache->pc_nfds > cache->pc_max_fds && pfd != NULL) {
+	while (pfd != NULL && more(cache, pfd)) {
 		struct posix_fd *prev = pfd->pfd_lru_prev;
 		if (pfd->pfd_refs == 0) {
 			posix_cache_remove(cache, pfd);
@@ -182,6 +194,23 @@ static struct posix_fd *posix_cache_evict(struct posix_fdcache *cache)
 	return victims;
 }
 
+static bool posix_cache_over_limit(const struct posix_fdcache *cache, const struct posix_fd *pfd)
+{
+	(void)pfd;
+	return cache->pc_nfds > cache->pc_max_fds;
+}
+
+static bool posix_cache_idle(const struct posix_fdcache *cache, const struct posix_fd *pfd)
+{
+	return cache->pc_pass - pfd->pfd_used_pass > cache->pc_idle_passes;
+}
+
+/* Rule 4. */
+static struct posix_fd *posix_cache_evict(struct posix_fdcache *cache)
+{
+	return posix_cache_take_lru(cache, posix_cache_over_limit);
+}
+
 static void posix_free_victims(struct posix_fd *victims)
 {
 	while (victims != NULL) {
@@ -189,6 +218,15 @@ static void posix_free_victims(struct posix_fd *victims)
 		posix_fd_free(victims);
 		victims = next;
 	}
+}
+
+void posix_fdcache_expire(struct posix_fdcache *cache)
+{
+	pthread_mutex_lock(&cache->pc_lock);
+	cache->pc_pass++;
+	struct posix_fd *victims = posix_cache_take_lru(cache, posix_cache_idle);
+	pthread_mutex_unlock(&cache->pc_lock);
+	posix_free_victims(victims);
 }
 
 /* Checks the id's header and fills fh (with room for POSIX_ID_HANDLE_MAX bytes). */

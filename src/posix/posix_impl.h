@@ -67,6 +67,7 @@ struct posix_fd {
 	uint64_t pfd_ino;           /* the object's inode number, for posix_fd_forget_if_unlinked */
 	struct posix_fd *pfd_ino_next; /* chain of pc_ino_buckets */
 	enum fs_type pfd_type;
+	uint32_t pfd_used_pass;     /* pc_pass when a request last took it (rule 7) */
 	int pfd_fd;                 /* O_RDONLY for REG, O_RDONLY|O_DIRECTORY for DIR, else O_PATH */
 	int pfd_wfd;                /* REG only: O_RDWR, opened on first need; -1 until then */
 	bool pfd_in_table;          /* false once evicted or forgotten: closed at the last rele */
@@ -124,6 +125,8 @@ struct posix_dirmemo {
 	uint64_t pd_verified_ns; /* when the walk that proved it last reached the root */
 };
 
+#define POSIX_FD_IDLE_S_DEFAULT 5u /* pfc_fd_idle_s's default */
+
 struct posix_fdcache {
 	pthread_mutex_t pc_lock; /* guards everything below and every pfd_refs, links, pfd_wfd set */
 	struct posix_dirmemo pc_dirmemo[POSIX_DIRMEMO_SLOTS];
@@ -135,6 +138,8 @@ struct posix_fdcache {
 	uint32_t pc_nentries; /* entries in the table */
 	uint32_t pc_nfds;     /* fds held by entries in the table */
 	uint32_t pc_max_fds;
+	uint32_t pc_pass;      /* idle-expiry passes so far: the clock of rule 7 */
+	uint32_t pc_idle_passes; /* entries unused for this many passes are closed */
 };
 
 /* The id cache (posix_idcache.c): inode number and birth time to object id. */
@@ -323,6 +328,9 @@ int posix_do_readdir(struct posix_fs *pf, struct fs_req *req);
 /* ---- fd cache (posix_fdcache.c) ---- */
 SH_MUST_CHECK int posix_fdcache_init(struct posix_fdcache *cache, uint32_t max_fds);
 void posix_fdcache_fini(struct posix_fdcache *cache);
+/* Rule 7: one idle-expiry pass (about a second apart): closes the entries no request holds that
+ * none has taken for pc_idle_passes passes. */
+void posix_fdcache_expire(struct posix_fdcache *cache);
 /* Resolves id to a held cache entry, opening it by handle on a miss (with the thread's fs
  * identity briefly switched to root) and checking that a directory lies inside the export.
  * Returns 0, -SH_EBADHANDLE (not an id of this export, or its type does not match the object),

@@ -1439,6 +1439,76 @@ static void test_fd_cache_limit(void)
 	CHECK(open_fd_count() == before);
 }
 
+/* Open fds of this process on a file whose path ends in suffix. */
+static int fds_on(const char *suffix)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	VERIFY(d != NULL);
+	struct dirent *e;
+	size_t sl = strlen(suffix);
+	while ((e = readdir(d)) != NULL) {
+		char path[300], target[512];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t len = readlink(path, target, sizeof(target) - 1);
+		if (len >= (ssize_t)sl) {
+			target[len] = '\0';
+			n += strcmp(target + len - (ssize_t)sl, suffix) == 0;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* A file removed on the host, behind the back end's back: its cached fds are closed once idle
+ * (pfc_fd_idle_s), so its space comes back; a file in use keeps its fd. */
+static void test_fd_idle_expiry(void)
+{
+	struct fs *fs2;
+	struct posix_fs_config cfg = { .pfc_root_path = g_export, .pfc_fsid = 78,
+				       .pfc_nworkers = 2, .pfc_fd_idle_s = 1 };
+	host_write("idle-gone", "gone", 0644);
+	host_write("idle-kept", "kept", 0644);
+	int deleted = deleted_fd_count();
+	CHECK(posix_fs_create(&cfg, &fs2) == 0);
+	struct fs_obj_id gone, kept;
+	struct fs_req r;
+	req_init(&r, FS_OP_LOOKUP, &g_root, &g_rootc);
+	r.u.lookup.lk_name = "idle-gone";
+	CHECK(run_on(fs2, &r, NULL) == 0);
+	gone = r.u.lookup.lk_obj;
+	req_init(&r, FS_OP_LOOKUP, &g_root, &g_rootc);
+	r.u.lookup.lk_name = "idle-kept";
+	CHECK(run_on(fs2, &r, NULL) == 0);
+	kept = r.u.lookup.lk_obj;
+	req_init(&r, FS_OP_WRITE, &gone, &g_rootc); /* both of its fds open */
+	r.u.write.wr_data = "G";
+	r.u.write.wr_len = 1;
+	r.u.write.wr_stable = FS_UNSTABLE;
+	CHECK(run_on(fs2, &r, NULL) == 0);
+	req_init(&r, FS_OP_GETATTR, &kept, &g_rootc);
+	CHECK(run_on(fs2, &r, NULL) == 0);
+	CHECK(fds_on("/idle-kept") == 1);
+	char path[300];
+	snprintf(path, sizeof(path), "%s/idle-gone", g_export);
+	CHECK(unlink(path) == 0);
+	CHECK(deleted_fd_count() == deleted + 2); /* cached: its space still held */
+	/* idle-kept stays in use (a GETATTR every 100 ms) while idle-gone is left alone */
+	int still = -1;
+	for (int i = 0; i < 60 && still != deleted; i++) {
+		req_init(&r, FS_OP_GETATTR, &kept, &g_rootc);
+		CHECK(run_on(fs2, &r, NULL) == 0);
+		usleep(100 * 1000);
+		still = deleted_fd_count();
+	}
+	CHECKF(still == deleted, "%d deleted files still open, %d before", still, deleted);
+	CHECK(fds_on("/idle-kept") == 1);
+	fs_destroy(fs2);
+	CHECK(fds_on("/idle-kept") == 0);
+	snprintf(path, sizeof(path), "%s/idle-kept", g_export);
+	CHECK(unlink(path) == 0);
+}
+
 struct stress_arg {
 	struct fs *sa_fs;
 	struct fs_obj_id sa_dir;
@@ -2554,6 +2624,7 @@ int main(void)
 	TAP_RUN(test_permissions);
 	TAP_RUN(test_fsstat);
 	TAP_RUN(test_fd_cache_limit);
+	TAP_RUN(test_fd_idle_expiry);
 	TAP_RUN(test_concurrent_small_cache);
 	TAP_RUN(test_loop_completion);
 	TAP_RUN(test_bad_root);
