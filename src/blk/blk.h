@@ -75,6 +75,9 @@ const char *blk_dev_path(const struct blk_dev *dev); /* "" for memory leaves */
  * leaf refuse all I/O with -EIO as if pulled (pulled = true). */
 void blk_dev_inject_errors(struct blk_dev *dev, int fail_reads, int fail_writes);
 void blk_dev_set_pulled(struct blk_dev *dev, bool pulled);
+/* Test hook: a memory or fault leaf behaves as if opened read only (blk_dev_open_file_read_only)
+ * while read_only is set. Change it only while no engine serves the leaf. */
+void blk_dev_set_read_only(struct blk_dev *dev, bool read_only);
 /* Test hook: direct access to a memory or fault leaf's bytes (NULL for others), e.g. to corrupt a
  * block behind the pool's back. */
 uint8_t *blk_dev_mem_bytes(struct blk_dev *dev);

@@ -284,6 +284,12 @@ void blk_dev_set_pulled(struct blk_dev *dev, bool pulled)
 	atomic_store(&dev->bd_pulled, pulled);
 }
 
+void blk_dev_set_read_only(struct blk_dev *dev, bool read_only)
+{
+	VERIFY(dev->bd_kind != BLK_DEV_FILE); /* a file's mode is its descriptor's */
+	dev->bd_read_only = read_only;
+}
+
 uint8_t *blk_dev_mem_bytes(struct blk_dev *dev)
 {
 	return dev->bd_kind == BLK_DEV_FILE ? NULL : dev->bd_bytes;

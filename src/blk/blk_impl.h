@@ -38,7 +38,8 @@ struct blk_dev {
 	char *bd_path;           /* file: the path; "" for memory leaves */
 	int bd_fd;               /* file: the descriptor; -1 otherwise */
 	bool bd_direct;          /* file: opened with O_DIRECT */
-	bool bd_read_only;       /* file: opened O_RDONLY; writes and flushes fail with -EROFS */
+	bool bd_read_only;       /* writes and flushes fail with -EROFS: a file opened O_RDONLY,
+	                          * or a memory leaf by blk_dev_set_read_only */
 	uint8_t *bd_bytes;       /* mem and fault: the current contents */
 	atomic_bool bd_pulled;   /* test hook: refuse all I/O */
 	pthread_mutex_t bd_lock; /* guards the fields below */

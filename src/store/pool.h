@@ -410,6 +410,9 @@ struct pool_status {
 	 * the next import to replay. */
 	bool ps_read_only;
 	uint64_t ps_log_unreplayed;
+	/* Imported read-write: the records newer than the last txg that the import replayed
+	 * (applied, of a destroyed dataset, or skipped for blocks it could not read). */
+	uint64_t ps_log_replayed;
 	uint64_t ps_total_bytes, ps_free_bytes, ps_avail_bytes;
 	uint64_t ps_dirty_bytes;
 	uint64_t ps_datasets;

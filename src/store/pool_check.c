@@ -1115,6 +1115,7 @@ void pool_status(struct pool *p, struct pool_status *st)
 	ilog_stats(p->p_log, &st->ps_log_stats);
 	st->ps_read_only = p->p_read_only;
 	st->ps_log_unreplayed = p->p_log_unreplayed;
+	st->ps_log_replayed = p->p_log_replayed;
 	uint64_t total, free_now, freeing, reserve;
 	pool_lock(p);
 	pool_space_locked(p, &total, &free_now, &freeing, &reserve);
@@ -1292,9 +1293,10 @@ int pool_status_print(struct pool *p, FILE *out)
 	else
 		fprintf(out,
 		        "   log: %" PRIu64 " records, %" PRIu64 " flushes, %.1f records per flush, "
-		        "%" PRIu64 " full\n",
+		        "%" PRIu64 " full; %" PRIu64 " replayed at import\n",
 		        st->ps_log_stats.is_records, st->ps_log_stats.is_flushes,
-		        st->ps_log_stats.is_records_per_flush, st->ps_log_stats.is_full);
+		        st->ps_log_stats.is_records_per_flush, st->ps_log_stats.is_full,
+		        st->ps_log_replayed);
 	fprintf(out, "datasets: %" PRIu64 " (%u in memory)\n", st->ps_datasets, st->ps_nloaded);
 	for (unsigned i = 0; i < st->ps_nloaded; i++) {
 		const struct pool_status_ds *sd = &st->ps_loaded[i];

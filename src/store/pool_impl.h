@@ -400,6 +400,7 @@ struct pool {
 	bool p_sync_thread_started;
 	bool p_read_only;            /* imported with po_read_only: nothing is ever written */
 	uint64_t p_log_unreplayed;   /* read only: the log's records newer than the last txg */
+	uint64_t p_log_replayed;     /* read-write: those records, taken in by the import */
 
 	/* p_lock: trees, allocator, datasets, txgs (see pool.c, rule L1). */
 	pthread_mutex_t p_lock;

@@ -436,6 +436,8 @@ int pool_log_replay(struct pool *p, uint64_t ub_txg, const struct ilog_position 
 		log_error("pool %s: log replay failed: %s", p->p_name, sh_strerror((int)n));
 		return (int)n;
 	}
+	/* every record newer than the uberblock: applied, of a destroyed dataset, or skipped */
+	p->p_log_replayed = rp.rp_applied + rp.rp_orphans + rp.rp_bad;
 	if (rp.rp_applied > 0 || rp.rp_orphans > 0)
 		log_info("pool %s: replayed %" PRIu64 " log record%s (%" PRIu64
 		         " already in txg %" PRIu64 ", %" PRIu64 " of destroyed datasets)",
