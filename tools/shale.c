@@ -169,10 +169,17 @@ int main(int argc, char **argv)
 		return shale_serve(argc - 1, argv + 1, argv);
 	if (strcmp(verb, "bench") == 0)
 		return bench_main(argc - 1, argv + 1);
-	if (strcmp(verb, "pool") == 0)
+	/* An administrator's commands say what they did on stdout, as zpool and zfs do; of the
+	 * pool's log only warnings and errors are for them (the server's info lines, such as the
+	 * txg an import came up at, are in what `pool status` and `pool import` print). */
+	if (strcmp(verb, "pool") == 0) {
+		log_set_level(LOG_WARN);
 		return shale_pool_main(argc - 1, argv + 1);
-	if (strcmp(verb, "fs") == 0)
+	}
+	if (strcmp(verb, "fs") == 0) {
+		log_set_level(LOG_WARN);
 		return shale_fs_main(argc - 1, argv + 1);
+	}
 	if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
 		printf("shale %s\n", SHALE_VERSION);
 		return 0;

@@ -78,7 +78,9 @@ check "pool status, pool list and fs list of a pool no server holds write nothin
 		 "$SHALE_BIN" pool list | grep -q "^tank " && "$SHALE_BIN" fs list tank | grep -q "^tank/home " &&
 		 [ "$(sum)" = "$before" ]'
 check "pool status of a pool no server holds says it read it only" \
-	out_has "imported read only at txg" shale pool status tank
+	out_has "durable (imported read only: nothing written)" shale pool status tank
+check "and prints no log lines of its own, as zpool" \
+	bash -c '[ -z "$("$SHALE_BIN" pool status tank 2>&1 >/dev/null)" ] && [ -z "$("$SHALE_BIN" fs list tank 2>&1 >/dev/null)" ]' 
 check "a pool whose leaves another process holds is refused as in use" \
 	fails_with "in use by another process" \
 	flock var/pool/a.img flock var/pool/b.img flock var/pool/log.img "$SHALE_BIN" pool status tank
