@@ -557,6 +557,7 @@ static bool pool_ds_list_visit(void *arg, const void *key, uint32_t klen, const 
 struct pool_ds_print_ctx {
 	const char *pc_pool;
 	FILE *pc_out;
+	uint64_t pc_pool_avail; /* what the pool has left for any dataset */
 };
 
 static int pool_ds_list_print_one(void *arg, const struct pool_ds_info *info)
@@ -567,10 +568,18 @@ static int pool_ds_list_print_one(void *arg, const struct pool_ds_info *info)
 				? compress_names[info->di_compress]
 				: "?";
 	char quota[24] = "none";
-	if (info->di_quota_bytes)
+	/* as zfs list's AVAIL: the pool's available space, within the quota where there is one */
+	uint64_t avail = pc->pc_pool_avail;
+	if (info->di_quota_bytes) {
 		snprintf(quota, sizeof(quota), "%" PRIu64, info->di_quota_bytes);
-	if (fprintf(pc->pc_out, "%s/%-30s %14" PRIu64 " %10" PRIu64 " %9" PRIu32 "  %-8s %s\n",
-		    pc->pc_pool, info->di_name, info->di_used_bytes, info->di_entries,
+		uint64_t room = info->di_quota_bytes > info->di_used_bytes
+					? info->di_quota_bytes - info->di_used_bytes
+					: 0;
+		avail = SH_MIN(avail, room);
+	}
+	if (fprintf(pc->pc_out, "%s/%-30s %14" PRIu64 " %14" PRIu64 " %10" PRIu64 " %9" PRIu32
+		    "  %-8s %s\n",
+		    pc->pc_pool, info->di_name, info->di_used_bytes, avail, info->di_entries,
 		    info->di_record_bytes, c, quota) < 0)
 		return -EIO;
 	return 0;
@@ -578,10 +587,11 @@ static int pool_ds_list_print_one(void *arg, const struct pool_ds_info *info)
 
 int pool_ds_list_print(struct pool *p, FILE *out)
 {
-	if (fprintf(out, "%-36s %14s %10s %9s  %-8s %s\n", "NAME", "USED(bytes)", "ENTRIES",
-		    "RECORD", "COMPRESS", "QUOTA(bytes)") < 0)
+	if (fprintf(out, "%-36s %14s %14s %10s %9s  %-8s %s\n", "NAME", "USED(bytes)",
+		    "AVAIL(bytes)", "ENTRIES", "RECORD", "COMPRESS", "QUOTA(bytes)") < 0)
 		return -EIO;
 	struct pool_ds_print_ctx pc = {.pc_pool = p->p_name, .pc_out = out};
+	pool_space(p, NULL, NULL, &pc.pc_pool_avail);
 	return pool_ds_list(p, pool_ds_list_print_one, &pc);
 }
 
