@@ -374,19 +374,10 @@ int pool_walk_load(void *arg, const struct blk_ptr *bp)
 				return rc;
 		}
 	}
-	if (pool_bpmap_find(&w->w_cache, bp))
-		return 0;
-	struct pool_bpent *e = pool_bpent_new(&w->w_cache, bp, bp->bp_lsize);
-	if (!e)
-		return -ENOMEM;
-	int rc = blk_block_read_sync(pool_bp_vdev(p, bp), bp, e->be_img);
-	if (rc != 0) {
-		pool_bpent_free(e);
-		return rc;
-	}
-	pool_bpmap_insert(&w->w_cache, e);
-	pool_bpmap_trim(&w->w_cache, POOL_WALK_CACHE_BYTES);
-	return 0;
+	int rc = pool_bpmap_read(p, &w->w_cache, bp);
+	if (rc == 0)
+		pool_bpmap_trim(&w->w_cache, POOL_WALK_CACHE_BYTES);
+	return rc;
 }
 
 /* A data block an owner reported. */

@@ -306,6 +306,9 @@ struct pool_bpent *pool_bpmap_find(struct pool_bpmap *m, const struct blk_ptr *b
 /* Adds bp (with a copy of img when img is not NULL). Returns the entry (an existing one as it
  * is), or NULL on -ENOMEM. */
 struct pool_bpent *pool_bpmap_add(struct pool_bpmap *m, const struct blk_ptr *bp, const void *img);
+/* Reads block bp (verified, as blk_block_read_sync does) into m unless m holds it already.
+ * Waits for the read: not on the engine thread. Returns 0, -ENOMEM or the read's error. */
+int pool_bpmap_read(struct pool *p, struct pool_bpmap *m, const struct blk_ptr *bp);
 void pool_bpmap_remove(struct pool_bpmap *m, const struct blk_ptr *bp);
 /* Drops unheld entries, least recently used first, until bm_bytes <= max_bytes. */
 void pool_bpmap_trim(struct pool_bpmap *m, uint64_t max_bytes);

@@ -135,6 +135,22 @@ struct pool_bpent *pool_bpmap_add(struct pool_bpmap *m, const struct blk_ptr *bp
 	return e;
 }
 
+int pool_bpmap_read(struct pool *p, struct pool_bpmap *m, const struct blk_ptr *bp)
+{
+	if (pool_bpmap_find(m, bp))
+		return 0;
+	struct pool_bpent *e = pool_bpent_new(m, bp, bp->bp_lsize);
+	if (!e)
+		return -ENOMEM;
+	int rc = blk_block_read_sync(pool_bp_vdev(p, bp), bp, e->be_img);
+	if (rc != 0) {
+		pool_bpent_free(e);
+		return rc;
+	}
+	pool_bpmap_insert(m, e);
+	return 0;
+}
+
 static void pool_bpmap_unlink(struct pool_bpmap *m, struct pool_bpent **link)
 {
 	struct pool_bpent *e = *link;
@@ -794,18 +810,7 @@ static int pool_mos_load_block(void *arg, const struct blk_ptr *bp)
 	struct pool *p = arg;
 	if (!pool_bp_valid(p, bp))
 		return -EIO;
-	if (pool_bpmap_find(&p->p_mos_pin, bp))
-		return 0;
-	struct pool_bpent *e = pool_bpent_new(&p->p_mos_pin, bp, bp->bp_lsize);
-	if (!e)
-		return -ENOMEM;
-	int rc = blk_block_read_sync(pool_bp_vdev(p, bp), bp, e->be_img);
-	if (rc != 0) {
-		pool_bpent_free(e);
-		return rc;
-	}
-	pool_bpmap_insert(&p->p_mos_pin, e);
-	return 0;
+	return pool_bpmap_read(p, &p->p_mos_pin, bp);
 }
 
 int pool_mos_load(struct pool *p)
