@@ -236,24 +236,31 @@ static int open_fd_count(void)
 	return n;
 }
 
-/* Open fds of this process whose file has been deleted (a cached fd that keeps its space). */
-static int deleted_fd_count(void)
+/* Open fds of this process on a file whose path ends in suffix. */
+static int fds_on(const char *suffix)
 {
 	DIR *d = opendir("/proc/self/fd");
 	int n = 0;
 	VERIFY(d != NULL);
 	struct dirent *e;
+	size_t sl = strlen(suffix);
 	while ((e = readdir(d)) != NULL) {
 		char path[300], target[512];
 		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
 		ssize_t len = readlink(path, target, sizeof(target) - 1);
-		if (len > 10) {
+		if (len >= (ssize_t)sl) {
 			target[len] = '\0';
-			n += strcmp(target + len - 10, " (deleted)") == 0;
+			n += strcmp(target + len - (ssize_t)sl, suffix) == 0;
 		}
 	}
 	closedir(d);
 	return n;
+}
+
+/* Open fds of this process whose file has been deleted (a cached fd that keeps its space). */
+static int deleted_fd_count(void)
+{
+	return fds_on(" (deleted)");
 }
 
 /* Builds an id in this back end's format for a host path (as a forger who knows the format). */
@@ -1437,27 +1444,6 @@ static void test_fd_cache_limit(void)
 	CHECK(peak >= 8); /* it does cache */
 	fs_destroy(fs2);
 	CHECK(open_fd_count() == before);
-}
-
-/* Open fds of this process on a file whose path ends in suffix. */
-static int fds_on(const char *suffix)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-	VERIFY(d != NULL);
-	struct dirent *e;
-	size_t sl = strlen(suffix);
-	while ((e = readdir(d)) != NULL) {
-		char path[300], target[512];
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		ssize_t len = readlink(path, target, sizeof(target) - 1);
-		if (len >= (ssize_t)sl) {
-			target[len] = '\0';
-			n += strcmp(target + len - (ssize_t)sl, suffix) == 0;
-		}
-	}
-	closedir(d);
-	return n;
 }
 
 /* A file removed on the host, behind the back end's back: its cached fds are closed once idle
