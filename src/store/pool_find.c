@@ -3,8 +3,10 @@
  * the pools there (`shale pool list`). Used by the `shale pool`/`shale fs` commands and by
  * `shale serve`, which import pools by name.
  *
- * A leaf that another process has open (locked, see blk_dev_open_file) cannot be read and is
- * counted as busy rather than silently skipped, so that the caller can say the pool is in use. */
+ * Labels are read through read-only opens (blk_dev_open_file_read_only), which need no write
+ * permission and share their lock with other readers (a `shale pool status` running meanwhile).
+ * A leaf that a writer has open (locked, see blk_dev_open_file) cannot be read and is counted as
+ * busy rather than silently skipped, so that the caller can say the pool is in use. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -49,7 +51,7 @@ static int pool_find_scan(const char *dir,
 		if (stat(path, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)))
 			continue;
 		struct blk_dev *dev = NULL;
-		int orc = blk_dev_open_file(path, 0, &dev);
+		int orc = blk_dev_open_file_read_only(path, &dev);
 		if (orc == -EBUSY) {
 			(*busy)++;
 			continue;
@@ -190,7 +192,11 @@ int pool_import_by_name(const char *dir, const char *name, const struct pool_ope
 		return -ENOENT;
 	}
 	rc = pool_import((const char *const *)leaves.pl_paths, leaves.pl_count, opts, out);
-	if (rc < 0)
+	if (rc == -EBUSY)
+		/* found while only read (a `shale pool status` meanwhile), or taken since */
+		snprintf(err, err_len, "pool '%s' in %s is in use by another process (a running "
+			 "`shale serve`, or a `shale pool` command reading it)", name, dir);
+	else if (rc < 0)
 		snprintf(err, err_len, "cannot import pool '%s' from %u leaves in %s: %s%s", name, leaves.pl_count,
 			 dir, sh_strerror(rc),
 			 leaves.pl_busy ? " (some leaves there are in use by another process)" : "");

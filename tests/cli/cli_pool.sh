@@ -77,6 +77,12 @@ check "pool status, pool list and fs list of a pool no server holds write nothin
 		 "$SHALE_BIN" pool status tank | grep -q "log: 0 records newer than the last txg" &&
 		 "$SHALE_BIN" pool list | grep -q "^tank " && "$SHALE_BIN" fs list tank | grep -q "^tank/home " &&
 		 [ "$(sum)" = "$before" ]'
+check "pool status while another reader holds the leaves (shared locks, as a second status)" \
+	bash -c 'flock -s var/pool/a.img flock -s var/pool/b.img flock -s var/pool/log.img \
+		"$SHALE_BIN" pool status tank | grep -q "state: ONLINE"'
+check "but no change to the pool meanwhile: fs create is refused as in use" \
+	bash -c '! flock -s var/pool/a.img flock -s var/pool/b.img flock -s var/pool/log.img \
+		"$SHALE_BIN" fs create tank/other 2>err.txt && grep -q "in use" err.txt && ! "$SHALE_BIN" fs list tank | grep -q tank/other'
 check "pool status of a pool no server holds says it read it only" \
 	out_has "durable (imported read only: nothing written)" shale pool status tank
 check "and prints no log lines of its own, as zpool" \
