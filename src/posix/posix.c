@@ -500,9 +500,9 @@ int posix_fs_create(const struct posix_fs_config *config, struct fs **out)
 	umask(pf->pf_umask);
 	posix_fill_info(pf);
 
-	rc = posix_fdcache_init(&pf->pf_cache, posix_cache_limit(config->pfc_fd_cache_max));
-	pf->pf_cache.pc_idle_passes = config->pfc_fd_idle_s ? config->pfc_fd_idle_s
-	                                                    : POSIX_FD_IDLE_S_DEFAULT;
+	rc = posix_fdcache_init(&pf->pf_cache, posix_cache_limit(config->pfc_fd_cache_max),
+	                        config->pfc_fd_idle_s ? config->pfc_fd_idle_s
+	                                              : POSIX_FD_IDLE_S_DEFAULT);
 	if (rc != 0)
 		goto out_close;
 	rc = posix_idcache_init(&pf->pf_idcache, config->pfc_idcache_slots);

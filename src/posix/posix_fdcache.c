@@ -48,10 +48,11 @@ static uint32_t posix_pow2_at_least(uint32_t n)
 	return p;
 }
 
-int posix_fdcache_init(struct posix_fdcache *cache, uint32_t max_fds)
+int posix_fdcache_init(struct posix_fdcache *cache, uint32_t max_fds, uint32_t idle_passes)
 {
 	memset(cache, 0, sizeof(*cache));
 	cache->pc_max_fds = max_fds;
+	cache->pc_idle_passes = idle_passes;
 	cache->pc_nbuckets = posix_pow2_at_least(max_fds);
 	cache->pc_buckets = mem_zalloc(cache->pc_nbuckets * sizeof(cache->pc_buckets[0]));
 	cache->pc_ino_buckets = mem_zalloc(cache->pc_nbuckets * sizeof(cache->pc_ino_buckets[0]));

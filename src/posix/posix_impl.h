@@ -326,7 +326,9 @@ int posix_do_link(struct posix_fs *pf, struct fs_req *req);
 int posix_do_readdir(struct posix_fs *pf, struct fs_req *req);
 
 /* ---- fd cache (posix_fdcache.c) ---- */
-SH_MUST_CHECK int posix_fdcache_init(struct posix_fdcache *cache, uint32_t max_fds);
+/* max_fds: rule 4's limit; idle_passes: rule 7's age, in passes of about a second. */
+SH_MUST_CHECK int posix_fdcache_init(struct posix_fdcache *cache, uint32_t max_fds,
+                                     uint32_t idle_passes);
 void posix_fdcache_fini(struct posix_fdcache *cache);
 /* Rule 7: one idle-expiry pass (about a second apart): closes the entries no request holds that
  * none has taken for pc_idle_passes passes. */

@@ -1228,11 +1228,12 @@ int pool_status_print(struct pool *p, FILE *out)
 		        "   txg: %" PRIu64 " durable, %" PRIu64 " open, %" PRIu64
 		        " written since import\n",
 		        st->ps_synced_txg, st->ps_open_txg, st->ps_syncs);
-	fprintf(out,
-	        "  sync: pool lock held %.1f ms by the last txg's serialization (longest %.1f ms); "
-	        "%" PRIu64 " data blocks prepared before it\n",
-	        (double)st->ps_build_last_us / 1000.0, (double)st->ps_build_max_us / 1000.0,
-	        st->ps_sealed_writes);
+	if (!st->ps_read_only) /* a read-only import writes no txg to time */
+		fprintf(out,
+		        "  sync: pool lock held %.1f ms by the last txg's serialization (longest "
+		        "%.1f ms); %" PRIu64 " data blocks prepared before it\n",
+		        (double)st->ps_build_last_us / 1000.0, (double)st->ps_build_max_us / 1000.0,
+		        st->ps_sealed_writes);
 	char last_check[POOL_PROP_VALUE_MAX + 1];
 	pthread_mutex_lock(&p->p_state_lock);
 	bool scrubbing = p->p_scrub_running;
