@@ -470,8 +470,16 @@ count_frames() { # $1: display filter
 nfs_n=$(count_frames nfs)
 mount_n=$(count_frames mount)
 portmap_n=$(count_frames portmap)
-malformed=$(tshark_read -Y _ws.malformed 2>/dev/null)
+# A segment the capture saw twice (a TCP retransmission or out-of-order copy, which the guest's
+# user-mode network sends now and then) can fail tshark's TCP reassembly ("new fragment overlaps
+# old data") and be flagged malformed, though its bytes were decoded from their first copy: such
+# frames are counted apart, and every other malformed frame fails the check.
+resent='tcp.analysis.retransmission || tcp.analysis.out_of_order || tcp.analysis.spurious_retransmission'
+malformed=$(tshark_read -Y "_ws.malformed && !($resent)" 2>/dev/null)
 malformed_n=$(printf '%s' "$malformed" | grep -c .)
+malformed_resent_n=$(count_frames "_ws.malformed && ($resent)")
+[ "$malformed_resent_n" -eq 0 ] ||
+	note "$malformed_resent_n resent TCP segments flagged by tshark's reassembly, not counted as malformed"
 expert_errors=$(count_frames '_ws.expert.severity == error')
 udp_n=$(count_frames 'udp && (portmap || mount)')
 note "capture: $nfs_n NFS, $mount_n MOUNT, $portmap_n portmap frames ($udp_n of the MOUNT/portmap ones over UDP), $expert_errors expert errors"
