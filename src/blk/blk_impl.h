@@ -112,6 +112,21 @@ static inline uint64_t blk_get_le64(const uint8_t *p)
 	return v;
 }
 
+/* blk_label.c: the codecs of a label's header area and of an uberblock slot (formats in
+ * blk_label.c's theory comment). The decoders take bytes read from a device: hostile. */
+#define BLK_LABEL_HEADER_BYTES (16u * 1024u)
+/* Encodes label into out (BLK_LABEL_HEADER_BYTES, checksum included). */
+void blk_label_encode(const struct blk_label *label, uint8_t *out);
+/* Decodes BLK_LABEL_HEADER_BYTES at in (zeroes the checksum field while checking it, then puts
+ * it back): 0 for a valid label, -ENOENT for one that is not a label, -EINVAL for checksummed
+ * nonsense. */
+SH_MUST_CHECK int blk_label_decode(uint8_t *in, struct blk_label *out);
+/* Encodes ub into out (one BLK_UB_SLOT_BYTES slot, checksum included). */
+void blk_ub_encode(const struct blk_uberblock *ub, uint8_t *out);
+/* True when the slot at in (BLK_UB_SLOT_BYTES) holds a valid uberblock of pool_guid, decoded
+ * into out. */
+bool blk_ub_decode(const uint8_t *in, uint64_t pool_guid, struct blk_uberblock *out);
+
 static inline uint64_t blk_round_up(uint64_t v, uint64_t unit)
 {
 	return (v + unit - 1) / unit * unit;

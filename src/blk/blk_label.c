@@ -61,7 +61,6 @@
 
 #define BLK_LABEL_MAGIC 0x4c42414c454c4853ull /* "SHLELABL" read as little-endian bytes */
 #define BLK_LABEL_VERSION 1u
-#define BLK_LABEL_HEADER_BYTES (16u * 1024u)
 #define BLK_LABEL_CONFIG_OFF 1024u
 #define BLK_LABEL_RING_OFF (128u * 1024u)
 #define BLK_LABEL_RING_BYTES (BLK_UB_RING_SLOTS * BLK_UB_SLOT_BYTES)
@@ -91,7 +90,7 @@ static bool blk_label_dev_ok(const struct blk_dev *dev)
 	return dev->bd_size >= BLK_LABELS * (uint64_t)BLK_LABEL_BYTES;
 }
 
-static void blk_label_encode(const struct blk_label *label, uint8_t *out)
+void blk_label_encode(const struct blk_label *label, uint8_t *out)
 {
 	memset(out, 0, BLK_LABEL_HEADER_BYTES);
 	blk_put_le64(out + 0, BLK_LABEL_MAGIC);
@@ -111,8 +110,7 @@ static void blk_label_encode(const struct blk_label *label, uint8_t *out)
 	memcpy(out + 16, cksum, 16);
 }
 
-/* 0 for a valid label, -ENOENT for one that is not a label, -EINVAL for checksummed nonsense. */
-static int blk_label_decode(uint8_t *in, struct blk_label *out)
+int blk_label_decode(uint8_t *in, struct blk_label *out)
 {
 	if (blk_get_le64(in + 0) != BLK_LABEL_MAGIC || blk_get_le32(in + 8) != BLK_LABEL_VERSION)
 		return -ENOENT;
@@ -254,7 +252,7 @@ out:
 
 /* ---- the uberblock ring ---- */
 
-static void blk_ub_encode(const struct blk_uberblock *ub, uint8_t *out)
+void blk_ub_encode(const struct blk_uberblock *ub, uint8_t *out)
 {
 	memset(out, 0, BLK_UB_SLOT_BYTES);
 	blk_put_le64(out + 0, BLK_UB_MAGIC);
@@ -269,8 +267,7 @@ static void blk_ub_encode(const struct blk_uberblock *ub, uint8_t *out)
 	blk_checksum(out, BLK_UB_CKSUM_OFF, out + BLK_UB_CKSUM_OFF);
 }
 
-/* True when the slot holds a valid uberblock of pool_guid, decoded into out. */
-static bool blk_ub_decode(const uint8_t *in, uint64_t pool_guid, struct blk_uberblock *out)
+bool blk_ub_decode(const uint8_t *in, uint64_t pool_guid, struct blk_uberblock *out)
 {
 	if (blk_get_le64(in + 0) != BLK_UB_MAGIC || blk_get_le32(in + 8) != BLK_UB_VERSION)
 		return false;

@@ -104,4 +104,14 @@ SH_MUST_CHECK int ilog_region_check(struct blk_vdev *vdev, uint64_t start, uint6
 SH_MUST_CHECK int ilog_position_check(const struct ilog_position *pos, uint64_t start,
                                       uint64_t bytes);
 
+/* ilog_replay.c: the two checks replay makes of a block read from the device (hostile bytes).
+ * ilog_replay_header_ok: does the header at buf (at least ILOG_BLOCK_HEADER_BYTES) continue the
+ * chain at pos? Sets *bytes_out to the block's size (sector multiple, <= ILOG_BLOCK_MAX).
+ * ilog_replay_check_block: checks the contents of a block of `bytes` bytes whose header passed
+ * and whose checksum matched; returns its record count or -EIO. */
+bool ilog_replay_header_ok(const uint8_t *buf, const struct ilog_position *pos,
+                           uint64_t pool_guid, uint32_t *bytes_out);
+int64_t ilog_replay_check_block(const uint8_t *buf, uint32_t bytes,
+                                const struct ilog_position *pos);
+
 #endif

@@ -19,9 +19,8 @@
 
 #include "ilog/ilog_impl.h"
 
-/* Does the header in buf continue the chain at pos? Sets *bytes_out to the block's size. */
-static bool ilog_replay_header_ok(const uint8_t *buf, const struct ilog_position *pos,
-                                  uint64_t pool_guid, uint32_t *bytes_out)
+bool ilog_replay_header_ok(const uint8_t *buf, const struct ilog_position *pos,
+                           uint64_t pool_guid, uint32_t *bytes_out)
 {
 	if (ilog_get64(buf + ILOG_BH_MAGIC) != ILOG_MAGIC ||
 	    ilog_get64(buf + ILOG_BH_POOL_GUID) != pool_guid ||
@@ -118,9 +117,8 @@ static int ilog_replay_read_block(struct ilog_replay_win *win, const struct ilog
 	return readable ? 0 : read_error;
 }
 
-/* Checks the contents of a block whose checksum passed; returns its record count or -EIO. */
-static int64_t ilog_replay_check_block(const uint8_t *buf, uint32_t bytes,
-                                       const struct ilog_position *pos)
+int64_t ilog_replay_check_block(const uint8_t *buf, uint32_t bytes,
+                                const struct ilog_position *pos)
 {
 	uint32_t used = ilog_get32(buf + ILOG_BH_USED);
 	uint32_t nrecords = ilog_get32(buf + ILOG_BH_NRECORDS);

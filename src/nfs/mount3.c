@@ -49,13 +49,11 @@ static void mount3_null(struct rpc_call *call)
 	mount3_reply_void(call);
 }
 
-/* Decodes a dirpath (string<MNTPATHLEN>) into out, normalised: repeated slashes collapsed and
- * trailing ones dropped, so that "/a//b/" and "/a/b" name one mount. Returns false on bad XDR. */
-static bool mount3_get_path(struct rpc_call *call, char out[MNT3_PATHLEN + 1], size_t *len_out)
+bool mount3_dec_path(struct xdr_dec *dec, char out[MNT3_PATHLEN + 1], size_t *len_out)
 {
 	uint32_t len;
-	const uint8_t *path = xdr_get_opaque(&call->rc_args, MNT3_PATHLEN, &len);
-	if (!xdr_dec_ok(&call->rc_args))
+	const uint8_t *path = xdr_get_opaque(dec, MNT3_PATHLEN, &len);
+	if (!xdr_dec_ok(dec))
 		return false;
 	size_t n = 0;
 	for (uint32_t i = 0; i < len; i++)
@@ -242,7 +240,7 @@ static void mount3_mnt(struct rpc_call *call)
 		rpc_reply_accept_error(call, RPC_SYSTEM_ERR);
 		return;
 	}
-	if (!mount3_get_path(call, w->mw_path, &w->mw_path_len)) {
+	if (!mount3_dec_path(&call->rc_args, w->mw_path, &w->mw_path_len)) {
 		mem_free(w);
 		rpc_reply_accept_error(call, RPC_GARBAGE_ARGS);
 		return;
@@ -323,7 +321,7 @@ static void mount3_umnt(struct rpc_call *call)
 	struct nfs_service *svc = call->rc_prog_ctx;
 	char path[MNT3_PATHLEN + 1];
 	size_t len;
-	if (!mount3_get_path(call, path, &len)) {
+	if (!mount3_dec_path(&call->rc_args, path, &len)) {
 		rpc_reply_accept_error(call, RPC_GARBAGE_ARGS);
 		return;
 	}

@@ -199,6 +199,16 @@ struct rpc_portmap **rpc_server_portmap_slot(struct rpc_server *srv);
 /* The port given to rpc_portmap_set_port (default 111). */
 uint16_t rpc_server_portmap_cfg_port(const struct rpc_server *srv);
 void rpc_portmap_free(struct rpc_portmap *pm);
+/* A portmapper mapping (RFC 1833 section 3): prog | vers | prot | port. */
+struct rpc_pmap_mapping {
+	uint32_t pmm_prog;
+	uint32_t pmm_vers;
+	uint32_t pmm_prot;
+	uint32_t pmm_port;
+};
+/* Decodes the arguments of SET, UNSET and GETPORT (one mapping, nothing after it) into *m.
+ * Returns false for bytes that are not exactly one mapping (GARBAGE_ARGS). */
+bool rpc_pmap_get_mapping(struct xdr_dec *dec, struct rpc_pmap_mapping *m);
 
 
 /* Fills *ss and *len from a numeric IPv4 or IPv6 address and a port (host order). Returns 0 or

@@ -37,13 +37,6 @@
 #define RPC_PMAP_MAX_EXTRA 64u /* mappings other local programs may SET; bounds the DUMP reply */
 #define RPC_PMAP_TIMEOUT_MS 3000
 
-struct rpc_pmap_mapping {
-	uint32_t pmm_prog;
-	uint32_t pmm_vers;
-	uint32_t pmm_prot;
-	uint32_t pmm_port;
-};
-
 struct rpc_portmap {
 	struct rpc_server *pm_srv;
 	enum rpc_portmap_mode pm_mode;
@@ -64,7 +57,7 @@ void rpc_portmap_free(struct rpc_portmap *pm)
 /* ------------------------------------------------------------------------------------------ */
 /* Builtin portmapper */
 
-static bool rpc_pmap_get_mapping(struct xdr_dec *dec, struct rpc_pmap_mapping *m)
+bool rpc_pmap_get_mapping(struct xdr_dec *dec, struct rpc_pmap_mapping *m)
 {
 	m->pmm_prog = xdr_get_u32(dec);
 	m->pmm_vers = xdr_get_u32(dec);
