@@ -796,6 +796,11 @@ static const struct nfs3_proc_info nfs3_procs[NFS3PROC_COUNT] = {
 			     nfs3_enc_commit, NFS3_RES_COMMIT, false},
 };
 
+nfs3_dec_fn nfs3_proc_decoder(uint32_t proc)
+{
+	return proc < NFS3PROC_COUNT ? nfs3_procs[proc].npi_decode : NULL;
+}
+
 static size_t nfs3_res_size(const struct nfs3_call *nc)
 {
 	if (nc->nc_proc->npi_res_max)

@@ -308,6 +308,8 @@ int nfs3_dec_link(struct xdr_dec *dec, union nfs3_args *args);
 int nfs3_dec_readdir(struct xdr_dec *dec, union nfs3_args *args);
 int nfs3_dec_readdirplus(struct xdr_dec *dec, union nfs3_args *args);
 int nfs3_dec_commit(struct xdr_dec *dec, union nfs3_args *args);
+/* The decoder the procedure table (nfs3_proc.c) gives procedure proc, or NULL past the table. */
+nfs3_dec_fn nfs3_proc_decoder(uint32_t proc);
 
 /* ---- XDR results (nfs3_xdr.c) ----
  * Every result starts with its status. Pointers are NULL when the item is absent (post_op_attr
