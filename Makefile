@@ -4,16 +4,20 @@
 #   make test   installs what is missing, builds (sanitizer and release builds), runs every suite
 #   make bench  installs what is missing, builds the release build, and measures Shale against
 #               NFS-Ganesha (bench/run-bench.sh; BENCH_QUICK=1 for a short run; docs/performance.md)
+#   make fuzz   builds the libFuzzer targets (tests/fuzz) and runs each for FUZZ_SECONDS (600),
+#               or only FUZZ_TARGET; FUZZ_MERGE=1 adds what they find to the corpora
 # Meson does the building; this file only names the entry points.
 
 BUILD_DEBUG   := build/debug
 BUILD_RELEASE := build/release
 BUILD_CLANG   := build/clang
-SUITES        ?= unit proto malformed kclient
+BUILD_FUZZ    := build/fuzz
+SUITES        ?= unit proto malformed kclient fuzz
 WERROR        ?= true
 CURDIR_ABS    := $(abspath .)
 
-.PHONY: all deps deps-test deps-bench bench build build-debug build-release build-clang run test clean
+.PHONY: all deps deps-test deps-bench bench build build-debug build-release build-clang build-fuzz fuzz run \
+	test clean
 
 all: build
 
@@ -39,6 +43,15 @@ $(BUILD_CLANG)/build.ninja:
 
 build-clang: $(BUILD_CLANG)/build.ninja
 	ninja -C $(BUILD_CLANG)
+
+# The libFuzzer targets (tests/fuzz) with ASan and UBSan; this build holds only the libraries and
+# the targets. Its tests are the suite `fuzz`, which tests/run.py finds here.
+$(BUILD_FUZZ)/build.ninja:
+	CC=clang meson setup $(BUILD_FUZZ) --buildtype=debugoptimized -Db_sanitize=address,undefined \
+		-Db_lundef=false -Dfuzz=true -Dwerror=$(WERROR)
+
+build-fuzz: $(BUILD_FUZZ)/build.ninja
+	ninja -C $(BUILD_FUZZ)
 
 build-release: $(BUILD_RELEASE)/build.ninja
 	ninja -C $(BUILD_RELEASE)
@@ -72,7 +85,7 @@ else
 	$(SHALE_BIN) serve --exports var/exports --state var/state --pool-dir var/pool
 endif
 
-test: deps-test build-debug build-release build-clang
+test: deps-test build-debug build-release build-clang build-fuzz
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1 \
 		tests/run.py $(BUILD_DEBUG) $(SUITES)
 
@@ -80,6 +93,18 @@ test: deps-test build-debug build-release build-clang
 # the machine to itself. Reports go to bench/results/, the summary table to stdout.
 bench: deps-bench build-release
 	bench/run-bench.sh --shale $(BUILD_RELEASE)/tools/shale
+
+# A long fuzzing run, not part of `make test` (which fuzzes each target for 10 s): each target
+# (or FUZZ_TARGET alone, e.g. nfs3_args) for FUZZ_SECONDS, niced. New inputs stay in
+# build/fuzz/tests/fuzz/work/NAME/new unless FUZZ_MERGE=1; a crash stops the run and names its
+# input.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGET  ?= $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+fuzz: deps-test build-fuzz
+	@for t in $(FUZZ_TARGET); do \
+		nice -n 10 tests/fuzz/run-fuzz.sh $(BUILD_FUZZ)/tests/fuzz/fuzz_$$t tests/fuzz/corpus/$$t \
+			$(FUZZ_SECONDS) $(BUILD_FUZZ)/tests/fuzz/work/$$t || exit 1; \
+	done
 
 clean:
 	rm -rf build

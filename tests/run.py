@@ -6,7 +6,10 @@ tests suite by suite, echoes their output, counts those lines, and counts a test
 exits non-zero (or times out) without reporting a failure as one failure of its own, so a crash is
 never lost. It ends with the line "N passed, N failed" and exits non-zero if anything failed.
 
-Usage: tests/run.py BUILD_DIR [SUITE...]   (default suites: unit proto malformed kclient)
+The suite `fuzz` (the libFuzzer targets of tests/fuzz) is registered in its own clang build, the
+directory `fuzz` beside BUILD_DIR (build/fuzz; see the Makefile), and is run from there.
+
+Usage: tests/run.py BUILD_DIR [SUITE...]   (default suites: unit proto malformed kclient fuzz)
 """
 import json
 import os
@@ -15,7 +18,9 @@ import subprocess
 import sys
 import time
 
-DEFAULT_SUITES = ["unit", "proto", "malformed", "kclient"]
+DEFAULT_SUITES = ["unit", "proto", "malformed", "kclient", "fuzz"]
+# Suites built in a build directory of their own, named relative to BUILD_DIR's parent.
+SUITE_BUILD_DIRS = {"fuzz": "fuzz"}
 OK_RE = re.compile(r"^ok\b")
 NOT_OK_RE = re.compile(r"^not ok\b")
 
@@ -70,10 +75,21 @@ def main():
         return 2
     build_dir = sys.argv[1]
     suites = sys.argv[2:] or DEFAULT_SUITES
-    tests = json.loads(subprocess.check_output(["meson", "introspect", "--tests", build_dir]))
+    tests_of = {}
+
+    def tests_in(directory):
+        if directory not in tests_of:
+            tests_of[directory] = json.loads(subprocess.check_output(
+                ["meson", "introspect", "--tests", directory]))
+        return tests_of[directory]
+
     total_passed = total_failed = 0
     for suite in suites:
-        chosen = [t for t in tests if suite in test_suites(t)]
+        directory = build_dir
+        if suite in SUITE_BUILD_DIRS:
+            directory = os.path.join(os.path.dirname(os.path.normpath(build_dir)),
+                                     SUITE_BUILD_DIRS[suite])
+        chosen = [t for t in tests_in(directory) if suite in test_suites(t)]
         print(f"=== suite {suite}: {len(chosen)} test programs", flush=True)
         for test in chosen:
             print(f"--- {test['name']}", flush=True)
