@@ -1040,6 +1040,21 @@ bool pool_space_would_fit(struct pool *p, uint64_t bytes)
 	return need >= bytes && need <= free_now;
 }
 
+int pool_space_wait(struct pool *p, uint64_t bytes, struct pool_waiter *w)
+{
+	uint64_t total, free_now, freeing, reserve;
+	pool_space_locked(p, &total, &free_now, &freeing, &reserve);
+	uint64_t need = bytes + pool_dirty_bytes(p) + reserve;
+	if (freeing == 0 || need < bytes || need > free_now + freeing)
+		return -ENOSPC;
+	pthread_mutex_lock(&p->p_state_lock);
+	pool_sync_request_locked(p, p->p_open_txg);
+	w->pw_next = p->p_throttled;
+	p->p_throttled = w;
+	pthread_mutex_unlock(&p->p_state_lock);
+	return POOL_THROTTLED;
+}
+
 static void pool_status_vdev(const struct pool_top *t, bool log, struct pool_status_vdev *sv)
 {
 	memset(sv, 0, sizeof(*sv));

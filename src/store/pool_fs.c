@@ -22,7 +22,9 @@
  *   1. Under the pool lock. A change (SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE,
  *      RMDIR, RENAME, LINK) first passes pool_tx_throttle: POOL_THROTTLED parks the request until
  *      pw_done (then it starts over), -EIO (suspended pool) fails it. WRITE and the creates then
- *      need pool_space_would_fit(their bytes plus one tree node) or fail with -ENOSPC, and the
+ *      need pool_space_would_fit(their bytes plus one tree node), or, when it would fit once
+ *      the space removes freed is back, wait for the txg that returns it (pool_space_wait, as
+ *      throttled, at most POOL_FS_SPACE_WAITS_MAX times), or fail with -ENOSPC; and the
  *      dataset's quota room (pool_ds_quota_would_fit) or fail with -EDQUOT; removes
  *      always go on, so a full pool can be emptied.
  *   2. zpl_execute. -SH_ENEEDBLOCK: unlock, pool_block_load; POOL_LOADED starts over at once; 0
@@ -231,6 +233,9 @@
 #define POOL_FS_REC_KEEP_BYTES (16u * 1024u)     /* larger record buffers are not kept */
 /* Space a change may add to the tree before the next sync: one dataset tree node. */
 #define POOL_FS_NODE_SLACK_BYTES POOL_DS_NODE_BYTES
+/* How many txgs a change that does not fit waits for space being freed before -ENOSPC: each wait
+ * returns what was freed before it; more would only mean others keep taking the space. */
+#define POOL_FS_SPACE_WAITS_MAX 4u
 /* Per zpl.c's key table: extent entries. */
 #define POOL_FS_KIND_EXTENT 0x03u
 #define POOL_FS_LONG_KEY 17u
@@ -360,6 +365,7 @@ struct pfs_ctx {
 	struct pfs_ind *pc_ind;
 	bool pc_ind_tried;
 	bool pc_reap;                /* the fs's reaper (pf_reap_ctx), not a request */
+	unsigned pc_space_waits;     /* txgs waited for removed files' space (pool_space_wait) */
 };
 
 struct pool_fs {
@@ -1295,6 +1301,7 @@ static void pfs_ctx_init(struct pool_fs *pf, struct pfs_ctx *c, struct fs_req *r
 	c->pc_pw = (struct pool_waiter){.pw_done = pfs_throttle_cb, .pw_arg = c};
 	c->pc_iw = (struct ilog_waiter){.iw_done = pfs_commit_cb, .iw_arg = c};
 	c->pc_reap = false;
+	c->pc_space_waits = 0;
 }
 
 /* Holds bp, just loaded for c (rule F6). 0 (also when the block is gone again: nothing held),
@@ -1708,6 +1715,15 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 			}
 			uint64_t space = pfs_space_need(req);
 			if (space != 0 && !pool_space_would_fit(p, space)) {
+				/* What removes freed comes back with their txg: rather than
+				 * refuse a write that FSSTAT says fits, wait for it (a few
+				 * times at most, should others take the space first). */
+				if (c->pc_space_waits < POOL_FS_SPACE_WAITS_MAX &&
+				    pool_space_wait(p, space, &c->pc_pw) == POOL_THROTTLED) {
+					c->pc_space_waits++;
+					pool_unlock(p);
+					return; /* pfs_throttle_cb resumes or fails it */
+				}
 				pfs_fail_locked(pf, req, c, -ENOSPC);
 				return;
 			}

@@ -209,6 +209,11 @@ struct pool_waiter {
  * Never blocks. */
 #define POOL_THROTTLED 1
 SH_MUST_CHECK int pool_tx_throttle(struct pool *p, struct pool_waiter *w);
+/* Under the lock, for a change that pool_space_would_fit refused: when it would fit once the
+ * space being freed is back (a remove's space returns when its txg is durable, space.c rule 2),
+ * asks for a sync, queues w as pool_tx_throttle does and returns POOL_THROTTLED: the caller
+ * tries again once pw_done runs. Otherwise -ENOSPC. Never blocks. */
+SH_MUST_CHECK int pool_space_wait(struct pool *p, uint64_t bytes, struct pool_waiter *w);
 /* Dirty bytes the next txg will write (trees and owners), under the lock. */
 uint64_t pool_dirty_bytes(struct pool *p);
 
