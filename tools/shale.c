@@ -53,6 +53,26 @@ static void shale_serve_usage(FILE *out)
 		"  --arc-max BYTES       the pools' memory: cached blocks plus dirty data (suffix K,\n"
 		"                        M, G); default 256M\n"
 		"  --ready-file FILE     write port=N and portmap=MODE here once serving\n"
+		"client bounds (README, \"Limits\"):\n"
+		"  --max-connections N   TCP connections in all; default 4096. Past it a new one\n"
+		"                        closes the least recently active connection of the\n"
+		"                        address holding the most\n"
+		"  --max-connections-per-address N\n"
+		"                        TCP connections from one client address; default 1024\n"
+		"  --connection-memory BYTES\n"
+		"                        memory one connection may hold (its calls, their replies,\n"
+		"                        its partial record); default 4M. Past it the connection is\n"
+		"                        not read until its replies drain\n"
+		"  --connection-calls N  calls one connection may have in progress or waiting to\n"
+		"                        be sent; default 256. Likewise\n"
+		"  --request-memory BYTES\n"
+		"                        request and reply memory of all connections; default\n"
+		"                        256M, shared fairly among them\n"
+		"  --idle-timeout SECONDS\n"
+		"                        close connections idle this long; default 300, 0 = never\n"
+		"  --record-timeout SECONDS\n"
+		"                        close a connection whose partial record got no byte for\n"
+		"                        this long; default 30\n"
 		"  --log-level LEVEL     debug, info, warn or error; default info\n");
 }
 
@@ -67,6 +87,16 @@ static int shale_parse_uint(const char *text, unsigned long max, unsigned long *
 	return 0;
 }
 
+/* A count of at least 1 and at most 2^20 (connections, calls). */
+static int shale_parse_count(const char *text, unsigned *out)
+{
+	unsigned long v;
+	if (shale_parse_uint(text, 1u << 20, &v) < 0 || v == 0)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
 /* argv: the verb's arguments (argv[0] "serve"); whole_argv: main's, to restart with. */
 static int shale_serve(int argc, char **argv, char **whole_argv)
 {
@@ -78,7 +108,8 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 		.sc_portmap_port = 111,
 	};
 	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE, OPT_POOL_DIR, OPT_ARC_MAX,
-	       OPT_BUFFERED_WRITES };
+	       OPT_BUFFERED_WRITES, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR, OPT_CONN_MEM, OPT_CONN_CALLS,
+	       OPT_REQ_MEM, OPT_IDLE_TIMEOUT, OPT_RECORD_TIMEOUT };
 	static const struct option options[] = {
 		{"exports", required_argument, NULL, 'e'},
 		{"state", required_argument, NULL, 's'},
@@ -92,6 +123,13 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 		{"pool-dir", required_argument, NULL, OPT_POOL_DIR},
 		{"arc-max", required_argument, NULL, OPT_ARC_MAX},
 		{"ready-file", required_argument, NULL, OPT_READY},
+		{"max-connections", required_argument, NULL, OPT_MAX_CONNS},
+		{"max-connections-per-address", required_argument, NULL, OPT_MAX_CONNS_ADDR},
+		{"connection-memory", required_argument, NULL, OPT_CONN_MEM},
+		{"connection-calls", required_argument, NULL, OPT_CONN_CALLS},
+		{"request-memory", required_argument, NULL, OPT_REQ_MEM},
+		{"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+		{"record-timeout", required_argument, NULL, OPT_RECORD_TIMEOUT},
 		{"log-level", required_argument, NULL, OPT_LOG},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -126,6 +164,39 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 			break;
 		case OPT_BUFFERED_WRITES: config.sc_buffered_writes = true; break;
 		case OPT_READY: config.sc_ready_file = optarg; break;
+		case OPT_MAX_CONNS:
+			if (shale_parse_count(optarg, &config.sc_max_conns) < 0)
+				goto bad_value;
+			break;
+		case OPT_MAX_CONNS_ADDR:
+			if (shale_parse_count(optarg, &config.sc_max_conns_per_addr) < 0)
+				goto bad_value;
+			break;
+		case OPT_CONN_MEM:
+			/* at least a largest record and its reply, so a connection can make progress */
+			if (shale_parse_bytes(optarg, &config.sc_conn_mem_bytes) < 0 ||
+			    config.sc_conn_mem_bytes < (2u << 20))
+				goto bad_value;
+			break;
+		case OPT_CONN_CALLS:
+			if (shale_parse_count(optarg, &config.sc_conn_calls) < 0)
+				goto bad_value;
+			break;
+		case OPT_REQ_MEM:
+			if (shale_parse_bytes(optarg, &config.sc_mem_bytes) < 0 ||
+			    config.sc_mem_bytes < (16u << 20))
+				goto bad_value;
+			break;
+		case OPT_IDLE_TIMEOUT:
+			if (shale_parse_uint(optarg, 1u << 30, &v) < 0)
+				goto bad_value;
+			config.sc_idle_timeout_s = v == 0 ? UINT32_MAX : (unsigned)v;
+			break;
+		case OPT_RECORD_TIMEOUT:
+			if (shale_parse_uint(optarg, 1u << 30, &v) < 0 || v == 0)
+				goto bad_value;
+			config.sc_record_timeout_s = (unsigned)v;
+			break;
 		case OPT_POOL_DIR: config.sc_pool_dir = optarg; break;
 		case OPT_ARC_MAX:
 			if (shale_parse_bytes(optarg, &config.sc_arc_max_bytes) < 0)

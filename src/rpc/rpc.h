@@ -18,8 +18,9 @@
  *
  * The rpc layer itself answers the RPC-level errors (RPC_MISMATCH, PROG_UNAVAIL, PROG_MISMATCH,
  * PROC_UNAVAIL, AUTH_ERROR for unknown or malformed credentials), keeps the duplicate request
- * cache for procedures marked non-idempotent, and enforces limits on record size, connection count
- * and bytes buffered per connection (a breach closes that one connection and is logged). */
+ * cache for procedures marked non-idempotent, and keeps every client within bounds: record size,
+ * connections (per address and in all), memory and calls per connection, memory of the whole
+ * server, and a share of each loop's turns per connection (rpc_server.c, "Flow control"). */
 #ifndef SHALE_RPC_H
 #define SHALE_RPC_H
 
@@ -114,6 +115,7 @@ struct rpc_call {
 	struct rpc_call *rc_out_next;   /* TCP: the connection's output queue */
 	uint64_t rc_drc_args_hash;      /* hash of the argument bytes, for the duplicate request cache */
 	bool rc_drc_tracked;            /* an in-progress cache entry awaits this call's reply */
+	size_t rc_charge;               /* memory charged to rc_conn ("Flow control", rpc_server.c) */
 	bool rc_finished;               /* a reply function or rpc_call_drop has run */
 	struct loop_task rc_task;       /* free for the handler, e.g. to post its completion to rc_loop */
 	/* The reply as sent: mark+header(+result), the bulk pieces, padding. Last, because a call
@@ -158,18 +160,34 @@ uint16_t rpc_call_peer_port(const struct rpc_call *call);
 
 /* ---- server ---- */
 #define RPC_IDLE_NEVER UINT32_MAX
+/* TCP connections the server may hold past rsc_max_conns while those it chose to close to make
+ * room are closing; beyond it a new connection is refused. */
+#define RPC_CONNS_SLACK 64u
 struct rpc_server_config {
 	unsigned rsc_nloops;              /* event loops (threads); 0 = one per online core */
 	size_t rsc_max_record_bytes;      /* largest call record accepted (default 1 MiB + 4 KiB) */
-	unsigned rsc_max_conns;           /* TCP connections at once (default 4096) */
-	size_t rsc_max_conn_buffer_bytes; /* bytes buffered per connection, in + out (default 4 MiB) */
+	unsigned rsc_max_conns;           /* TCP connections at once (default 4096); a new one
+					   * past it closes the least recently active connection
+					   * of the address holding the most (rpc_conntab.c) */
+	unsigned rsc_max_conns_per_addr;  /* TCP connections from one client address (default
+					   * 1024); a new one past it closes that address's least
+					   * recently active one */
+	size_t rsc_max_conn_buffer_bytes; /* memory one connection may hold: its partial record,
+					   * unparsed input, its calls' records and reply buffers
+					   * and its queued replies (default 4 MiB); reaching it
+					   * stops reading the connection until replies drain */
+	unsigned rsc_max_conn_calls;      /* calls one connection may have in progress or
+					   * waiting to be sent (default 256); likewise */
 	unsigned rsc_drc_entries;         /* duplicate request cache capacity (default 4096) */
 	unsigned rsc_idle_timeout_s;      /* close TCP connections idle this long (default 300;
 					   * RPC_IDLE_NEVER: never) */
-	size_t rsc_max_total_buffer_bytes; /* received bytes held by all connections and calls together
-					    * (default 512 MiB); split evenly over the loops. A
-					    * connection that would take its loop past its share is
-					    * closed, a UDP datagram dropped. */
+	unsigned rsc_record_timeout_s;    /* close a connection whose partial record got no byte
+					   * for this long (default 30) */
+	size_t rsc_max_total_buffer_bytes; /* request and reply memory of all connections together
+					    * (default 256 MiB), split evenly over the loops. Over
+					    * a loop's share, connections holding more than their
+					    * fair part of it stop being read until it drains, and
+					    * UDP calls are dropped. */
 	bool rsc_no_socket_ring;          /* TCP connections wait in epoll and use read/writev,
 					   * not the loop's io_uring (rpc_server.c). Also set when
 					   * the environment has SHALE_SOCKET_RING=0. */

@@ -4,6 +4,7 @@
 #ifndef SHALE_RPC_IMPL_H
 #define SHALE_RPC_IMPL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -175,6 +176,40 @@ void rpc_drc_complete(struct rpc_drc *drc, const struct rpc_drc_key *key, const 
 void rpc_drc_abandon(struct rpc_drc *drc, const struct rpc_drc_key *key);
 /* Entries held (for tests and statistics). */
 unsigned rpc_drc_count(struct rpc_drc *drc);
+
+/* ---- connection table (rpc_conntab.c) ----
+ * The server's open TCP connections by client address: the connection limit, the per-address
+ * cap, and which connection to close to make room (the rules are at the top of rpc_conntab.c).
+ * Thread-safe: one mutex, taken on accept and close only. */
+#define RPC_CONNTAB_SLACK RPC_CONNS_SLACK
+struct rpc_conntab_addr;
+struct rpc_conntab_entry {
+	struct rpc_conntab_addr *ce_addr; /* the table's; NULL while not in the table */
+	struct rpc_conntab_entry *ce_prev; /* the address's entries */
+	struct rpc_conntab_entry *ce_next;
+	void *ce_owner;                /* the caller's: who closes the connection (its loop) */
+	_Atomic uint64_t ce_active_ns; /* last activity, stored by the owning loop */
+	atomic_bool ce_evict;          /* chosen to close to make room; its loop closes it */
+};
+struct rpc_conntab;
+/* Creates a table for max_conns connections at most max_per_addr from one address (both > 0).
+ * Destroy with rpc_conntab_destroy once it is empty. Returns 0, -EINVAL or -ENOMEM. */
+SH_MUST_CHECK int rpc_conntab_create(unsigned max_conns, unsigned max_per_addr,
+				     struct rpc_conntab **out);
+void rpc_conntab_destroy(struct rpc_conntab *t);
+/* Admits a new connection from peer, active at now_ns, whose owner is owner: fills and files
+ * entry. Returns 0, with *victim_owner_out NULL, or the owner of a connection now marked
+ * (ce_evict) that the owner must close to make room; or -EBUSY (refused: the table is full and
+ * nothing can be closed; entry not filed) or -ENOMEM. */
+SH_MUST_CHECK int rpc_conntab_add(struct rpc_conntab *t, struct rpc_conntab_entry *entry,
+				  const struct sockaddr_storage *peer, uint64_t now_ns, void *owner,
+				  void **victim_owner_out);
+/* Takes a filed entry out of the table (the connection closed). */
+void rpc_conntab_remove(struct rpc_conntab *t, struct rpc_conntab_entry *entry);
+/* Connections in the table, those from peer's address (peer may be NULL), and connections
+ * marked for closing since the table was made. */
+void rpc_conntab_counts(struct rpc_conntab *t, const struct sockaddr_storage *peer,
+			unsigned *total_out, unsigned *of_addr_out, unsigned *evicted_out);
 
 /* ---- server internals shared with the portmapper (rpc_server.c, rpc_portmap.c) ---- */
 #define RPC_PMAP_PROG 100000u

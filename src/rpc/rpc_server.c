@@ -52,28 +52,61 @@
  *     (rl_free_calls, at most RPC_CALL_FREE_MAX) with its reply buffer when that is small, and
  *     the loop's next call reuses both: the steady state allocates nothing per call.
  *
- * Limits
- *   - rsc_max_record_bytes: whole-record limit enforced by the reassembler before allocating;
- *     an oversize record closes the connection. UDP datagrams are at most 64 KiB anyway.
- *   - rsc_max_conns: beyond it a new connection is accepted and closed at once (logged,
- *     rate-limited).
- *   - rsc_max_conn_buffer_bytes: bytes a connection holds: its partial record, the records of
- *     its calls in flight and its queued reply bytes. Reaching it pauses reading (backpressure)
- *     while calls are in flight or replies are queued (a client pipelining many large READs
- *     fills its queue faster than the socket drains: it is slowed, never cut off); a connection
- *     at the limit with nothing in flight and nothing queued (one partial record larger than
- *     the limit) is closed and logged. Queued replies that make no write progress for
- *     RPC_WRITE_STALL_NS (a client that stopped reading) close the connection.
- *   - rsc_max_total_buffer_bytes: received bytes held by a loop's connections and calls (per
- *     loop: total / nloops). A TCP connection whose growth breaches it is closed; UDP datagrams
- *     arriving over it are dropped. With the per-connection limit, the connection limit and the
- *     idle timeout this bounds memory under floods of connections, garbage and slow senders.
- *   - RPC_CONN_MAX_INFLIGHT calls in flight on one connection also pause its reading. A read
- *     of up to RPC_SCRATCH_BYTES is dispatched whole, so a connection may overshoot the pause
- *     point by the calls one read holds.
- *   - rsc_idle_timeout_s: a connection with no call in flight, no queued reply and no complete
- *     record received or reply written for this long is closed (a slow sender that never
- *     completes a record is idle too). Checked by a one-second timer per loop.
+ * Flow control: what no client can break, however it behaves
+ *   Memory a connection holds ("held"): its partial record (cn_rm), input read from the socket
+ *   but not yet parsed (cn_pend), and what its calls charge (cn_call_mem): each call, from
+ *   dispatch until its reply is written or discarded, charges its record, its reply buffer's
+ *   whole capacity and its bulk data (rc_charge). A loop's rl_mem is the sum over its
+ *   connections, UDP sockets included.
+ *   Rules:
+ *   1. A connection is "over" when its held memory reaches rsc_max_conn_buffer_bytes, or its
+ *      calls (in progress plus replies waiting to be sent, cn_calls) reach rsc_max_conn_calls,
+ *      or its loop's rl_mem is over the loop's budget (rsc_max_total_buffer_bytes / nloops)
+ *      while the connection has calls and holds at least its fair part of the budget (the
+ *      budget over the loop's connections). An over connection dispatches no further call and
+ *      its socket is not read: the client's bytes stay in the kernel's socket buffer, and TCP
+ *      flow control stops the client. Nothing accepted is dropped; nothing is accepted past
+ *      the bound but what a check cannot foresee: the one call that crosses it (a handler
+ *      sizing its reply buffer) and input already read (at most one read, kept in cn_pend).
+ *   2. The check runs before each record is dispatched, not per read: a read that holds many
+ *      calls dispatches them one by one until the connection is over; the rest waits in
+ *      cn_pend, and is parsed first when the connection is read again (bytes never overtake).
+ *   3. An over connection is no longer over once replies drain or calls finish
+ *      (rpc_conn_update, run on each), or, when the loop's budget was the reason, once the
+ *      loop's rl_mem falls back under it (rl_wake_task revisits the connections that waited).
+ *   4. A connection that is over with no call at all (a partial record larger than its limit)
+ *      cannot drain: it is closed and logged. The loop's budget never stops a connection with
+ *      no calls, so a large record always completes; past the budget plus a quarter, a
+ *      connection that grows a partial record is closed instead.
+ *   5. Replies queued with no write progress for RPC_WRITE_STALL_NS (a client that stopped
+ *      reading) close the connection, and with it free what it held.
+ *   6. A reply buffer much larger than its reply (a handler sized it for a maximum, such as a
+ *      READDIRPLUS maxcount) is cut to size when the reply is sent, so queued replies cost
+ *      their own bytes.
+ *   7. UDP: a datagram that would take the loop past its budget, or its socket past
+ *      rsc_max_conn_calls calls in progress, is dropped (the client retransmits); a reply the
+ *      socket does not take at once is dropped, never queued.
+ *   Connections:
+ *   8. The connection table (rpc_conntab.c) admits each new TCP connection: past
+ *      rsc_max_conns_per_addr from its address, or past rsc_max_conns in all, it marks the
+ *      least recently active connection (of the same address, or of the address holding the
+ *      most) to close, and that connection's loop closes it (rl_evict_task). A new connection
+ *      is refused only when nothing can be closed.
+ *   9. rsc_idle_timeout_s: a connection with no call, no queued reply and no complete record
+ *      received or reply written for this long is closed (a slow sender that never completes a
+ *      record is idle too). rsc_record_timeout_s: a connection that is being read, has a
+ *      partial record, and has received no byte for this long is closed. Both are checked by a
+ *      one-second timer per loop.
+ *   Fairness:
+ *  10. A connection dispatches at most RPC_CALLS_PER_TURN calls per loop turn. When it has
+ *      more input, it yields: the rest waits in cn_pend and cn_resume_task, posted to the
+ *      loop, serves it again on a later turn, after the other connections ready in the turn
+ *      between. A connection keeping thousands of calls queued thus delays another by at most
+ *      one share of calls per turn. A UDP socket, all its clients together, takes one share
+ *      of datagrams per turn likewise.
+ *   Other limits: rsc_max_record_bytes, the whole-record limit, is enforced by the reassembler
+ *   before allocating; an oversize record closes the connection. UDP datagrams are at most
+ *   64 KiB anyway.
  *
  * Dispatch (rpc_conn_dispatch): parse the header (rpc_msg.c) -> RPC_MISMATCH / AUTH_ERROR ->
  * program (PROG_UNAVAIL), version (PROG_MISMATCH with the registered range), procedure
@@ -100,7 +133,6 @@
 #define RPC_SCRATCH_BYTES 65536u     /* one read or datagram; also the UDP datagram limit */
 #define RPC_READS_PER_EVENT 16       /* reads per readiness event before yielding to others */
 #define RPC_ACCEPTS_PER_EVENT 64
-#define RPC_DGRAMS_PER_EVENT 64
 /* Large-record buffers a loop keeps (rpc_record.c rule 4): enough for a few connections
  * streaming 1 MiB WRITEs with some in flight each, small next to the receive budget. */
 #define RPC_POOL_BUFS 8u
@@ -114,10 +146,16 @@
  * past this a writev is long enough that gathering more saves nothing. */
 #define RPC_FLUSH_NOW_BYTES (256u * 1024u)
 #define RPC_MAX_PROGRAMS 16
-/* Calls in flight per connection before reading pauses: more than the Linux client keeps
- * outstanding on one transport in practice, and a bound on how many replies a client that
- * stops reading can make the server build. */
-#define RPC_CONN_MAX_INFLIGHT 256u
+/* Calls one connection dispatches per loop turn before it yields to the others (rule 10): a
+ * few reads' worth of small calls, so that pipelining still gathers replies into one write, while
+ * a flooding connection delays another by tens of microseconds, not milliseconds. */
+#define RPC_CALLS_PER_TURN 32u
+/* Unparsed input past which a ring connection's receive is paused (rule 2): a few of the
+ * ring's receive buffers. */
+#define RPC_PEND_MAX_BYTES (64u * 1024u)
+/* A reply buffer this much larger than its reply, and larger than a recycled call keeps, is
+ * cut to the reply's size when sent (rule 6). */
+#define RPC_REPLY_TRIM_FACTOR 2u
 #define RPC_LISTEN_BACKLOG 1024
 #define RPC_BIND_ATTEMPTS 16         /* port-0 retries when TCP and UDP cannot share a number */
 #define RPC_IDLE_TICK_NS 1000000000ull
@@ -174,15 +212,29 @@ struct rpc_conn {
 	struct sockaddr_storage cn_peer; /* TCP only */
 	socklen_t cn_peer_len;
 	struct rpc_rm cn_rm;
-	size_t cn_in_held;   /* bytes of records owned by this connection's calls in flight */
-	size_t cn_in_acct;   /* what this connection last added to its loop's rl_in_bytes */
+	size_t cn_call_mem;  /* what this connection's calls charge (rc_charge), "Flow control" */
+	size_t cn_acct;      /* what this connection last added to its loop's rl_mem */
 	size_t cn_out_bytes; /* queued reply bytes not yet written */
-	unsigned cn_inflight;
+	unsigned cn_inflight; /* calls dispatched whose reply is not yet made */
+	unsigned cn_calls;    /* calls dispatched and not yet freed (in progress or queued) */
+	/* Input read but not parsed (rule 2): cn_pend[cn_pend_off .. cn_pend_len). */
+	uint8_t *cn_pend;
+	size_t cn_pend_off;
+	size_t cn_pend_len;
+	size_t cn_pend_cap;
+	uint64_t cn_slice_turn_ns; /* the loop turn cn_slice_left belongs to (rule 10) */
+	unsigned cn_slice_left;
+	bool cn_yielded;           /* used its share of this turn with input left */
+	bool cn_global_wait;       /* over only by its loop's budget: rl_wake_task looks again */
+	struct loop_task cn_resume_task; /* rule 10: serves the connection on a later turn */
+	bool cn_resume_queued;     /* cn_resume_task is posted (and holds a reference) */
+	uint64_t cn_last_rx_ns;    /* the last byte received (rule 9) */
+	struct rpc_conntab_entry cn_tab; /* TCP: its place in the connection table (rule 8) */
+	bool cn_tabbed;
 	struct rpc_call *cn_out_head;
 	struct rpc_call *cn_out_tail;
 	struct loop_task cn_flush_task; /* deferred flush at the end of the loop's turn */
 	bool cn_flush_queued;           /* cn_flush_task is queued (and holds a reference) */
-	uint64_t cn_last_active_ns;
 	/* Ring connections (see "The ring" above): each op in flight holds a reference. */
 	bool cn_ring;
 	enum { RPC_RECV_IDLE, RPC_RECV_MULTI, RPC_RECV_DIRECT } cn_recv_state;
@@ -210,8 +262,14 @@ struct rpc_loop {
 	struct rpc_buf_pool rl_small_pool; /* small-record buffers of the same (rpc_record.c) */
 	struct rpc_call *rl_free_calls; /* freed calls kept for reuse, with their reply buffers */
 	unsigned rl_nfree_calls;
-	size_t rl_in_bytes; /* received bytes held by this loop's connections and calls */
-	size_t rl_in_budget;
+	size_t rl_mem;      /* memory held by this loop's connections and calls ("Flow control") */
+	size_t rl_budget;   /* this loop's part of rsc_max_total_buffer_bytes */
+	unsigned rl_nconns; /* open TCP connections of this loop */
+	unsigned rl_global_waiters;   /* connections with cn_global_wait */
+	struct loop_task rl_wake_task; /* rule 3: revisits them once rl_mem is under the budget */
+	bool rl_wake_queued;
+	struct loop_task rl_evict_task; /* rule 8: closes this loop's marked connections */
+	atomic_bool rl_evict_queued;
 	struct rpc_conn *rl_conns;
 	struct rpc_conn **rl_udp; /* one UDP conn per endpoint with UDP, NULL otherwise */
 	/* The ring's receive buffers, set up on the loop's thread at its first accept. */
@@ -235,7 +293,7 @@ struct rpc_server {
 	unsigned rs_neps;
 	struct rpc_listener **rs_listeners;
 	unsigned rs_nlisteners;
-	atomic_uint rs_nconns;
+	struct rpc_conntab *rs_conntab; /* every open TCP connection, by address (rule 8) */
 	atomic_uint rs_calls_live; /* calls allocated and not yet freed, for the drain at stop */
 	struct rpc_drc *rs_drc;
 	bool rs_started;
@@ -259,10 +317,14 @@ void rpc_server_config_default(struct rpc_server_config *config)
 	config->rsc_nloops = 0;
 	config->rsc_max_record_bytes = (1u << 20) + 4096u; /* 1 MiB WRITE data + headers */
 	config->rsc_max_conns = 4096;
+	/* nconnect=16 from 64 mounts of one client host */
+	config->rsc_max_conns_per_addr = 1024;
 	config->rsc_max_conn_buffer_bytes = 4u << 20;
+	config->rsc_max_conn_calls = 256;
 	config->rsc_drc_entries = 4096;
-	config->rsc_idle_timeout_s = 300;
-	config->rsc_max_total_buffer_bytes = (size_t)512 << 20;
+	config->rsc_idle_timeout_s = 300; /* knfsd closes idle connections after 6 minutes */
+	config->rsc_record_timeout_s = 30;
+	config->rsc_max_total_buffer_bytes = (size_t)256 << 20;
 }
 
 static void rpc_config_fill(struct rpc_server_config *cfg, const struct rpc_server_config *given)
@@ -280,8 +342,14 @@ static void rpc_config_fill(struct rpc_server_config *cfg, const struct rpc_serv
 		cfg->rsc_max_record_bytes = RPC_RM_LEN_MASK;
 	if (cfg->rsc_max_conns == 0)
 		cfg->rsc_max_conns = def.rsc_max_conns;
+	if (cfg->rsc_max_conns_per_addr == 0)
+		cfg->rsc_max_conns_per_addr = def.rsc_max_conns_per_addr;
 	if (cfg->rsc_max_conn_buffer_bytes == 0)
 		cfg->rsc_max_conn_buffer_bytes = def.rsc_max_conn_buffer_bytes;
+	if (cfg->rsc_max_conn_calls == 0)
+		cfg->rsc_max_conn_calls = def.rsc_max_conn_calls;
+	if (cfg->rsc_record_timeout_s == 0)
+		cfg->rsc_record_timeout_s = def.rsc_record_timeout_s;
 	if (cfg->rsc_drc_entries == 0)
 		cfg->rsc_drc_entries = def.rsc_drc_entries;
 	if (cfg->rsc_max_total_buffer_bytes == 0)
@@ -309,21 +377,84 @@ static void rpc_conn_rele(struct rpc_conn *conn)
 	VERIFY(conn->cn_closed);
 	if (conn->cn_fd >= 0)
 		close(conn->cn_fd); /* a ring connection's, kept until its ops ended */
+	mem_free(conn->cn_pend);
 	mem_free(conn);
 }
 
-/* Brings the loop's received-bytes total up to date with this connection's holdings. */
-static void rpc_conn_account(struct rpc_conn *conn)
+/* Memory the connection holds ("Flow control"). */
+static size_t rpc_conn_held(const struct rpc_conn *conn)
 {
-	size_t now = rpc_rm_buffered(&conn->cn_rm) + conn->cn_in_held;
-	struct rpc_loop *rl = conn->cn_rl;
-	rl->rl_in_bytes = rl->rl_in_bytes - conn->cn_in_acct + now;
-	conn->cn_in_acct = now;
+	return rpc_rm_buffered(&conn->cn_rm) + conn->cn_pend_cap + conn->cn_call_mem;
 }
 
-static size_t rpc_conn_buffered(const struct rpc_conn *conn)
+static void rpc_loop_wake_waiters(struct loop_task *task);
+
+/* Brings the loop's total up to date with this connection's holdings; when the total falls
+ * under the budget with connections waiting for that, has them looked at again (rule 3). */
+static void rpc_conn_account(struct rpc_conn *conn)
 {
-	return rpc_rm_buffered(&conn->cn_rm) + conn->cn_in_held + conn->cn_out_bytes;
+	size_t now = rpc_conn_held(conn);
+	struct rpc_loop *rl = conn->cn_rl;
+	rl->rl_mem = rl->rl_mem - conn->cn_acct + now;
+	conn->cn_acct = now;
+	if (rl->rl_global_waiters > 0 && rl->rl_mem < rl->rl_budget && !rl->rl_wake_queued &&
+	    loop_on_thread(rl->rl_loop)) {
+		rl->rl_wake_queued = true;
+		loop_post(rl->rl_loop, &rl->rl_wake_task);
+	}
+}
+
+/* Sets what call charges its connection (rc_charge) to bytes. */
+static void rpc_call_charge(struct rpc_call *call, size_t bytes)
+{
+	struct rpc_conn *conn = call->rc_conn;
+	conn->cn_call_mem = conn->cn_call_mem - call->rc_charge + bytes;
+	call->rc_charge = bytes;
+	rpc_conn_account(conn);
+}
+
+/* Rule 1, with *global_out set when the loop's budget is the only reason. */
+static bool rpc_conn_over(const struct rpc_conn *conn, bool *global_out)
+{
+	const struct rpc_server_config *cfg = &conn->cn_srv->rs_cfg;
+	const struct rpc_loop *rl = conn->cn_rl;
+	size_t held = rpc_conn_held(conn);
+	*global_out = false;
+	if (held >= cfg->rsc_max_conn_buffer_bytes || conn->cn_calls >= cfg->rsc_max_conn_calls)
+		return true;
+	if (rl->rl_mem >= rl->rl_budget && conn->cn_calls > 0 &&
+	    held >= rl->rl_budget / SH_MAX(rl->rl_nconns, 1u)) {
+		*global_out = true;
+		return true;
+	}
+	return false;
+}
+
+/* True while the connection may dispatch another call in this turn (rules 1 and 10). */
+static bool rpc_conn_may_dispatch(struct rpc_conn *conn)
+{
+	bool global;
+	if (conn->cn_closed || rpc_conn_over(conn, &global))
+		return false;
+	uint64_t turn = loop_turn_ns(conn->cn_rl->rl_loop);
+	if (conn->cn_slice_turn_ns != turn) {
+		conn->cn_slice_turn_ns = turn;
+		conn->cn_slice_left = RPC_CALLS_PER_TURN;
+		conn->cn_yielded = false;
+	}
+	return conn->cn_slice_left > 0;
+}
+
+/* The connection's last activity, for the idle timeout and the connection table's choice. */
+static void rpc_conn_touch(struct rpc_conn *conn)
+{
+	atomic_store_explicit(&conn->cn_tab.ce_active_ns, loop_turn_ns(conn->cn_rl->rl_loop),
+			      memory_order_relaxed);
+}
+
+static uint64_t rpc_conn_active_ns(const struct rpc_conn *conn)
+{
+	return atomic_load_explicit(&conn->cn_tab.ce_active_ns, memory_order_relaxed);
 }
 
 /* Frees a received record: back to the loop's pool it came from (NULL: the heap). */
@@ -401,6 +532,12 @@ static void rpc_call_free(struct rpc_call *call)
 	}
 	if (call->rc_record)
 		rpc_record_free(call->rc_record, call->rc_record_pool);
+	call->rc_record = NULL;
+	if (conn) {
+		rpc_call_charge(call, 0);
+		VERIFY(conn->cn_calls > 0);
+		conn->cn_calls--;
+	}
 	rpc_call_recycle(conn ? conn->cn_rl : NULL, call);
 	if (conn) {
 		atomic_fetch_sub_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_release);
@@ -408,19 +545,47 @@ static void rpc_call_free(struct rpc_call *call)
 	}
 }
 
-/* Re-derives paused/LOOP_IN/LOOP_OUT from the connection's state and applies the limits. */
+static size_t rpc_conn_pend_bytes(const struct rpc_conn *conn)
+{
+	return conn->cn_pend_len - conn->cn_pend_off;
+}
+
+static void rpc_conn_resume(struct loop_task *task);
+
+/* Has cn_resume_task serve the connection on a later turn (rules 3 and 10). */
+static void rpc_conn_post_resume(struct rpc_conn *conn)
+{
+	if (conn->cn_resume_queued || conn->cn_closed || !loop_on_thread(conn->cn_rl->rl_loop))
+		return;
+	conn->cn_resume_queued = true;
+	rpc_conn_hold(conn);
+	conn->cn_resume_task.lt_fn = rpc_conn_resume;
+	loop_post(conn->cn_rl->rl_loop, &conn->cn_resume_task);
+}
+
+/* Re-derives paused/LOOP_IN/LOOP_OUT from the connection's state and applies the limits
+ * ("Flow control"). */
 static void rpc_conn_update(struct rpc_conn *conn)
 {
 	if (conn->cn_closed || conn->cn_transport != RPC_TCP)
 		return;
-	const struct rpc_server_config *cfg = &conn->cn_srv->rs_cfg;
-	size_t buffered = rpc_conn_buffered(conn);
-	bool over = buffered >= cfg->rsc_max_conn_buffer_bytes || conn->cn_inflight >= RPC_CONN_MAX_INFLIGHT;
-	if (over && conn->cn_inflight == 0 && conn->cn_out_head == NULL) {
-		rpc_conn_close(conn, "partial record over the per-connection buffer limit");
+	bool global;
+	bool over = rpc_conn_over(conn, &global);
+	if (over && conn->cn_calls == 0) {
+		rpc_conn_close(conn, "partial record over the per-connection limit"); /* rule 4 */
 		return;
 	}
-	conn->cn_paused = over;
+	struct rpc_loop *rl = conn->cn_rl;
+	if (global != conn->cn_global_wait) {
+		conn->cn_global_wait = global;
+		if (global)
+			rl->rl_global_waiters++;
+		else
+			rl->rl_global_waiters--;
+	}
+	if (!over && rpc_conn_pend_bytes(conn) > 0)
+		rpc_conn_post_resume(conn);
+	conn->cn_paused = over || rpc_conn_pend_bytes(conn) >= RPC_PEND_MAX_BYTES;
 	if (conn->cn_ring) {
 		rpc_conn_ring_recv(conn); /* starts, or asks to end, the receive */
 		return;
@@ -428,7 +593,8 @@ static void rpc_conn_update(struct rpc_conn *conn)
 	/* Output waits for LOOP_OUT only when the socket refused it; replies queued during this turn
 	 * go out with the deferred flush at its end, without an epoll_ctl round trip. */
 	bool want_out = conn->cn_out_head != NULL && !conn->cn_flush_queued;
-	uint32_t events = (over ? 0u : (uint32_t)LOOP_IN) | (want_out ? (uint32_t)LOOP_OUT : 0u);
+	uint32_t events =
+	    (conn->cn_paused ? 0u : (uint32_t)LOOP_IN) | (want_out ? (uint32_t)LOOP_OUT : 0u);
 	if (events != conn->cn_events) {
 		int rc = loop_watch_mod(conn->cn_rl->rl_loop, &conn->cn_watch, events);
 		if (rc < 0) {
@@ -470,6 +636,13 @@ static void rpc_conn_close(struct rpc_conn *conn, const char *why)
 	if (!conn->cn_send_busy)
 		conn->cn_out_head = conn->cn_out_tail = NULL;
 	conn->cn_out_bytes = 0;
+	mem_free(conn->cn_pend);
+	conn->cn_pend = NULL;
+	conn->cn_pend_off = conn->cn_pend_len = conn->cn_pend_cap = 0;
+	if (conn->cn_global_wait) {
+		conn->cn_global_wait = false;
+		rl->rl_global_waiters--;
+	}
 	rpc_conn_account(conn);
 	if (conn->cn_transport == RPC_TCP) {
 		if (conn->cn_prev)
@@ -479,7 +652,11 @@ static void rpc_conn_close(struct rpc_conn *conn, const char *why)
 		if (conn->cn_next)
 			conn->cn_next->cn_prev = conn->cn_prev;
 		conn->cn_prev = conn->cn_next = NULL;
-		atomic_fetch_sub(&conn->cn_srv->rs_nconns, 1u);
+		rl->rl_nconns--;
+	}
+	if (conn->cn_tabbed) {
+		rpc_conntab_remove(conn->cn_srv->rs_conntab, &conn->cn_tab);
+		conn->cn_tabbed = false;
 	}
 	/* The open reference is dropped last so the frees below cannot free conn early. */
 	while (call) {
@@ -552,7 +729,7 @@ static int rpc_conn_gather(const struct rpc_conn *conn, struct iovec *iov,
 /* Takes written bytes off the head of the output queue, freeing each call sent whole. */
 static void rpc_conn_sent(struct rpc_conn *conn, size_t written)
 {
-	conn->cn_last_active_ns = loop_turn_ns(conn->cn_rl->rl_loop);
+	rpc_conn_touch(conn);
 	size_t left = written;
 	conn->cn_out_bytes -= left;
 	while (left > 0) {
@@ -683,10 +860,12 @@ static void rpc_call_finish(struct rpc_call *call, bool send)
 	rpc_record_free(call->rc_record, call->rc_record_pool);
 	call->rc_record = NULL;
 	call->rc_record_pool = NULL;
-	conn->cn_in_held -= call->rc_record_len;
 	call->rc_record_len = 0;
 	conn->cn_inflight--;
-	rpc_conn_account(conn);
+	/* From here the call charges its reply buffer and bulk data, until it is freed. */
+	size_t bulk = send && call->rc_out_iovcnt > 0 ? call->rc_out_len - call->rc_out_iov[0].iov_len
+						       : 0;
+	rpc_call_charge(call, call->rc_reply_cap + bulk);
 
 	if (call->rc_drc_tracked) {
 		struct rpc_drc_key key;
@@ -763,15 +942,31 @@ int rpc_call_res_init(struct rpc_call *call, size_t max_res_bytes)
 	}
 	xdr_enc_init(&call->rc_res, call->rc_reply_buf + RPC_REPLY_PREFIX_BYTES, max_res_bytes);
 	call->rc_has_res = true;
+	if (call->rc_conn)
+		rpc_call_charge(call, call->rc_record_len + call->rc_reply_cap);
 	return 0;
+}
+
+/* Rule 6: a reply buffer far larger than the reply it holds is cut to size. */
+static void rpc_call_trim_reply(struct rpc_call *call, size_t used)
+{
+	if (call->rc_reply_cap <= RPC_CALL_KEEP_REPLY_BYTES ||
+	    call->rc_reply_cap / RPC_REPLY_TRIM_FACTOR < used)
+		return;
+	uint8_t *buf = mem_realloc(call->rc_reply_buf, used);
+	if (!buf)
+		return; /* keeps the larger buffer, still charged in full */
+	call->rc_reply_buf = buf;
+	call->rc_reply_cap = used;
 }
 
 void rpc_reply_success(struct rpc_call *call)
 {
 	if (call->rc_has_res && xdr_enc_ok(&call->rc_res)) {
+		size_t used = RPC_REPLY_PREFIX_BYTES + xdr_enc_len(&call->rc_res);
+		rpc_call_trim_reply(call, used);
 		rpc_msg_put_accepted(call->rc_reply_buf + RPC_RM_HDR_BYTES, call->rc_xid, RPC_SUCCESS);
-		rpc_call_set_out(call, call->rc_reply_buf,
-				 RPC_REPLY_PREFIX_BYTES + xdr_enc_len(&call->rc_res), true);
+		rpc_call_set_out(call, call->rc_reply_buf, used, true);
 	} else if (!call->rc_has_res && xdr_enc_ok(&call->rc_res)) {
 		/* No result body (e.g. a NULL procedure). */
 		rpc_msg_put_accepted(call->rc_small + RPC_RM_HDR_BYTES, call->rc_xid, RPC_SUCCESS);
@@ -897,8 +1092,8 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 	rpc_conn_hold(conn);
 	atomic_fetch_add_explicit(&conn->cn_srv->rs_calls_live, 1u, memory_order_relaxed);
 	conn->cn_inflight++;
-	conn->cn_in_held += len;
-	rpc_conn_account(conn);
+	conn->cn_calls++;
+	rpc_call_charge(call, len + call->rc_reply_cap);
 
 	if (pr == RPC_PARSE_RPC_MISMATCH) {
 		rpc_reply_rpc_mismatch(call);
@@ -952,26 +1147,32 @@ static void rpc_conn_dispatch(struct rpc_conn *conn, uint8_t *record, size_t len
 /* ------------------------------------------------------------------------------------------ */
 /* Readiness callbacks */
 
-/* Takes a completed record from the reassembler: checks the loop's budget and dispatches it.
- * Returns false when the connection was closed. */
+/* Takes a completed record from the reassembler and dispatches it. Returns false when the
+ * connection was closed. */
 static bool rpc_conn_take_record(struct rpc_conn *conn, uint8_t *record, size_t record_len)
 {
-	struct rpc_loop *rl = conn->cn_rl;
-	struct rpc_buf_pool *pool = conn->cn_rm.rm_out_pool;
-	if (rl->rl_in_bytes > rl->rl_in_budget) {
-		if (record)
-			rpc_record_free(record, pool);
-		log_ratelimited(LOG_WARN, "rpc: loop %u over its receive budget; closing a connection",
-				loop_index(rl->rl_loop));
-		rpc_conn_close(conn, NULL);
-		return false;
-	}
-	conn->cn_last_active_ns = loop_turn_ns(conn->cn_rl->rl_loop);
+	rpc_conn_touch(conn);
+	if (conn->cn_slice_left > 0)
+		conn->cn_slice_left--;
 	if (record)
-		rpc_conn_dispatch(conn, record, record_len, pool, &conn->cn_peer, conn->cn_peer_len);
+		rpc_conn_dispatch(conn, record, record_len, conn->cn_rm.rm_out_pool, &conn->cn_peer,
+				  conn->cn_peer_len);
 	else
 		log_ratelimited(LOG_WARN, "rpc: dropped an empty record");
-	return true;
+	return !conn->cn_closed;
+}
+
+/* Rule 4's last part: a partial record may not grow past the loop's budget and a quarter.
+ * Returns false when it closed the connection. */
+static bool rpc_conn_check_partial(struct rpc_conn *conn)
+{
+	const struct rpc_loop *rl = conn->cn_rl;
+	if (rl->rl_mem <= rl->rl_budget + rl->rl_budget / 4 || rpc_rm_idle(&conn->cn_rm))
+		return true;
+	log_ratelimited(LOG_WARN, "rpc: loop %u over its memory budget; closing a connection "
+			"growing a partial record", loop_index(rl->rl_loop));
+	rpc_conn_close(conn, NULL);
+	return false;
 }
 
 /* Commits n bytes read straight into the record's body; false when the connection closed. */
@@ -979,23 +1180,21 @@ static bool rpc_conn_body_read(struct rpc_conn *conn, size_t n)
 {
 	uint8_t *record;
 	size_t record_len;
+	conn->cn_last_rx_ns = loop_turn_ns(conn->cn_rl->rl_loop);
 	int rc = rpc_rm_body_commit(&conn->cn_rm, n, &record, &record_len);
 	rpc_conn_account(conn);
-	if (rc == 1 && !rpc_conn_take_record(conn, record, record_len))
-		return false;
-	if (rc == 0 && conn->cn_rl->rl_in_bytes > conn->cn_rl->rl_in_budget &&
-	    !rpc_conn_take_record(conn, NULL, 0))
-		return false;
-	return true;
+	if (rc == 1)
+		return rpc_conn_take_record(conn, record, record_len);
+	return rpc_conn_check_partial(conn);
 }
 
-/* Feeds n received bytes to the reassembler, dispatching each record they complete; false when
- * the connection closed. */
-static bool rpc_conn_feed(struct rpc_conn *conn, const uint8_t *data, size_t n)
+/* Parses input, dispatching each record it completes, while the connection may go on (rules 1,
+ * 2 and 10). Returns the bytes consumed (n, or fewer when it had to stop: the rest is the
+ * caller's to keep, in order), or -1 when the connection closed. */
+static ssize_t rpc_conn_consume(struct rpc_conn *conn, const uint8_t *data, size_t n)
 {
-	struct rpc_loop *rl = conn->cn_rl;
 	size_t off = 0;
-	while (off < n && !conn->cn_closed) {
+	while (off < n && rpc_conn_may_dispatch(conn)) {
 		size_t used;
 		uint8_t *record;
 		size_t record_len;
@@ -1008,14 +1207,125 @@ static bool rpc_conn_feed(struct rpc_conn *conn, const uint8_t *data, size_t n)
 					rc == -EMSGSIZE ? "record over the size limit"
 							: "no memory for a record");
 			rpc_conn_close(conn, NULL);
-			return false;
+			return -1;
 		}
-		if (rc == 1 || rl->rl_in_bytes > rl->rl_in_budget) {
-			if (!rpc_conn_take_record(conn, record, record_len))
-				return false;
-		}
+		if (rc == 1 ? !rpc_conn_take_record(conn, record, record_len)
+			    : !rpc_conn_check_partial(conn))
+			return -1;
 	}
-	return !conn->cn_closed;
+	return conn->cn_closed ? -1 : (ssize_t)off;
+}
+
+/* Keeps input the connection could not parse yet at the end of cn_pend. False: no memory. */
+static bool rpc_conn_pend_add(struct rpc_conn *conn, const uint8_t *data, size_t n)
+{
+	if (conn->cn_pend_off > 0) {
+		memmove(conn->cn_pend, conn->cn_pend + conn->cn_pend_off, rpc_conn_pend_bytes(conn));
+		conn->cn_pend_len -= conn->cn_pend_off;
+		conn->cn_pend_off = 0;
+	}
+	if (conn->cn_pend_len + n > conn->cn_pend_cap) {
+		size_t cap = SH_MAX(conn->cn_pend_len + n, (size_t)4096);
+		uint8_t *buf = mem_realloc(conn->cn_pend, cap);
+		if (!buf)
+			return false;
+		conn->cn_pend = buf;
+		conn->cn_pend_cap = cap;
+	}
+	memcpy(conn->cn_pend + conn->cn_pend_len, data, n);
+	conn->cn_pend_len += n;
+	rpc_conn_account(conn);
+	return true;
+}
+
+/* Parses what cn_pend holds as far as the connection may go on; frees it once empty. Returns
+ * false when the connection closed. */
+static bool rpc_conn_pend_drain(struct rpc_conn *conn)
+{
+	if (rpc_conn_pend_bytes(conn) == 0)
+		return !conn->cn_closed;
+	ssize_t used = rpc_conn_consume(conn, conn->cn_pend + conn->cn_pend_off,
+					rpc_conn_pend_bytes(conn));
+	if (used < 0)
+		return false;
+	conn->cn_pend_off += (size_t)used;
+	if (rpc_conn_pend_bytes(conn) == 0) {
+		mem_free(conn->cn_pend);
+		conn->cn_pend = NULL;
+		conn->cn_pend_off = conn->cn_pend_len = conn->cn_pend_cap = 0;
+		rpc_conn_account(conn);
+	}
+	return true;
+}
+
+/* Takes n bytes received from the socket: parsed at once when nothing waits before them,
+ * else (or for what cannot be parsed now) kept in cn_pend. False when the connection closed. */
+static bool rpc_conn_input(struct rpc_conn *conn, const uint8_t *data, size_t n)
+{
+	conn->cn_last_rx_ns = loop_turn_ns(conn->cn_rl->rl_loop);
+	size_t off = 0;
+	if (rpc_conn_pend_bytes(conn) == 0) {
+		ssize_t used = rpc_conn_consume(conn, data, n);
+		if (used < 0)
+			return false;
+		off = (size_t)used;
+	}
+	if (off < n && !rpc_conn_pend_add(conn, data + off, n - off)) {
+		log_ratelimited(LOG_WARN, "rpc: no memory for a connection's input; closing it");
+		rpc_conn_close(conn, NULL);
+		return false;
+	}
+	return true;
+}
+
+/* Serves a connection that yielded or waited, on a later turn (rules 3 and 10): parses its kept
+ * input, then (epoll) reads on. */
+static void rpc_conn_read(struct rpc_conn *conn);
+static void rpc_conn_resume(struct loop_task *task)
+{
+	struct rpc_conn *conn = SH_CONTAINER_OF(task, struct rpc_conn, cn_resume_task);
+	conn->cn_resume_queued = false;
+	if (!conn->cn_closed) {
+		if (conn->cn_ring)
+			(void)rpc_conn_pend_drain(conn);
+		else
+			rpc_conn_read(conn);
+		rpc_conn_update(conn);
+	}
+	rpc_conn_rele(conn);
+}
+
+/* Rule 3: the loop's memory is back under its budget; connections that waited for that are
+ * looked at again. */
+static void rpc_loop_wake_waiters(struct loop_task *task)
+{
+	struct rpc_loop *rl = SH_CONTAINER_OF(task, struct rpc_loop, rl_wake_task);
+	rl->rl_wake_queued = false;
+	struct rpc_conn *conn = rl->rl_conns;
+	while (conn) {
+		struct rpc_conn *next = conn->cn_next;
+		if (conn->cn_global_wait) {
+			rpc_conn_hold(conn);
+			rpc_conn_update(conn);
+			rpc_conn_rele(conn);
+		}
+		conn = next;
+	}
+}
+
+/* Rule 8: closes the connections of this loop that the connection table chose to make room. */
+static void rpc_loop_evict(struct loop_task *task)
+{
+	struct rpc_loop *rl = SH_CONTAINER_OF(task, struct rpc_loop, rl_evict_task);
+	/* An exchange, so that every mark made before a poster saw the flag set is seen below. */
+	(void)atomic_exchange(&rl->rl_evict_queued, false);
+	struct rpc_conn *conn = rl->rl_conns;
+	while (conn) {
+		struct rpc_conn *next = conn->cn_next;
+		if (atomic_load_explicit(&conn->cn_tab.ce_evict, memory_order_relaxed))
+			rpc_conn_close(conn, "closed to make room for a new connection");
+		conn = next;
+	}
 }
 
 /* Reads the rest of a large fragment body straight into its record buffer. Returns 2 when bytes
@@ -1043,13 +1353,19 @@ static int rpc_conn_read_direct(struct rpc_conn *conn, uint8_t *dst, size_t spac
 	return (size_t)n < space ? 2 : 1;
 }
 
-/* Reads until the socket is drained, the connection pauses, or RPC_READS_PER_EVENT reads. The
- * watch is level-triggered, so a read shorter than asked for ends the turn without a further read
- * that would only return EAGAIN: bytes that arrive later make the socket readable again. */
+/* Parses input kept from earlier reads, then reads until the socket is drained, the connection
+ * must stop (over, or its share of the turn used), or RPC_READS_PER_EVENT reads. The watch is
+ * level-triggered, so a read shorter than asked for ends the turn without a further read that
+ * would only return EAGAIN: bytes that arrive later make the socket readable again, and a
+ * connection that stopped with bytes still in its socket is reported again next turn. */
 static void rpc_conn_read(struct rpc_conn *conn)
 {
 	struct rpc_loop *rl = conn->cn_rl;
-	for (int i = 0; i < RPC_READS_PER_EVENT && !conn->cn_closed && !conn->cn_paused; i++) {
+	if (!rpc_conn_pend_drain(conn))
+		return;
+	for (int i = 0; i < RPC_READS_PER_EVENT && rpc_conn_pend_bytes(conn) == 0 &&
+			rpc_conn_may_dispatch(conn);
+	     i++) {
 		size_t space;
 		int err;
 		uint8_t *dst = rpc_rm_body_space(&conn->cn_rm, RPC_DIRECT_READ_MIN, &space, &err);
@@ -1060,11 +1376,10 @@ static void rpc_conn_read(struct rpc_conn *conn)
 		}
 		if (dst) {
 			int rc = rpc_conn_read_direct(conn, dst, space);
-			if (rc <= 0)
+			if (rc < 0)
 				return;
-			rpc_conn_update(conn);
-			if (rc == 2)
-				return;
+			if (rc == 0 || rc == 2)
+				break;
 			continue;
 		}
 		ssize_t n = read(conn->cn_fd, rl->rl_scratch, RPC_SCRATCH_BYTES);
@@ -1075,16 +1390,18 @@ static void rpc_conn_read(struct rpc_conn *conn)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
+			if (errno != EAGAIN && errno != EWOULDBLOCK) {
 				rpc_conn_close(conn, "read failed");
-			return;
+				return;
+			}
+			break;
 		}
-		if (!rpc_conn_feed(conn, rl->rl_scratch, (size_t)n))
+		if (!rpc_conn_input(conn, rl->rl_scratch, (size_t)n))
 			return;
-		rpc_conn_update(conn);
 		if ((size_t)n < RPC_SCRATCH_BYTES)
-			return; /* drained (see above) */
+			break; /* drained (see above) */
 	}
+	rpc_conn_update(conn);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1222,7 +1539,8 @@ static void rpc_conn_ring_recv(struct rpc_conn *conn)
 		return; /* a direct receive's completion decides what follows it */
 	uint8_t *dst = NULL;
 	size_t space = 0;
-	if (!conn->cn_paused) {
+	/* A direct receive only once kept input is parsed: bytes never overtake (rule 2). */
+	if (!conn->cn_paused && rpc_conn_pend_bytes(conn) == 0) {
 		int err;
 		dst = rpc_rm_body_space(&conn->cn_rm, RPC_DIRECT_READ_MIN, &space, &err);
 		if (err < 0) {
@@ -1277,7 +1595,7 @@ static void rpc_conn_on_recv(struct loop_op *op, int res, uint32_t cqe_flags)
 		unsigned bid = cqe_flags >> IORING_CQE_BUFFER_SHIFT;
 		uint8_t *buf = rl->rl_br_mem + (size_t)bid * RPC_RING_BUF_BYTES;
 		if (res > 0 && !conn->cn_closed)
-			(void)rpc_conn_feed(conn, buf, (size_t)res);
+			(void)rpc_conn_input(conn, buf, (size_t)res);
 		io_uring_buf_ring_add(rl->rl_br, buf, RPC_RING_BUF_BYTES, (unsigned short)bid,
 				      io_uring_buf_ring_mask(RPC_RING_BUFS), 0);
 		io_uring_buf_ring_advance(rl->rl_br, 1);
@@ -1382,7 +1700,7 @@ static void rpc_udp_on_event(struct loop_watch *watch, uint32_t events)
 	(void)events;
 	struct rpc_conn *conn = watch->lw_arg;
 	struct rpc_loop *rl = conn->cn_rl;
-	for (int i = 0; i < RPC_DGRAMS_PER_EVENT; i++) {
+	for (unsigned i = 0; i < RPC_CALLS_PER_TURN; i++) { /* one share per turn (rule 10) */
 		struct sockaddr_storage peer;
 		socklen_t peer_len = sizeof(peer);
 		ssize_t n = recvfrom(conn->cn_fd, rl->rl_scratch, RPC_SCRATCH_BYTES, MSG_DONTWAIT,
@@ -1394,9 +1712,10 @@ static void rpc_udp_on_event(struct loop_watch *watch, uint32_t events)
 		}
 		if (n == 0 || (size_t)n > conn->cn_srv->rs_cfg.rsc_max_record_bytes)
 			continue;
-		if (rl->rl_in_bytes + (size_t)n > rl->rl_in_budget) {
-			log_ratelimited(LOG_WARN, "rpc: loop %u over its receive budget; UDP call dropped",
-					loop_index(rl->rl_loop));
+		if (rl->rl_mem + (size_t)n > rl->rl_budget ||
+		    conn->cn_calls >= conn->cn_srv->rs_cfg.rsc_max_conn_calls) {
+			log_ratelimited(LOG_WARN, "rpc: loop %u over its memory budget or its UDP calls "
+					"in progress; UDP call dropped", loop_index(rl->rl_loop));
 			continue;
 		}
 		uint8_t *record = mem_alloc((size_t)n);
@@ -1419,7 +1738,8 @@ static struct rpc_conn *rpc_conn_new(struct rpc_loop *rl, struct rpc_endpoint *e
 	conn->cn_transport = transport;
 	conn->cn_fd = fd;
 	conn->cn_refs = 1; /* the open reference */
-	conn->cn_last_active_ns = loop_turn_ns(conn->cn_rl->rl_loop);
+	conn->cn_last_rx_ns = loop_turn_ns(conn->cn_rl->rl_loop);
+	rpc_conn_touch(conn);
 	rpc_rm_init(&conn->cn_rm, rl->rl_srv->rs_cfg.rsc_max_record_bytes);
 	return conn;
 }
@@ -1450,6 +1770,14 @@ static void rpc_listener_back_off(struct rpc_listener *li)
 	li->li_backoff_armed = true;
 }
 
+/* Has the loop rl close its connections the connection table marked (rule 8). Any thread. */
+static void rpc_loop_post_evict(void *rl_arg)
+{
+	struct rpc_loop *rl = rl_arg;
+	if (!atomic_exchange(&rl->rl_evict_queued, true))
+		loop_post(rl->rl_loop, &rl->rl_evict_task);
+}
+
 static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
 {
 	(void)events;
@@ -1470,22 +1798,28 @@ static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
 				rpc_listener_back_off(li);
 			return;
 		}
-		unsigned prev = atomic_fetch_add(&srv->rs_nconns, 1u);
-		if (prev >= srv->rs_cfg.rsc_max_conns) {
-			atomic_fetch_sub(&srv->rs_nconns, 1u);
+		struct rpc_conn *conn = rpc_conn_new(rl, li->li_ep, fd, RPC_TCP);
+		if (!conn) {
 			close(fd);
-			log_ratelimited(LOG_WARN, "rpc: connection limit (%u) reached; refusing a connection",
+			continue;
+		}
+		void *victim = NULL;
+		int rc = rpc_conntab_add(srv->rs_conntab, &conn->cn_tab, &peer,
+					 loop_turn_ns(rl->rl_loop), rl, &victim);
+		if (rc < 0) {
+			close(fd);
+			mem_free(conn);
+			log_ratelimited(LOG_WARN, "rpc: connection limit (%u) reached with no "
+					"connection to close; refusing a connection",
 					srv->rs_cfg.rsc_max_conns);
 			continue;
 		}
+		conn->cn_tabbed = true;
+		if (victim)
+			rpc_loop_post_evict(victim);
+		rl->rl_nconns++;
 		int one = 1;
 		(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		struct rpc_conn *conn = rpc_conn_new(rl, li->li_ep, fd, RPC_TCP);
-		if (!conn) {
-			atomic_fetch_sub(&srv->rs_nconns, 1u);
-			close(fd);
-			continue;
-		}
 		rpc_rm_set_pools(&conn->cn_rm, &rl->rl_pool, &rl->rl_small_pool);
 		memcpy(&conn->cn_peer, &peer, peer_len);
 		conn->cn_peer_len = peer_len;
@@ -1503,9 +1837,7 @@ static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
 			continue;
 		}
 		if (loop_watch_add(rl->rl_loop, &conn->cn_watch, fd, LOOP_IN, rpc_conn_on_event, conn) < 0) {
-			atomic_fetch_sub(&srv->rs_nconns, 1u);
-			close(fd);
-			mem_free(conn);
+			rpc_conn_close(conn, "epoll_ctl failed");
 			continue;
 		}
 		conn->cn_watching = true;
@@ -1520,19 +1852,23 @@ static void rpc_listener_on_event(struct loop_watch *watch, uint32_t events)
 static void rpc_loop_on_tick(struct loop_timer *timer)
 {
 	struct rpc_loop *rl = timer->lt_arg;
-	unsigned idle_s = rl->rl_srv->rs_cfg.rsc_idle_timeout_s;
-	if (idle_s == RPC_IDLE_NEVER)
-		return;
+	const struct rpc_server_config *cfg = &rl->rl_srv->rs_cfg;
 	uint64_t now = clock_monotonic_ns();
-	uint64_t limit_ns = (uint64_t)idle_s * 1000000000ull;
+	uint64_t idle_ns = cfg->rsc_idle_timeout_s == RPC_IDLE_NEVER
+				   ? UINT64_MAX
+				   : (uint64_t)cfg->rsc_idle_timeout_s * 1000000000ull;
+	uint64_t record_ns = (uint64_t)cfg->rsc_record_timeout_s * 1000000000ull;
 	struct rpc_conn *conn = rl->rl_conns;
 	while (conn) {
 		struct rpc_conn *next = conn->cn_next;
-		uint64_t quiet_ns = now - conn->cn_last_active_ns;
-		if (conn->cn_inflight == 0 && !conn->cn_out_head && quiet_ns >= limit_ns)
+		uint64_t quiet_ns = now - rpc_conn_active_ns(conn);
+		if (conn->cn_inflight == 0 && !conn->cn_out_head && quiet_ns >= idle_ns)
 			rpc_conn_close(conn, "idle");
 		else if (conn->cn_out_head && quiet_ns >= RPC_WRITE_STALL_NS)
 			rpc_conn_close(conn, "client stopped reading its replies");
+		else if (!conn->cn_paused && !rpc_rm_idle(&conn->cn_rm) &&
+			 now - conn->cn_last_rx_ns >= record_ns)
+			rpc_conn_close(conn, "a partial record got no more bytes");
 		conn = next;
 	}
 }
@@ -1547,9 +1883,13 @@ int rpc_server_create(const struct rpc_server_config *config, struct rpc_server 
 		return -ENOMEM;
 	rpc_config_fill(&srv->rs_cfg, config);
 	srv->rs_pmap_port = 111; /* RFC 1833 section 3 */
-	int rc = rpc_drc_create(srv->rs_cfg.rsc_drc_entries, &srv->rs_drc);
+	int rc = rpc_conntab_create(srv->rs_cfg.rsc_max_conns, srv->rs_cfg.rsc_max_conns_per_addr,
+				    &srv->rs_conntab);
 	if (rc < 0)
 		goto out_free_srv;
+	rc = rpc_drc_create(srv->rs_cfg.rsc_drc_entries, &srv->rs_drc);
+	if (rc < 0)
+		goto out_free_conntab;
 	srv->rs_loops = mem_zalloc(srv->rs_cfg.rsc_nloops * sizeof(*srv->rs_loops));
 	if (!srv->rs_loops) {
 		rc = -ENOMEM;
@@ -1558,7 +1898,9 @@ int rpc_server_create(const struct rpc_server_config *config, struct rpc_server 
 	for (srv->rs_nloops = 0; srv->rs_nloops < srv->rs_cfg.rsc_nloops; srv->rs_nloops++) {
 		struct rpc_loop *rl = &srv->rs_loops[srv->rs_nloops];
 		rl->rl_srv = srv;
-		rl->rl_in_budget = srv->rs_cfg.rsc_max_total_buffer_bytes / srv->rs_cfg.rsc_nloops;
+		rl->rl_budget = srv->rs_cfg.rsc_max_total_buffer_bytes / srv->rs_cfg.rsc_nloops;
+		rl->rl_wake_task.lt_fn = rpc_loop_wake_waiters;
+		rl->rl_evict_task.lt_fn = rpc_loop_evict;
 		rl->rl_scratch = mem_alloc(RPC_SCRATCH_BYTES);
 		if (!rl->rl_scratch) {
 			rc = -ENOMEM;
@@ -1598,6 +1940,8 @@ out_free_loops:
 	mem_free(srv->rs_loops);
 out_free_drc:
 	rpc_drc_destroy(srv->rs_drc);
+out_free_conntab:
+	rpc_conntab_destroy(srv->rs_conntab);
 out_free_srv:
 	mem_free(srv);
 	return rc;
@@ -2056,5 +2400,6 @@ void rpc_server_destroy(struct rpc_server *srv)
 	}
 	mem_free(srv->rs_loops);
 	rpc_drc_destroy(srv->rs_drc);
+	rpc_conntab_destroy(srv->rs_conntab);
 	mem_free(srv);
 }

@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -324,6 +325,29 @@ void server_exec_with_huge_heap(char *const argv[])
 #endif
 }
 
+/* Descriptors beyond the connections: listeners, the log, eventfds, rings, leaves, state. */
+#define SERVER_FD_SPARE 1024u
+
+/* Raises the soft descriptor limit so that the connection limit (max_conns, 0: rpc.h's default)
+ * is reached before the descriptors run out, as far as the hard limit allows; the posix back
+ * end raises it further for its fd cache. */
+static void server_raise_fd_limit(unsigned max_conns)
+{
+	struct rpc_server_config def;
+	rpc_server_config_default(&def);
+	uint64_t need = (uint64_t)(max_conns != 0 ? max_conns : def.rsc_max_conns) +
+			RPC_CONNS_SLACK + SERVER_FD_SPARE;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+		return;
+	struct rlimit raised = {.rlim_cur = need, .rlim_max = rl.rlim_max};
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+		raised.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &raised) != 0 || raised.rlim_cur < need)
+		log_warn("server: the descriptor limit (%llu) is below what %llu connections need",
+			 (unsigned long long)raised.rlim_cur, (unsigned long long)need);
+}
+
 int server_run(const struct server_config *config)
 {
 	char err[512] = "";
@@ -401,7 +425,17 @@ int server_run(const struct server_config *config)
 		log_error("cannot create the NFS service: %s", sh_strerror(rc));
 		goto out_fs;
 	}
-	struct rpc_server_config rcfg = {.rsc_nloops = config->sc_nthreads};
+	struct rpc_server_config rcfg = {
+		.rsc_nloops = config->sc_nthreads,
+		.rsc_max_conns = config->sc_max_conns,
+		.rsc_max_conns_per_addr = config->sc_max_conns_per_addr,
+		.rsc_max_conn_buffer_bytes = (size_t)config->sc_conn_mem_bytes,
+		.rsc_max_conn_calls = config->sc_conn_calls,
+		.rsc_max_total_buffer_bytes = (size_t)config->sc_mem_bytes,
+		.rsc_idle_timeout_s = config->sc_idle_timeout_s,
+		.rsc_record_timeout_s = config->sc_record_timeout_s,
+	};
+	server_raise_fd_limit(config->sc_max_conns);
 	rc = rpc_server_create(&rcfg, &srv);
 	if (rc < 0) {
 		log_error("cannot create the RPC server: %s", sh_strerror(rc));

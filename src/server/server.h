@@ -25,6 +25,15 @@ struct server_config {
 	const char *sc_pool_dir;     /* where the leaves of exported pools are; NULL: the default */
 	uint64_t sc_arc_max_bytes;   /* pools' ARC limit; 0: the pool's default */
 	const char *sc_ready_file;   /* written once serving: "port=N" and "portmap=MODE" lines */
+	/* Client bounds (rpc.h's struct rpc_server_config, "Flow control" in rpc_server.c); 0 =
+	 * the default given there. */
+	unsigned sc_max_conns;          /* TCP connections in all */
+	unsigned sc_max_conns_per_addr; /* TCP connections from one client address */
+	uint64_t sc_conn_mem_bytes;     /* memory one connection may hold */
+	unsigned sc_conn_calls;         /* calls one connection may have in progress or queued */
+	uint64_t sc_mem_bytes;          /* request and reply memory of all connections */
+	unsigned sc_idle_timeout_s;     /* idle connections closed; UINT32_MAX: never */
+	unsigned sc_record_timeout_s;   /* stalled partial records closed */
 };
 
 /* Restarts the process (execv of its own program, as /proc/self/exe names it, with the same argv)

@@ -991,26 +991,141 @@ static void server_portmap_builtin_and_registration(void)
 	rpc_server_destroy(srv2);
 }
 
-static void server_conn_limit_and_idle(void)
+/* A TCP connection to port from the loopback address src (127.0.0.0/8: every such address is
+ * this host's), or -1. */
+static int raw_connect_from(uint16_t port, const char *src)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in from = {.sin_family = AF_INET};
+	struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port)};
+	to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || inet_pton(AF_INET, src, &from.sin_addr) != 1 ||
+	    bind(fd, (struct sockaddr *)&from, sizeof(from)) < 0 ||
+	    connect(fd, (struct sockaddr *)&to, sizeof(to)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Sends a NULL call of the toy program on fd and reads its reply: true when answered. */
+static bool raw_null(int fd, uint32_t xid)
+{
+	uint8_t buf[128];
+	struct xdr_enc enc;
+	xdr_enc_init(&enc, buf + 4, sizeof(buf) - 4);
+	rpc_msg_put_call(&enc, xid, TOY_PROG, 2, TOY_NULL, NULL);
+	if (!xdr_enc_ok(&enc))
+		return false;
+	xdr_store_u32(buf, RPC_RM_LAST | (uint32_t)xdr_enc_len(&enc));
+	size_t len = 4 + xdr_enc_len(&enc);
+	if (send(fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len)
+		return false;
+	return raw_read_reply_xid(fd, 1024) == xid;
+}
+
+/* Rule 8 of rpc_server.c: a new connection at the limit closes the least recently active one of
+ * the address holding the most connections, and is served itself. */
+static void server_conn_limit_closes_oldest(void)
 {
 	struct rpc_server_config cfg;
 	rpc_server_config_default(&cfg);
 	cfg.rsc_nloops = 1;
-	cfg.rsc_max_conns = 2;
+	cfg.rsc_max_conns = 3;
+	uint16_t port;
+	struct rpc_server *s = case_server_start(&cfg, &port);
+	if (!s)
+		return;
+	/* b (alone on its address) is the oldest; a1 and a2 share an address. */
+	int b = raw_connect_from(port, "127.0.0.3");
+	CHECK(b >= 0 && raw_null(b, 1));
+	usleep(20000);
+	int a1 = raw_connect_from(port, "127.0.0.2");
+	CHECK(a1 >= 0 && raw_null(a1, 2));
+	usleep(20000);
+	int a2 = raw_connect_from(port, "127.0.0.2");
+	CHECK(a2 >= 0 && raw_null(a2, 3));
+	usleep(20000);
+	int c = raw_connect_from(port, "127.0.0.4");
+	CHECKF(c >= 0 && raw_null(c, 4), "the new connection at the limit is served");
+	CHECKF(raw_closed_by_server(a1, 2000), "the oldest of the largest address is closed");
+	CHECKF(raw_null(b, 5) && raw_null(a2, 6), "the other connections are kept");
+	/* At the limit again, with one address per connection: the oldest overall goes. */
+	int d = raw_connect_from(port, "127.0.0.5");
+	CHECK(d >= 0 && raw_null(d, 7));
+	CHECKF(raw_closed_by_server(c, 2000), "the least recently active connection is closed");
+	CHECK(raw_null(b, 8) && raw_null(a2, 9) && raw_null(d, 10));
+	int fds[] = {a1, a2, b, c, d};
+	for (unsigned i = 0; i < SH_ARRAY_SIZE(fds); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	rpc_server_stop(s);
+	rpc_server_destroy(s);
+}
+
+/* The per-address cap: past it, a new connection from that address closes the address's least
+ * recently active connection; other addresses are not touched. */
+static void server_conn_per_addr_cap(void)
+{
+	struct rpc_server_config cfg;
+	rpc_server_config_default(&cfg);
+	cfg.rsc_nloops = 2;
+	cfg.rsc_max_conns_per_addr = 2;
+	uint16_t port;
+	struct rpc_server *s = case_server_start(&cfg, &port);
+	if (!s)
+		return;
+	int other = raw_connect_from(port, "127.0.0.7");
+	CHECK(other >= 0 && raw_null(other, 1));
+	int a1 = raw_connect_from(port, "127.0.0.6");
+	CHECK(a1 >= 0 && raw_null(a1, 2));
+	usleep(20000);
+	int a2 = raw_connect_from(port, "127.0.0.6");
+	CHECK(a2 >= 0 && raw_null(a2, 3));
+	usleep(20000);
+	int a3 = raw_connect_from(port, "127.0.0.6");
+	CHECKF(a3 >= 0 && raw_null(a3, 4), "a connection past the address's cap is served");
+	CHECKF(raw_closed_by_server(a1, 2000), "the address's oldest connection is closed");
+	CHECKF(raw_null(a2, 5) && raw_null(other, 6), "the rest are kept");
+	/* Many more from the same address: the address never holds more than its cap. */
+	int many[20];
+	unsigned open_now = 0;
+	for (unsigned i = 0; i < SH_ARRAY_SIZE(many); i++) {
+		many[i] = raw_connect_from(port, "127.0.0.6");
+		CHECK(many[i] >= 0 && raw_null(many[i], 100 + i));
+	}
+	usleep(300000);
+	for (unsigned i = 0; i < SH_ARRAY_SIZE(many); i++)
+		if (many[i] >= 0 && !raw_closed_by_server(many[i], 50))
+			open_now++;
+	CHECKF(open_now <= 2, "%u of 20 connections from one address still open (cap 2)",
+	       open_now);
+	CHECK(raw_null(other, 7));
+	for (unsigned i = 0; i < SH_ARRAY_SIZE(many); i++)
+		if (many[i] >= 0)
+			close(many[i]);
+	int fds[] = {other, a1, a2, a3};
+	for (unsigned i = 0; i < SH_ARRAY_SIZE(fds); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	rpc_server_stop(s);
+	rpc_server_destroy(s);
+}
+
+static void server_conn_idle(void)
+{
+	struct rpc_server_config cfg;
+	rpc_server_config_default(&cfg);
+	cfg.rsc_nloops = 1;
 	cfg.rsc_idle_timeout_s = 1;
 	uint16_t port;
 	struct rpc_server *s = case_server_start(&cfg, &port);
 	if (!s)
 		return;
-	struct rpc_clnt *a = clnt_new(RPC_TCP, port), *b = clnt_new(RPC_TCP, port);
-	if (a && b) {
-		CHECK(rpc_clnt_call(a, TOY_PROG, 2, 0, NULL, 0, NULL, 0, NULL, TIMEOUT_MS, NULL, NULL) == 0);
-		CHECK(rpc_clnt_call(b, TOY_PROG, 2, 0, NULL, 0, NULL, 0, NULL, TIMEOUT_MS, NULL, NULL) == 0);
-		int fd = raw_connect(port);
-		CHECK(fd >= 0 && raw_closed_by_server(fd, 2000)); /* the third is refused */
-		if (fd >= 0)
-			close(fd);
-		/* Both idle: closed after about a second. */
+	struct rpc_clnt *a = clnt_new(RPC_TCP, port);
+	if (a) {
+		/* Idle: closed after about a second. */
 		int rc = rpc_clnt_call(a, TOY_PROG, 2, 0, NULL, 0, NULL, 0, NULL, TIMEOUT_MS, NULL, NULL);
 		CHECK(rc == 0);
 		sleep(3);
@@ -1018,13 +1133,44 @@ static void server_conn_limit_and_idle(void)
 		CHECKF(rc < 0, "idle connection still open: rc %d", rc);
 	}
 	rpc_clnt_destroy(a);
-	rpc_clnt_destroy(b);
-	/* With the slots free again, a new connection works. */
+	/* A new connection works. */
 	struct rpc_clnt *d = clnt_new(RPC_TCP, port);
 	if (d) {
 		CHECK(rpc_clnt_call(d, TOY_PROG, 2, 0, NULL, 0, NULL, 0, NULL, TIMEOUT_MS, NULL, NULL) == 0);
 		rpc_clnt_destroy(d);
 	}
+	rpc_server_stop(s);
+	rpc_server_destroy(s);
+}
+
+/* Rule 9's second part: a partial record that gets no byte for rsc_record_timeout_s closes its
+ * connection, long before the idle timeout; one that keeps getting bytes is not closed by it. */
+static void server_partial_record_timeout(void)
+{
+	struct rpc_server_config cfg;
+	rpc_server_config_default(&cfg);
+	cfg.rsc_nloops = 1;
+	cfg.rsc_record_timeout_s = 1;
+	uint16_t port;
+	struct rpc_server *s = case_server_start(&cfg, &port);
+	if (!s)
+		return;
+	uint8_t hdr[4];
+	xdr_store_u32(hdr, RPC_RM_LAST | 1000u);
+	int stalled = raw_connect(port), trickle = raw_connect(port);
+	CHECK(stalled >= 0 && trickle >= 0);
+	CHECK(send(stalled, hdr, 4, 0) == 4 && send(trickle, hdr, 4, 0) == 4);
+	bool trickle_closed = false;
+	for (int i = 0; i < 10 && !trickle_closed; i++) {
+		if (send(trickle, "z", 1, MSG_NOSIGNAL) != 1)
+			trickle_closed = true;
+		else
+			trickle_closed = raw_closed_by_server(trickle, 300);
+	}
+	CHECKF(!trickle_closed, "a partial record still receiving bytes is kept");
+	CHECKF(raw_closed_by_server(stalled, 3000), "a stalled partial record is closed");
+	close(stalled);
+	close(trickle);
 	rpc_server_stop(s);
 	rpc_server_destroy(s);
 }
@@ -1104,7 +1250,10 @@ int main(void)
 	TAP_RUN(server_oversize_record_closes);
 	TAP_RUN(server_closed_conn_keeps_its_fd_until_its_ops_end);
 	TAP_RUN(server_portmap_builtin_and_registration);
-	TAP_RUN(server_conn_limit_and_idle);
+	TAP_RUN(server_conn_limit_closes_oldest);
+	TAP_RUN(server_conn_per_addr_cap);
+	TAP_RUN(server_conn_idle);
+	TAP_RUN(server_partial_record_timeout);
 	TAP_RUN(server_slow_sender_is_idle);
 
 	rpc_portmap_stop(srv);
