@@ -56,9 +56,12 @@ bool mount3_dec_path(struct xdr_dec *dec, char out[MNT3_PATHLEN + 1], size_t *le
 	if (!xdr_dec_ok(dec))
 		return false;
 	size_t n = 0;
-	for (uint32_t i = 0; i < len; i++)
+	for (uint32_t i = 0; i < len; i++) {
+		if (path[i] == '\0')
+			return false; /* would end the C string early: another path than was sent */
 		if (path[i] != '/' || n == 0 || out[n - 1] != '/')
 			out[n++] = (char)path[i];
+	}
 	while (n > 1 && out[n - 1] == '/')
 		n--;
 	out[n] = '\0';

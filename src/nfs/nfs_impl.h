@@ -531,7 +531,8 @@ extern const struct rpc_program_desc nfs3_program;
 extern const struct rpc_program_desc mount3_program;
 /* MOUNT v3's argument decoder (mount3.c): a dirpath (string<MNTPATHLEN>, the argument of MNT and
  * UMNT) into out, NUL-terminated and normalised: repeated slashes collapsed and trailing ones
- * dropped, so that "/a//b/" and "/a/b" name one mount. Returns false on bad XDR. */
+ * dropped, so that "/a//b/" and "/a/b" name one mount. Returns false on bad XDR or a path holding a
+ * NUL byte. */
 bool mount3_dec_path(struct xdr_dec *dec, char out[MNT3_PATHLEN + 1], size_t *len_out);
 /* Frees the per-call states cached on a loop's free list (at service destroy). */
 void nfs3_call_free_list(struct nfs_loop_state *ls);

@@ -5,12 +5,13 @@
  * (mount3_dec_path: string<MNTPATHLEN>, normalised); odd: a portmapper mapping, the argument of
  * SET, UNSET and GETPORT (rpc_pmap_get_mapping). The other procedures of both programs take no
  * arguments. Checks beyond "no crash": a decoded path is NUL-terminated at its length, at most
- * MNT3_PATHLEN, without repeated slashes and without a trailing one (unless it is "/"). */
+ * MNT3_PATHLEN, holds no NUL before it, without repeated slashes and without a trailing one
+ * (unless it is "/"). */
 #include "fuzz_rpc.h"
 
 static void fuzz_check_path(const char *path, size_t len)
 {
-	if (len > MNT3_PATHLEN || path[len] != '\0')
+	if (len > MNT3_PATHLEN || path[len] != '\0' || strlen(path) != len)
 		__builtin_trap();
 	for (size_t i = 1; i < len; i++)
 		if (path[i] == '/' && path[i - 1] == '/')

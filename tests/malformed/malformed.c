@@ -539,6 +539,29 @@ static void garbage_args(void)
 			bad++;
 		}
 	}
+	/* MNT of the export's path with a NUL and more after it: GARBAGE_ARGS, never the export
+	 * (a C string would stop at the NUL). */
+	if (fd < 0)
+		fd = connect_or_note();
+	if (fd >= 0) {
+		char path[400];
+		size_t plen = strlen(tgt.mt_srv.ts_export_path[0]);
+		memcpy(path, tgt.mt_srv.ts_export_path[0], plen);
+		memcpy(path + plen, "\0/x", 3);
+		struct rr_buf b;
+		struct rr_reply rp;
+		rr_buf_init(&b);
+		uint32_t xid = next_xid++;
+		rr_put_call(&b, xid, 2, RR_PROG_MOUNT, 3, 1, RR_CRED_SYS, 0, 0);
+		rr_put_opaque(&b, path, (uint32_t)plen + 3);
+		enum outcome o = send_and_classify(fd, &b, xid, &rp, 5000);
+		rr_buf_fini(&b);
+		if (o != OUT_REPLY || rp.rp_accept_stat != 4) {
+			printf("#   MNT of a path holding a NUL: outcome %d accept_stat %u, want "
+			       "GARBAGE_ARGS\n", o, rp.rp_accept_stat);
+			bad++;
+		}
+	}
 out:
 	if (fd >= 0)
 		close(fd);
