@@ -12,7 +12,7 @@ BUILD_DEBUG   := build/debug
 BUILD_RELEASE := build/release
 BUILD_CLANG   := build/clang
 BUILD_FUZZ    := build/fuzz
-SUITES        ?= unit proto malformed kclient fuzz
+SUITES        ?= unit proto malformed kclient fuzz hostile
 WERROR        ?= true
 CURDIR_ABS    := $(abspath .)
 

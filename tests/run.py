@@ -9,7 +9,7 @@ never lost. It ends with the line "N passed, N failed" and exits non-zero if any
 The suite `fuzz` (the libFuzzer targets of tests/fuzz) is registered in its own clang build, the
 directory `fuzz` beside BUILD_DIR (build/fuzz; see the Makefile), and is run from there.
 
-Usage: tests/run.py BUILD_DIR [SUITE...]   (default suites: unit proto malformed kclient fuzz)
+Usage: tests/run.py BUILD_DIR [SUITE...]   (default suites: unit proto malformed kclient fuzz hostile)
 """
 import json
 import os
@@ -18,9 +18,9 @@ import subprocess
 import sys
 import time
 
-DEFAULT_SUITES = ["unit", "proto", "malformed", "kclient", "fuzz"]
+DEFAULT_SUITES = ["unit", "proto", "malformed", "kclient", "fuzz", "hostile"]
 # Suites built in a build directory of their own, named relative to BUILD_DIR's parent.
-SUITE_BUILD_DIRS = {"fuzz": "fuzz"}
+SUITE_BUILD_DIRS = {"fuzz": "fuzz", "hostile": "release"}
 OK_RE = re.compile(r"^ok\b")
 NOT_OK_RE = re.compile(r"^not ok\b")
 

@@ -138,6 +138,13 @@ static int ts_read_ready(const char *path, uint16_t *port_out)
 
 /* Starts `shale serve` on <root>/exports and waits for its ready file; sets ts_pid and ts_port.
  * Returns 0, or -1 (the process, if any, is left in ts_pid for the caller to kill). */
+static const char *const *ts_extra_args; /* ts_set_extra_args */
+
+void ts_set_extra_args(const char *const *args)
+{
+	ts_extra_args = args;
+}
+
 static int ts_launch(struct ts_server *ts, const char *bin, bool pool)
 {
 	char exports_path[320], state_path[320], ready_path[320], pool_dir[320];
@@ -159,10 +166,19 @@ static int ts_launch(struct ts_server *ts, const char *bin, bool pool)
 			dup2(logfd, 2);
 			close(logfd);
 		}
-		char *argv[] = {(char *)bin, "serve", "--exports", exports_path, "--state",
-				state_path, "--port", "0", "--no-portmap", "--listen", "127.0.0.1",
-				"--ready-file", ready_path, pool ? "--pool-dir" : NULL, pool_dir,
-				"--arc-max", "64M", NULL};
+		char *argv[32] = {(char *)bin, "serve", "--exports", exports_path, "--state",
+				  state_path, "--port", "0", "--no-portmap", "--listen", "127.0.0.1",
+				  "--ready-file", ready_path};
+		unsigned argc = 13;
+		if (pool) {
+			argv[argc++] = "--pool-dir";
+			argv[argc++] = pool_dir;
+			argv[argc++] = "--arc-max";
+			argv[argc++] = "64M";
+		}
+		for (unsigned i = 0; ts_extra_args && ts_extra_args[i] && argc < 31; i++)
+			argv[argc++] = (char *)ts_extra_args[i];
+		argv[argc] = NULL;
 		execv(bin, argv);
 		_exit(127);
 	}

@@ -56,6 +56,10 @@ int ts_start_with(struct ts_server *ts, const char *const *export_lines, unsigne
 int ts_start_backend(struct ts_server *ts, const char *const *export_lines, unsigned nexports,
 		     const struct ts_fixture *fixtures, unsigned nfixtures, bool pool);
 
+/* Further `shale serve` options for the servers started from now on (a NULL-terminated list
+ * that must stay valid; NULL: none). */
+void ts_set_extra_args(const char *const *args);
+
 /* True when SHALE_TS_BACKEND=pool asks for pool-backed exports (see above). */
 bool ts_pool_mode(void);
 
