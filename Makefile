@@ -4,6 +4,9 @@
 #   make test   installs what is missing, builds (sanitizer and release builds), runs every suite
 #   make bench  installs what is missing, builds the release build, and measures Shale against
 #               NFS-Ganesha (bench/run-bench.sh; BENCH_QUICK=1 for a short run; docs/performance.md)
+#   make soak   installs what is missing, builds the release build, and serves a pool under sfs2008
+#               at 70% of its peak for an hour with a scrub and a reload every ten minutes
+#               (bench/soak.sh; SOAK_SECONDS, SOAK_INTERVAL shorten it; docs/performance.md, "Soak")
 #   make fuzz   builds the libFuzzer targets (tests/fuzz) and runs each for FUZZ_SECONDS (600),
 #               or only FUZZ_TARGET; FUZZ_MERGE=1 adds what they find to the corpora
 # Meson does the building; this file only names the entry points.
@@ -93,6 +96,12 @@ test: deps-test build-debug build-release build-clang build-fuzz
 # the machine to itself. Reports go to bench/results/, the summary table to stdout.
 bench: deps-bench build-release
 	bench/run-bench.sh --shale $(BUILD_RELEASE)/tools/shale
+
+# Not part of `make test`: an hour (SOAK_SECONDS=600 SOAK_INTERVAL=120: ten minutes) that ends
+# with PASS or FAIL lines; reports go to bench/results/soak*.
+.PHONY: soak
+soak: deps-test build-release
+	bench/soak.sh --shale $(BUILD_RELEASE)/tools/shale
 
 # A long fuzzing run, not part of `make test` (which fuzzes each target for 10 s): each target
 # (or FUZZ_TARGET alone, e.g. nfs3_args) for FUZZ_SECONDS, niced. New inputs stay in
