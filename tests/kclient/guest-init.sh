@@ -11,6 +11,13 @@
 #   kcmode=crash    instead of the phases: the crash workload (guest_fsops crashload), during
 #                   which the host kills and restarts the server, then a fresh mount and
 #                   guest_fsops crashcheck
+#   kcmode=restart  guest_stress restartload (the export also at /mnt2 with write=eager, for the
+#                   buffered writer), during which the host kills the server (kill -9) and starts it
+#                   again, then a fresh mount and guest_stress restartcheck
+#   kcmode=full     guest_stress fill: the pool filled through /mnt, the quota through /mnt2
+#   kcmode=eio      guest_stress eiowrite, during which the host arms the faulty leaves, then
+#                   guest_stress eiocheck: the mirror at /mnt, the single leaf at /mnt2
+#   kcexport2=PATH  a second export, mounted at /mnt2 (kcmode full and eio)
 #   kcspace=own     the space the file system reports is the server's alone (a pool): phase 1
 #                   also checks that a removed large file's space comes back (KC_SPACE=own)
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
@@ -27,11 +34,13 @@ for m in $(cat /etc/kclient-modules); do
 done
 
 EXPORT=
+EXPORT2=
 OPTS=vers=3,nolock
 MODE=phases
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	kcexport=*) EXPORT=${w#kcexport=} ;;
+	kcexport2=*) EXPORT2=${w#kcexport2=} ;;
 	kcopts=*) OPTS=${w#kcopts=} ;;
 	kcmode=*) MODE=${w#kcmode=} ;;
 	kcspace=*) export KC_SPACE=${w#kcspace=} ;;
@@ -69,6 +78,53 @@ if [ $rc -ne 0 ]; then
 	finish
 fi
 grep ' /mnt ' /proc/mounts | sed 's/^/# mounted: /'
+
+if [ -n "$EXPORT2" ]; then
+	mkdir -p /mnt2
+	mount -t nfs -o "$OPTS" "10.0.2.2:$EXPORT2" /mnt2
+	rc=$?
+	tap $rc "mount -t nfs -o $OPTS 10.0.2.2:$EXPORT2 (the second export)"
+	[ $rc -eq 0 ] || finish
+fi
+
+# Unmounts both exports, drops every cache and mounts them again: what is read next comes from
+# the server. Says whether the mounts came back.
+remount() {
+	umount /mnt
+	tap $? "umount after the $MODE workload"
+	[ -z "$EXPORT2" ] || umount /mnt2
+	echo 3 >/proc/sys/vm/drop_caches
+	mount -t nfs -o "$OPTS" "10.0.2.2:$EXPORT" /mnt &&
+		{ [ -z "$EXPORT2" ] || mount -t nfs -o "$OPTS" "10.0.2.2:$EXPORT2" /mnt2; }
+	rc=$?
+	tap $rc "mount again after the $MODE workload"
+	return $rc
+}
+
+case "$MODE" in
+restart)
+	mkdir -p /mnt2
+	mount -t nfs -o "$OPTS,write=eager" "10.0.2.2:$EXPORT" /mnt2
+	tap $? "mount -t nfs -o $OPTS,write=eager (the buffered writer's)"
+	guest_stress restartload /mnt /mnt2 /tmp/restart.state
+	tap $? "restart workload ran to its end across the server's restart"
+	umount /mnt2
+	remount && guest_stress restartcheck /mnt /tmp/restart.state
+	umount /mnt
+	finish
+	;;
+full)
+	guest_stress fill /mnt /mnt2
+	umount /mnt /mnt2
+	tap $? "umount after the full pool"
+	finish
+	;;
+eio)
+	guest_stress eiowrite /mnt /mnt2 && remount && guest_stress eiocheck /mnt /mnt2
+	umount /mnt /mnt2
+	finish
+	;;
+esac
 
 if [ "$MODE" = crash ]; then
 	guest_fsops crashload /mnt /tmp/crash.state

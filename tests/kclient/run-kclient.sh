@@ -16,7 +16,8 @@
 #
 # How it works
 #   1. prepare.sh builds (and caches under build-cache/kclient) the kernel and initramfs;
-#      guest_fsops.c is compiled statically and added with guest-init.sh as /init.
+#      guest_fsops.c and guest_stress.c (the restart and fault workloads) are compiled
+#      statically and added with guest-init.sh as /init.
 #   2. Unless --no-netns, the script then re-runs itself in a private network namespace
 #      (unshare -n): the server, the capture and qemu share a loopback of their own, so the fixed
 #      ports 2049 and 111 cannot clash with anything else on the machine and nothing listens
@@ -44,12 +45,67 @@
 #                                                                    after 40 acknowledged ones and
 #                                                                    restarts it; a fresh mount then
 #                                                                    checks every acknowledged one)
-#   Options: --server shale|ganesha|cmd, --backend posix|pool (shale only), --crash (shale only), --server-cmd 'CMD' (run with sh -c; it gets
+#   tests/kclient/run-kclient.sh --restart                         (restart under load, on the pool:
+#                                                                    the guest, mounted hard, runs
+#                                                                    guest_stress restartload: an
+#                                                                    fsx-style checker (random
+#                                                                    writes, reads, truncates, mapped
+#                                                                    reads, fsyncs on one file, each
+#                                                                    read checked against a model), an
+#                                                                    O_SYNC writer (FILE_SYNC) and a
+#                                                                    buffered writer (UNSTABLE +
+#                                                                    COMMIT, on a second mount with
+#                                                                    write=eager); when the latter's
+#                                                                    WRITEs are answered and their
+#                                                                    COMMIT not yet sent, the host
+#                                                                    kills the server with kill -9 and
+#                                                                    starts it as `make run` does.
+#                                                                    Asserts: no call in the guest
+#                                                                    fails; every worker makes
+#                                                                    progress after the restart; every
+#                                                                    byte of the three files after a
+#                                                                    fresh mount; the capture shows
+#                                                                    the write verifier change once and
+#                                                                    the uncommitted WRITEs sent again)
+#   tests/kclient/run-kclient.sh --full                            (a 128 MiB pool with tank/home and
+#                                                                    tank/quota, quota=24M: the guest
+#                                                                    writes 4 MiB files until a write
+#                                                                    fails, which must be EDQUOT in the
+#                                                                    quota's and ENOSPC in the pool's;
+#                                                                    listing, statfs and every file
+#                                                                    written whole still work; removes
+#                                                                    work and their space is reported
+#                                                                    back; new writes then succeed and
+#                                                                    read back; `shale pool check`
+#                                                                    after the server stops: clean)
+#   tests/kclient/run-kclient.sh --eio                             (leaves that fail reads: tank is a
+#                                                                    mirror of a file and a faultfs
+#                                                                    leaf (faultfs.c: FUSE, fails the
+#                                                                    reads of byte ranges it is given),
+#                                                                    solo one faultfs leaf. The guest
+#                                                                    writes an 8 MiB victim file into
+#                                                                    each; the host stops the server,
+#                                                                    finds the victim's blocks in the
+#                                                                    leaves by their pattern, makes
+#                                                                    their reads fail with EIO and
+#                                                                    restarts it. Asserts: the mirror
+#                                                                    reads the victim whole; on solo
+#                                                                    its reads fail with EIO
+#                                                                    (NFS3ERR_IO) while attributes,
+#                                                                    listing, other files, a new
+#                                                                    file, rename and remove work;
+#                                                                    the leaves did fail reads; the
+#                                                                    server stops cleanly; both pools
+#                                                                    check clean once the faults are
+#                                                                    lifted)
+#   Options: --server shale|ganesha|cmd, --backend posix|pool (shale only), --crash (shale only),
+#   --restart, --full, --eio (shale, pool), --server-cmd 'CMD' (run with sh -c; it gets
 #   KC_EXPORTS_FILE, KC_EXPORT_DIR, KC_STATE_DIR, KC_READY_FILE in its environment and must
 #   serve NFSv3, MOUNT v3 and portmap on 2049/111), --cache DIR, --work DIR (kept afterwards),
 #   --timeout SECONDS (guest run, default 480), --mount-opts OPTS, --no-netns.
 #   Needs root (network namespace, packet capture); installs qemu-system-x86, busybox-static
-#   and tshark from Debian when missing.
+#   and tshark from Debian when missing, and for --eio fuse3 and libfuse3-dev (this host's
+#   kernel has no device-mapper, whose error target would otherwise be the leaf that fails).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -58,6 +114,7 @@ top=$(cd "$here/../.." && pwd)
 server=shale
 backend=posix
 crash=0
+mode=      # restart, full or eio: one of the fault runs (each on the pool)
 crash_after=40 # acknowledged guest operations before the kill
 server_cmd=
 shale=${SHALE:-}
@@ -75,6 +132,7 @@ while [ $# -gt 0 ]; do
 	--server) server=$2; shift 2 ;;
 	--backend) backend=$2; shift 2 ;;
 	--crash) crash=1; shift ;;
+	--restart | --full | --eio) mode=${1#--}; backend=pool; shift ;;
 	--server-cmd) server=cmd; server_cmd=$2; shift 2 ;;
 	--cache) cache=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
@@ -116,6 +174,8 @@ posix | pool) ;;
 esac
 [ "$backend" = posix ] || [ "$server" = shale ] || bail "--backend pool needs --server shale"
 [ "$crash" -eq 0 ] || [ "$server" = shale ] || bail "--crash needs --server shale"
+[ -z "$mode" ] || [ "$server" = shale ] || bail "--$mode needs --server shale"
+[ -z "$mode" ] || [ "$crash" -eq 0 ] || bail "--crash and --$mode are separate runs"
 
 if [ -z "$work" ]; then
 	work=$(mktemp -d /tmp/kclient.XXXXXX)
@@ -128,16 +188,28 @@ fi
 # ---- image (in the host namespace: it may need the package mirror) ----------------------------
 if [ "$in_netns" -eq 0 ]; then
 	note "work directory $work"
-	if ! dpkg -s tshark >/dev/null 2>&1; then
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q tshark >"$work/apt-tshark.log" 2>&1 ||
-			bail "apt-get install tshark failed (see $work/apt-tshark.log)"
-	fi
+	need_pkgs=(tshark)
+	[ "$mode" = eio ] && need_pkgs+=(fuse3 libfuse3-dev pkg-config)
+	for p in "${need_pkgs[@]}"; do
+		dpkg -s "$p" >/dev/null 2>&1 && continue
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$p" >"$work/apt-$p.log" 2>&1 ||
+			bail "apt-get install $p failed (see $work/apt-$p.log)"
+	done
 	cflags=(-std=c17 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
 		-Wmissing-prototypes -Wformat=2 -Wvla -Wimplicit-fallthrough -Wno-missing-field-initializers)
-	gcc "${cflags[@]}" -I"$top/tests/lib" -static -o "$work/guest_fsops" "$here/guest_fsops.c" \
-		>"$work/gcc.log" 2>&1 || { sed 's/^/# /' "$work/gcc.log"; bail "building guest_fsops (gcc -static)"; }
+	for prog in guest_fsops guest_stress; do
+		gcc "${cflags[@]}" -I"$top/tests/lib" -static -o "$work/$prog" "$here/$prog.c" \
+			>"$work/gcc.log" 2>&1 || { sed 's/^/# /' "$work/gcc.log"; bail "building $prog (gcc -static)"; }
+	done
+	if [ "$mode" = eio ]; then
+		# shellcheck disable=SC2046 # pkg-config's words are separate options
+		gcc "${cflags[@]}" $(pkg-config --cflags fuse3) -o "$work/faultfs" "$here/faultfs.c" \
+			$(pkg-config --libs fuse3) >"$work/gcc.log" 2>&1 ||
+			{ sed 's/^/# /' "$work/gcc.log"; bail "building faultfs (libfuse3)"; }
+	fi
 	"$here/prepare.sh" "$cache" "$work/image" "$here/guest-init.sh" "$work/guest_fsops" \
-		>"$work/prepare.log" 2>&1 || { sed 's/^/# /' "$work/prepare.log"; bail "prepare.sh failed"; }
+		"$work/guest_stress" >"$work/prepare.log" 2>&1 ||
+		{ sed 's/^/# /' "$work/prepare.log"; bail "prepare.sh failed"; }
 	note "guest image: $(cat "$cache/package")"
 
 	if [ "$use_netns" -eq 1 ]; then
@@ -153,12 +225,16 @@ else
 fi
 
 pids=()
+fuse_mounts=() # faultfs mount points: unmounted (which ends each faultfs) before anything is removed
 cleanup() {
 	for p in "${pids[@]}"; do
 		kill "$p" 2>/dev/null
 	done
 	for p in "${pids[@]}"; do
 		wait "$p" 2>/dev/null
+	done
+	for m in "${fuse_mounts[@]}"; do
+		umount "$m" 2>/dev/null
 	done
 	if [ "$owned_work" -eq 1 ] && [ "$fail_count" -eq 0 ]; then
 		rm -rf "$work"
@@ -180,14 +256,62 @@ state_dir="$work/state"
 pool_dir="$work/pool"
 mkdir -p "$export_dir" "$state_dir"
 exports_file="$work/exports"
+guest_export2= # a second export, mounted by the guest at /mnt2 (--full, --eio)
+pools=(tank)    # the pools `shale pool check` must find clean after the run
+# --eio: a leaf served by faultfs from $work/fault/NAME.img: $pool_dir/NAME.img is a symbolic link
+# to $work/fault/NAME/NAME.img, its FUSE mount, and $work/fault/NAME.rules names the ranges whose
+# reads fail. Sets fault_pid_NAME.
+start_faultfs() { # $1: NAME (tank1, solo0)
+	local n=$1 i
+	mkdir -p "$work/fault/$n"
+	truncate -s 128M "$work/fault/$n.img"
+	"$work/faultfs" "$work/fault/$n.img" "$work/fault/$n.rules" "$work/fault/$n" \
+		>"$work/faultfs.$n.log" 2>&1 &
+	pids+=($!)
+	eval "fault_pid_$n=$!"
+	for ((i = 0; i < 100; i++)); do
+		[ -f "$work/fault/$n/$n.img" ] && break
+		sleep 0.05
+	done
+	[ -f "$work/fault/$n/$n.img" ] || return 1
+	fuse_mounts+=("$work/fault/$n")
+	ln -s "$work/fault/$n/$n.img" "$pool_dir/$n.img"
+}
 if [ "$backend" = pool ]; then
-	# A pool on a file with one file system; the guest mounts /tank/home.
 	mkdir -p "$pool_dir"
-	"$shale" pool create tank "$pool_dir/tank0.img" --size 512M >"$work/pool.log" 2>&1 &&
-		"$shale" fs create tank/home -d "$pool_dir" >>"$work/pool.log" 2>&1 ||
-		{ sed 's/^/# /' "$work/pool.log"; bail "shale pool create / fs create"; }
+	case "$mode" in
+	full)
+		# A small pool the guest fills, and a second file system with a quota.
+		"$shale" pool create tank "$pool_dir/tank0.img" --size 128M >"$work/pool.log" 2>&1 &&
+			"$shale" fs create tank/home -d "$pool_dir" >>"$work/pool.log" 2>&1 &&
+			"$shale" fs create tank/quota -d "$pool_dir" >>"$work/pool.log" 2>&1 &&
+			"$shale" fs set quota=24M tank/quota -d "$pool_dir" >>"$work/pool.log" 2>&1 ||
+			{ sed 's/^/# /' "$work/pool.log"; bail "shale pool create / fs create / fs set quota"; }
+		guest_export2=/tank/quota
+		;;
+	eio)
+		# tank: a mirror of a plain file and a faultfs leaf; solo: one faultfs leaf.
+		start_faultfs tank1 && start_faultfs solo0 || bail "faultfs mounted its leaves"
+		"$shale" pool create tank mirror "$pool_dir/tank0.img" "$pool_dir/tank1.img" --size 128M \
+			>"$work/pool.log" 2>&1 &&
+			"$shale" pool create solo "$pool_dir/solo0.img" >>"$work/pool.log" 2>&1 &&
+			"$shale" fs create tank/home -d "$pool_dir" >>"$work/pool.log" 2>&1 &&
+			"$shale" fs create solo/home -d "$pool_dir" >>"$work/pool.log" 2>&1 ||
+			{ sed 's/^/# /' "$work/pool.log"; bail "shale pool create (mirror, single) / fs create"; }
+		guest_export2=/solo/home
+		pools+=(solo)
+		;;
+	*)
+		# A pool on a file with one file system; the guest mounts /tank/home.
+		"$shale" pool create tank "$pool_dir/tank0.img" --size 512M >"$work/pool.log" 2>&1 &&
+			"$shale" fs create tank/home -d "$pool_dir" >>"$work/pool.log" 2>&1 ||
+			{ sed 's/^/# /' "$work/pool.log"; bail "shale pool create / fs create"; }
+		;;
+	esac
 	guest_export=/tank/home
 	echo "tank/home 127.0.0.1(rw,insecure,no_root_squash)" >"$exports_file"
+	[ -z "$guest_export2" ] ||
+		echo "${guest_export2#/} 127.0.0.1(rw,insecure,no_root_squash)" >>"$exports_file"
 else
 	guest_export=$export_dir
 	echo "$export_dir 127.0.0.1(rw,insecure,no_root_squash)" >"$exports_file"
@@ -329,6 +453,8 @@ grep -q "Capturing on" "$work/tshark.log" || { sed 's/^/# /' "$work/tshark.log";
 # ---- guest ----------------------------------------------------------------------------------
 kcmode=
 [ "$crash" -eq 1 ] && kcmode=kcmode=crash
+[ -n "$mode" ] && kcmode="kcmode=$mode"
+[ -n "$guest_export2" ] && kcmode="$kcmode kcexport2=$guest_export2"
 # On a pool the space FSSTAT reports is the pool's alone (on a host directory, this run's own
 # packet capture grows on the same file system), so the guest also checks that a removed large
 # file's space comes back.
@@ -336,25 +462,61 @@ kcmode=
 # The crash run: once the guest has seen crash_after operations complete, the server is killed
 # with SIGKILL (no chance to write anything more) and started again at once, on the same pool;
 # the guest's hard mount retries what was in flight. Called from the console loop below.
+# The restart run (--restart) does the same when the guest says its UNSTABLE WRITEs are answered
+# and their COMMIT not yet sent. $1: what the guest had done, for the log.
 crash_server() {
 	local old
 	old=$(cat "$work/server.pid")
 	kill -9 "$old" 2>/dev/null
 	while kill -0 "$old" 2>/dev/null; do sleep 0.05; done
-	echo "# host: killed shale serve (pid $old) with SIGKILL after $crash_after acknowledged operations"
+	echo "# host: killed shale serve (pid $old) with SIGKILL $1"
+	restart_shale "after kill -9 (log replayed)"
+}
+# Starts the server again on the same pool, state directory and command line, as `make run`
+# does, and says whether it came up. $1: the TAP line's end.
+restart_shale() {
 	rm -f "$ready_file"
 	start_shale
 	local i
-	for ((i = 0; i < 300; i++)); do
+	for ((i = 0; i < 600; i++)); do
 		grep -q '^port=' "$ready_file" 2>/dev/null && break
 		sleep 0.05
 	done
 	if grep -q '^port=2049$' "$ready_file" 2>/dev/null; then
-		echo "ok - shale serve restarted on the same pool after kill -9 (log replayed)"
+		echo "ok - shale serve restarted on the same pool $1"
 	else
-		echo "not ok - shale serve restarted on the same pool after kill -9"
+		echo "not ok - shale serve restarted on the same pool $1"
 		tail -n 20 "$work/server.log" | sed 's/^/# server: /'
 	fi
+}
+# The eio run: once the guest has written its victim files, the server is stopped (SIGTERM, so no
+# block of them stays only in its cache), the faultfs leaves are told to fail reads of every
+# block of the victim (found by its pattern in the backing files: guest_stress sectors), on
+# tank1 (one side of tank's mirror) and solo0 (solo's only leaf), the server is started again and
+# a marker file tells the guest to go on.
+arm_faults() {
+	local old n ranges
+	old=$(cat "$work/server.pid")
+	if stop_shale "$old"; then
+		echo "ok - shale serve stopped on SIGTERM to arm the faults"
+	else
+		echo "not ok - shale serve stopped on SIGTERM to arm the faults"
+	fi
+	for n in tank1 solo0; do
+		"$work/guest_stress" sectors "$work/fault/$n.img" >"$work/fault/$n.victim"
+		ranges=$(wc -l <"$work/fault/$n.victim")
+		bytes=$(awk '{s += $2} END {print s + 0}' "$work/fault/$n.victim")
+		if [ "$bytes" -eq $((8 << 20)) ]; then
+			echo "ok - the victim's 8 MiB found on leaf $n in $ranges ranges: their reads fail from now on"
+		else
+			echo "not ok - the victim's 8 MiB found on leaf $n ($bytes bytes in $ranges ranges)"
+		fi
+		cp "$work/fault/$n.victim" "$work/fault/$n.rules"
+	done
+	restart_shale "with the faults armed"
+	echo marker >"$work/armed"
+	nfs-cp "$work/armed" "nfs://127.0.0.1${guest_export2}/armed" >"$work/armed.log" 2>&1 ||
+		sed 's/^/# nfs-cp: /' "$work/armed.log"
 }
 console="$work/console.log"
 start=$(date +%s)
@@ -376,10 +538,15 @@ for attempt in 1 2; do
 			"# crash acked "*)
 				acked=$((${acked:-0} + 1))
 				if [ "$acked" -eq "$crash_after" ]; then
-					crash_server | tee -a "$console"
+					crash_server "after $crash_after acknowledged operations" | tee -a "$console"
 				fi
 				;;
-			"# crash "*) ;; # one line per guest operation: kept in the console log only
+			"# crash "* | "# restart progress "*) ;; # many: kept in the console log only
+			"# restart kill"*)
+				printf '%s\n' "$line"
+				crash_server "while its UNSTABLE WRITEs wait for their COMMIT" | tee -a "$console"
+				;;
+			"# eio arm"*) arm_faults | tee -a "$console" ;;
 			"# "*) printf '%s\n' "$line" ;;
 			esac
 		done
@@ -417,7 +584,7 @@ fi
 
 # ---- host-side view of a pool's file system, through libnfs while the server still runs -------
 # (a pool's files cannot be read beside the server; the posix export is read directly below)
-if [ "$backend" = pool ] && [ "$crash" -eq 0 ]; then
+if [ "$backend" = pool ] && [ "$crash" -eq 0 ] && [ -z "$mode" ]; then
 	view="$work/view"
 	mkdir -p "$view"
 	nfs_url="nfs://127.0.0.1/tank/home/kc"
@@ -500,9 +667,74 @@ errs=$(tshark_read -Y 'nfs && rpc.msgtyp == 1 && nfs.status3 != 0' -T fields \
 	-e rpc.procedure -e nfs.status3 2>/dev/null | sort | uniq -c | awk '{printf "%s:%s:%s ", $2, $3, $1}')
 note "NFSv3 error replies (procedure:nfsstat3:count): ${errs:-none}"
 
+# ---- the restart run: work went on after the restart, and the client sent WRITEs again ---------
+if [ "$mode" = restart ]; then
+	# The guest's workers print progress lines as they go; the host's restart line is in the
+	# console log between them.
+	for w in fsx sync unstable; do
+		after=$(awk -v w="$w" '/^ok - shale serve restarted/ {seen = 1}
+			seen && $1 == "#" && $2 == "restart" && $3 == "progress" && $4 == w {n++}
+			END {print n + 0}' "$console")
+		if [ "$after" -gt 0 ]; then
+			ok "the guest's $w worker made progress after the restart ($after progress lines)"
+		else
+			notok "the guest's $w worker made progress after the restart"
+		fi
+	done
+	# The write verifier of every WRITE and COMMIT reply: one before the kill, another after.
+	# (A frame may carry several RPC messages: tshark lists each one's fields, comma separated.)
+	verfs=$(tshark_read -Y 'nfs && rpc.msgtyp == 1 && (nfs.procedure_v3 == 7 || nfs.procedure_v3 == 21)' \
+		-T fields -e nfs.verifier 2>/dev/null | tr ',' '\n' | grep -v '^$' | sort -u | wc -l)
+	if [ "$verfs" -eq 2 ]; then
+		ok "the client saw the write verifier change at the restart, and only then"
+	else
+		notok "the client saw the write verifier change at the restart, and only then ($verfs verifiers)"
+	fi
+	# WRITEs past 1 MiB are the two writers' (the fsx file stays below), which write each offset
+	# once: an offset first written UNSTABLE and written again was re-sent after the COMMIT met
+	# the new verifier. Each call's fields are picked out of the frame's lists by its procedure:
+	# RENAME (14) and LINK (15) carry two handles, NULL none; READ, WRITE and COMMIT (6, 7, 21)
+	# an offset; WRITE a stable_how.
+	resent=$(tshark_read -Y 'nfs && rpc.msgtyp == 0' -T fields -e nfs.procedure_v3 -e nfs.fh.hash \
+		-e nfs.offset3 -e nfs.write.stable 2>/dev/null | awk -F'\t' '
+		{
+			np = split($1, P, ","); split($2, F, ","); split($3, O, ","); split($4, S, ",")
+			fi = 1; oi = 1; si = 1
+			for (i = 1; i <= np; i++) {
+				p = P[i]; fh = F[fi]
+				fi += p == 0 ? 0 : (p == 14 || p == 15) ? 2 : 1
+				if (p == 6 || p == 7 || p == 21) off = O[oi++]
+				if (p != 7) continue
+				st = S[si++]
+				if (off + 0 < 1048576) continue
+				k = fh " " off
+				if (n[k]++ == 0) first[k] = st
+			}
+		}
+		END { c = 0; for (k in n) if (n[k] >= 2 && first[k] == 0) c++; print c }')
+	if [ "$resent" -gt 0 ]; then
+		ok "the client sent its uncommitted UNSTABLE WRITEs again ($resent re-sent)"
+	else
+		notok "the client sent its uncommitted UNSTABLE WRITEs again (none was)"
+	fi
+fi
+
+# ---- the eio run: the faults were met ---------------------------------------------------------
+if [ "$mode" = eio ]; then
+	for n in tank1 solo0; do
+		failed=$(grep -c '^faultfs: EIO read' "$work/faultfs.$n.log")
+		if [ "$failed" -gt 0 ]; then
+			ok "leaf $n failed $failed reads with EIO"
+		else
+			notok "leaf $n failed reads with EIO (none failed)"
+		fi
+		rm -f "$work/fault/$n.rules" # no more faults, for the check below
+	done
+fi
+
 # ---- host-side view of the export -------------------------------------------------------------
-# (the crash run checks its own state in the guest; the phases' files are not there)
-if [ "$crash" -eq 0 ]; then
+# (the crash and fault runs check their own state in the guest; the phases' files are not there)
+if [ "$crash" -eq 0 ] && [ -z "$mode" ]; then
 guest_hash=$(sed -n 's/^# kclient-hash big \([0-9a-f]*\).*/\1/p' "$console" | head -n 1)
 want_line=$("$work/guest_fsops" big-hash)
 if [ "$backend" = pool ]; then
@@ -553,13 +785,15 @@ else
 fi
 fi
 if [ "$backend" = pool ]; then
-	if "$shale" pool check tank -d "$pool_dir" >"$work/check.log" 2>&1 &&
-		grep -q "pool tank: 0 problems" "$work/check.log"; then
-		ok "shale pool check after the run: every block verified, 0 problems"
-	else
-		notok "shale pool check after the run"
-		sed 's/^/# check: /' "$work/check.log" | tail -n 20
-	fi
+	for p in "${pools[@]}"; do
+		if "$shale" pool check "$p" -d "$pool_dir" >"$work/check.$p.log" 2>&1 &&
+			grep -q "pool $p: 0 problems" "$work/check.$p.log"; then
+			ok "shale pool check $p after the run: every block verified, 0 problems"
+		else
+			notok "shale pool check $p after the run"
+			sed 's/^/# check: /' "$work/check.$p.log" | tail -n 20
+		fi
+	done
 fi
 
 note "kclient: $pass_count passed, $fail_count failed"
