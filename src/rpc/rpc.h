@@ -215,6 +215,15 @@ struct loop *rpc_server_loop(const struct rpc_server *srv, unsigned index);
  * ring"): decided at the loop's first accepted connection; false before, with
  * rsc_no_socket_ring, or where the kernel refused the ring. */
 bool rpc_server_socket_ring(const struct rpc_server *srv, unsigned index);
+/* What the server holds now, read from any thread (each figure a moment's, not a snapshot of
+ * all together). */
+struct rpc_server_stats {
+	size_t rss_mem_bytes;      /* request and reply memory held ("Flow control") */
+	size_t rss_mem_peak_bytes; /* the most any loop held at once, summed over the loops */
+	unsigned rss_conns;        /* open TCP connections */
+	unsigned rss_conns_closed_for_room; /* closed to admit a new one, since start */
+};
+void rpc_server_get_stats(struct rpc_server *srv, struct rpc_server_stats *out);
 /* Stops the loops and joins their threads; open connections are closed. */
 void rpc_server_stop(struct rpc_server *srv);
 void rpc_server_destroy(struct rpc_server *srv);

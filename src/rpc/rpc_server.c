@@ -76,8 +76,11 @@
  *      loop's rl_mem falls back under it (rl_wake_task revisits the connections that waited).
  *   4. A connection that is over with no call at all (a partial record larger than its limit)
  *      cannot drain: it is closed and logged. The loop's budget never stops a connection with
- *      no calls, so a large record always completes; past the budget plus a quarter, a
- *      connection that grows a partial record is closed instead.
+ *      no calls, so a large record always completes; but past the budget plus a quarter, a
+ *      connection that grows a partial record beyond its fair part is closed instead.
+ *      So a loop holds at most about twice its budget (what connections held when it was
+ *      crossed, and what those under their fair part may still take), plus one call and one
+ *      read per connection.
  *   5. Replies queued with no write progress for RPC_WRITE_STALL_NS (a client that stopped
  *      reading) close the connection, and with it free what it held.
  *   6. A reply buffer much larger than its reply (a handler sized it for a maximum, such as a
@@ -268,6 +271,8 @@ struct rpc_loop {
 	unsigned rl_global_waiters;   /* connections with cn_global_wait */
 	struct loop_task rl_wake_task; /* rule 3: revisits them once rl_mem is under the budget */
 	bool rl_wake_queued;
+	_Atomic size_t rl_mem_seen;     /* rl_mem and its peak, for rpc_server_get_stats */
+	_Atomic size_t rl_mem_peak;
 	struct loop_task rl_evict_task; /* rule 8: closes this loop's marked connections */
 	atomic_bool rl_evict_queued;
 	struct rpc_conn *rl_conns;
@@ -397,6 +402,9 @@ static void rpc_conn_account(struct rpc_conn *conn)
 	struct rpc_loop *rl = conn->cn_rl;
 	rl->rl_mem = rl->rl_mem - conn->cn_acct + now;
 	conn->cn_acct = now;
+	atomic_store_explicit(&rl->rl_mem_seen, rl->rl_mem, memory_order_relaxed);
+	if (rl->rl_mem > atomic_load_explicit(&rl->rl_mem_peak, memory_order_relaxed))
+		atomic_store_explicit(&rl->rl_mem_peak, rl->rl_mem, memory_order_relaxed);
 	if (rl->rl_global_waiters > 0 && rl->rl_mem < rl->rl_budget && !rl->rl_wake_queued &&
 	    loop_on_thread(rl->rl_loop)) {
 		rl->rl_wake_queued = true;
@@ -1162,12 +1170,13 @@ static bool rpc_conn_take_record(struct rpc_conn *conn, uint8_t *record, size_t 
 	return !conn->cn_closed;
 }
 
-/* Rule 4's last part: a partial record may not grow past the loop's budget and a quarter.
- * Returns false when it closed the connection. */
+/* Rule 4's last part: past the loop's budget and a quarter, a partial record may not grow past
+ * its connection's fair part. Returns false when it closed the connection. */
 static bool rpc_conn_check_partial(struct rpc_conn *conn)
 {
 	const struct rpc_loop *rl = conn->cn_rl;
-	if (rl->rl_mem <= rl->rl_budget + rl->rl_budget / 4 || rpc_rm_idle(&conn->cn_rm))
+	if (rl->rl_mem <= rl->rl_budget + rl->rl_budget / 4 ||
+	    rpc_rm_buffered(&conn->cn_rm) <= rl->rl_budget / SH_MAX(rl->rl_nconns, 1u))
 		return true;
 	log_ratelimited(LOG_WARN, "rpc: loop %u over its memory budget; closing a connection "
 			"growing a partial record", loop_index(rl->rl_loop));
@@ -2266,6 +2275,19 @@ int rpc_server_start(struct rpc_server *srv)
 		rl->rl_thread_started = true;
 	}
 	return 0;
+}
+
+void rpc_server_get_stats(struct rpc_server *srv, struct rpc_server_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (unsigned l = 0; l < srv->rs_nloops; l++) {
+		const struct rpc_loop *rl = &srv->rs_loops[l];
+		out->rss_mem_bytes += atomic_load_explicit(&rl->rl_mem_seen, memory_order_relaxed);
+		out->rss_mem_peak_bytes += atomic_load_explicit(&rl->rl_mem_peak, memory_order_relaxed);
+	}
+	unsigned of_addr;
+	rpc_conntab_counts(srv->rs_conntab, NULL, &out->rss_conns, &of_addr,
+			   &out->rss_conns_closed_for_room);
 }
 
 unsigned rpc_server_nloops(const struct rpc_server *srv)

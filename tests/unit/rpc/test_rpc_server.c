@@ -1113,6 +1113,99 @@ static void server_conn_per_addr_cap(void)
 	rpc_server_destroy(s);
 }
 
+/* A connection that never reads: sends calls for 1 MiB replies until the socket stops taking
+ * them (the server stopped reading it). Returns the fd. */
+static int hog_connect_and_fill(uint16_t port, uint32_t first_xid)
+{
+	/* The small receive buffer is set before connecting: shrunk after, it would drop what the
+	 * window already let through, and the retransmissions would stall the reads below. */
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int small = 4096;
+	struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) < 0 ||
+	    connect(fd, (struct sockaddr *)&sin, sizeof(sin)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	(void)fcntl(fd, F_SETFL, O_NONBLOCK);
+	uint8_t stream[64];
+	for (uint32_t i = 0; i < 2000; i++) {
+		size_t n = 0;
+		put_u32_call(stream, &n, first_xid + i, TOY_BIG, 1u << 20);
+		if (send(fd, stream, n, MSG_NOSIGNAL) != (ssize_t)n)
+			break; /* the socket is full: the server stopped reading */
+	}
+	return fd;
+}
+
+/* Rules 1 to 3 of rpc_server.c: one connection that never reads holds at most its own bound;
+ * many together stay within the server's budget (plus what the rules let through: the fair
+ * parts and a call each), get alike shares, and a light client is served meanwhile. */
+static void server_memory_bounds(void)
+{
+	struct rpc_server_config cfg;
+	rpc_server_config_default(&cfg);
+	cfg.rsc_nloops = 1;
+	cfg.rsc_max_total_buffer_bytes = 16u << 20;
+	uint16_t port;
+	struct rpc_server *s = case_server_start(&cfg, &port);
+	if (!s)
+		return;
+	const size_t one_call = (1u << 20) + 64 * 1024; /* a reply and one read's input */
+	int hog = hog_connect_and_fill(port, 5000);
+	usleep(300000);
+	struct rpc_server_stats st;
+	rpc_server_get_stats(s, &st);
+	CHECKF(hog >= 0 && st.rss_mem_peak_bytes <= cfg.rsc_max_conn_buffer_bytes + one_call,
+	       "one never-reading connection held %zu bytes at its peak", st.rss_mem_peak_bytes);
+	enum { HOGS = 16 };
+	int hogs[HOGS];
+	for (unsigned i = 0; i < HOGS; i++)
+		hogs[i] = hog_connect_and_fill(port, 10000 + 4000 * i);
+	usleep(500000);
+	rpc_server_get_stats(s, &st);
+	size_t bound = 2 * cfg.rsc_max_total_buffer_bytes + (HOGS + 1) * one_call;
+	CHECKF(st.rss_mem_peak_bytes <= bound, "%u never-reading connections: peak %zu bytes, "
+	       "bound %zu", HOGS + 1, st.rss_mem_peak_bytes, bound);
+	int light = raw_connect(port);
+	CHECKF(light >= 0 && raw_null(light, 77), "a light client is served beside them");
+	/* Each hog, once read, got replies: none was starved to nothing. */
+	unsigned served = 0;
+	uint8_t *buf = mem_alloc(TOY_BIG_MAX + 64);
+	for (unsigned i = 0; i < HOGS && buf; i++) {
+		if (hogs[i] < 0)
+			continue;
+		(void)fcntl(hogs[i], F_SETFL, 0);
+		ssize_t r = raw_read_record(hogs[i], buf, TOY_BIG_MAX + 64);
+		if (r == 28 + (1 << 20))
+			served++;
+		else
+			printf("#   hog %u: first reply %zd bytes\n", i, r);
+	}
+	mem_free(buf);
+	CHECKF(served == HOGS, "%u of %u never-reading connections had replies waiting", served,
+	       HOGS);
+	for (unsigned i = 0; i < HOGS; i++)
+		if (hogs[i] >= 0)
+			close(hogs[i]);
+	if (hog >= 0)
+		close(hog);
+	if (light >= 0)
+		close(light);
+	/* Closed: everything they held is given back. */
+	size_t left = SIZE_MAX;
+	for (int i = 0; i < 100 && left != 0; i++) {
+		usleep(20000);
+		rpc_server_get_stats(s, &st);
+		left = st.rss_mem_bytes;
+	}
+	CHECKF(left == 0, "%zu bytes still held after every connection closed", left);
+	rpc_server_stop(s);
+	rpc_server_destroy(s);
+}
+
 static void server_conn_idle(void)
 {
 	struct rpc_server_config cfg;
@@ -1253,6 +1346,7 @@ int main(void)
 	TAP_RUN(server_conn_limit_closes_oldest);
 	TAP_RUN(server_conn_per_addr_cap);
 	TAP_RUN(server_conn_idle);
+	TAP_RUN(server_memory_bounds);
 	TAP_RUN(server_partial_record_timeout);
 	TAP_RUN(server_slow_sender_is_idle);
 
