@@ -149,10 +149,12 @@
  * past this a writev is long enough that gathering more saves nothing. */
 #define RPC_FLUSH_NOW_BYTES (256u * 1024u)
 #define RPC_MAX_PROGRAMS 16
-/* Calls one connection dispatches per loop turn before it yields to the others (rule 10): a
- * few reads' worth of small calls, so that pipelining still gathers replies into one write, while
- * a flooding connection delays another by tens of microseconds, not milliseconds. */
-#define RPC_CALLS_PER_TURN 32u
+/* Calls one connection dispatches per loop turn before it yields to the others (rule 10): the
+ * depth `shale bench` keeps on a connection, so pipelining still gathers replies into one write,
+ * while a connection keeping thousands queued delays another by a few tens of microseconds.
+ * Measured with hostile.c's flood (docs/performance.md, "A flooding connection"): 32 left a
+ * light client's p99 at 3.5x its unloaded value, 16 at 2.1x for 15% less flood throughput. */
+#define RPC_CALLS_PER_TURN 16u
 /* Unparsed input past which a ring connection's receive is paused (rule 2): a few of the
  * ring's receive buffers. */
 #define RPC_PEND_MAX_BYTES (64u * 1024u)
