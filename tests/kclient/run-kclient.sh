@@ -98,8 +98,15 @@
 #                                                                    server stops cleanly; both pools
 #                                                                    check clean once the faults are
 #                                                                    lifted)
+#   tests/kclient/run-kclient.sh --backend pool --idle-conns 5000  (a hostile neighbour: 5,000 idle
+#                                                                    connections held from 127.0.0.2
+#                                                                    (tests/kclient/idle-conns.py)
+#                                                                    before the guest mounts and while
+#                                                                    it runs its whole battery; the
+#                                                                    server keeps at most its
+#                                                                    per-address cap of them)
 #   Options: --server shale|ganesha|cmd, --backend posix|pool (shale only), --crash (shale only),
-#   --restart, --full, --eio (shale, pool), --server-cmd 'CMD' (run with sh -c; it gets
+#   --restart, --full, --eio (shale, pool), --idle-conns N, --server-cmd 'CMD' (run with sh -c; it gets
 #   KC_EXPORTS_FILE, KC_EXPORT_DIR, KC_STATE_DIR, KC_READY_FILE in its environment and must
 #   serve NFSv3, MOUNT v3 and portmap on 2049/111), --cache DIR, --work DIR (kept afterwards),
 #   --timeout SECONDS (guest run, default 480), --mount-opts OPTS, --no-netns.
@@ -116,6 +123,7 @@ backend=posix
 crash=0
 mode=      # restart, full or eio: one of the fault runs (each on the pool)
 crash_after=40 # acknowledged guest operations before the kill
+idle_conns=0   # --idle-conns N: connections held idle from 127.0.0.2 while the guest runs
 server_cmd=
 shale=${SHALE:-}
 cache=${KCLIENT_CACHE:-$top/build-cache/kclient}
@@ -138,6 +146,7 @@ while [ $# -gt 0 ]; do
 	--work) work=$2; shift 2 ;;
 	--timeout) guest_timeout=$2; shift 2 ;;
 	--mount-opts) mount_opts=$2; shift 2 ;;
+	--idle-conns) idle_conns=$2; shift 2 ;;
 	--no-netns) use_netns=0; shift ;;
 	--in-netns) in_netns=1; shift ;;
 	--owned-work) owned_work=1; shift ;;
@@ -450,6 +459,34 @@ for ((i = 0; i < 200; i++)); do
 done
 grep -q "Capturing on" "$work/tshark.log" || { sed 's/^/# /' "$work/tshark.log"; bail "tshark capture started"; }
 
+# ---- idle connections (--idle-conns) -----------------------------------------------------------
+# Held from 127.0.0.2 (inside this network namespace, every 127.x address is the loopback's)
+# before the guest mounts, and for its whole run: the guest, whose connections come from
+# 127.0.0.1, must mount, list and read as usual while one other address holds more connections
+# than the server's per-address cap lets it keep.
+idle_pid=
+if [ "$idle_conns" -gt 0 ]; then
+	python3 "$here/idle-conns.py" 127.0.0.1 2049 127.0.0.2 "$idle_conns" "$work/idle.ready" \
+		>"$work/idle.log" 2>&1 &
+	idle_pid=$!
+	pids+=("$idle_pid")
+	for ((i = 0; i < 600; i++)); do
+		[ -s "$work/idle.ready" ] && break
+		kill -0 "$idle_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	idle_connected=$(sed -n 's/^connected=//p' "$work/idle.ready" 2>/dev/null)
+	if [ "${idle_connected:-0}" -eq "$idle_conns" ]; then
+		ok "$idle_conns idle connections from 127.0.0.2 opened before the guest mounts"
+	else
+		notok "$idle_conns idle connections from 127.0.0.2 opened (${idle_connected:-none})"
+		sed 's/^/# idle-conns: /' "$work/idle.log" | tail -n 5
+	fi
+	sleep 1
+	server_fds=$(ls "/proc/$(cat "$work/server.pid")/fd" 2>/dev/null | wc -l)
+	note "the server holds $server_fds descriptors beside them"
+fi
+
 # ---- guest ----------------------------------------------------------------------------------
 kcmode=
 [ "$crash" -eq 1 ] && kcmode=kcmode=crash
@@ -580,6 +617,19 @@ else
 	notok "guest ran to completion and reported ($why)"
 	tail -n 30 "$console" | sed 's/^/# console: /'
 	sed 's/^/# qemu: /' "$work/qemu.err" | tail -n 5
+fi
+
+if [ -n "$idle_pid" ]; then
+	# The per-address cap (1,024 by default) held all along: no more than that many of the idle
+	# ones, plus the guest's and the listeners, are the server's descriptors now.
+	server_fds=$(ls "/proc/$(cat "$work/server.pid")/fd" 2>/dev/null | wc -l)
+	if kill -0 "$idle_pid" 2>/dev/null && [ "$server_fds" -gt 0 ] && [ "$server_fds" -le 1124 ]; then
+		ok "the idle connections stayed within the per-address cap (server fds $server_fds)"
+	else
+		notok "the idle connections stayed within the per-address cap (server fds $server_fds)"
+	fi
+	kill "$idle_pid" 2>/dev/null
+	wait "$idle_pid" 2>/dev/null
 fi
 
 # ---- host-side view of a pool's file system, through libnfs while the server still runs -------
