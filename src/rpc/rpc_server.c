@@ -229,7 +229,6 @@ struct rpc_conn {
 	size_t cn_pend_cap;
 	uint64_t cn_slice_turn_ns; /* the loop turn cn_slice_left belongs to (rule 10) */
 	unsigned cn_slice_left;
-	bool cn_yielded;           /* used its share of this turn with input left */
 	bool cn_global_wait;       /* over only by its loop's budget: rl_wake_task looks again */
 	struct loop_task cn_resume_task; /* rule 10: serves the connection on a later turn */
 	bool cn_resume_queued;     /* cn_resume_task is posted (and holds a reference) */
@@ -450,7 +449,6 @@ static bool rpc_conn_may_dispatch(struct rpc_conn *conn)
 	if (conn->cn_slice_turn_ns != turn) {
 		conn->cn_slice_turn_ns = turn;
 		conn->cn_slice_left = RPC_CALLS_PER_TURN;
-		conn->cn_yielded = false;
 	}
 	return conn->cn_slice_left > 0;
 }
