@@ -31,8 +31,8 @@
 
 #include "blk/blk.h"
 #include "shale_pool.h"
-#include "store/pool.h"
-#include "store/pool_fs.h"
+#include "pool/pool.h"
+#include "poolfs/pool_fs.h"
 
 /* Options every command imports with: datasets get the file-system owner, which replays their log
  * records and names their data blocks (for check and destroy). */

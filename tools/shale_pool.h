@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "store/pool.h"
+#include "pool/pool.h"
 
 /* The most leaves a command takes. */
 #define POOL_CMD_MAX_LEAVES 256u

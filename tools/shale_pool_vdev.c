@@ -8,7 +8,7 @@
  *
  * Model: like the other pool verbs, each works on the pool's leaves found in DIR, with no
  * resident daemon (a pool that `shale serve` holds is refused: its leaves are locked). The label
- * work is the store's (src/store/pool_vdev.c); what is here opens the leaves, and after an attach
+ * work is the pool's (src/pool/pool_vdev.c); what is here opens the leaves, and after an attach
  * imports the pool with the new leaf and runs the check that copies every block onto it (the
  * resilver), as zpool attach starts one. replace is attach, that check, then detach of OLD once
  * the check found no problem; run again after an interruption, it goes on from where it was.
@@ -30,7 +30,7 @@
 
 #include "blk/blk.h"
 #include "shale_pool.h"
-#include "store/pool.h"
+#include "pool/pool.h"
 
 /* A new leaf: one of vc_devs, or opened on its own (vn_own). */
 struct vdev_new {

@@ -51,8 +51,8 @@
 #include "posix/posix.h"
 #include "rpc/rpc.h"
 #include "server/server.h"
-#include "store/pool.h"
-#include "store/pool_fs.h"
+#include "pool/pool.h"
+#include "poolfs/pool_fs.h"
 
 /* The pools imported for the exports, by name; exported again at the end. Each answers
  * `shale pool status` on its status socket while it is served (pool_statsock.c). */

@@ -9,7 +9,7 @@
  * btree_check, then a put and a delete (which copy hostile clean nodes into dirty ones) before
  * discarding the tree. Everything must end in a value or -EIO, never a crash. */
 #include "fuzz.h"
-#include "store/btree_impl.h"
+#include "btree/btree_impl.h"
 
 #define FUZZ_BT_TYPE 7
 #define FUZZ_BT_KEY_MAX 32u

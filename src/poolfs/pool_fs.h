@@ -1,0 +1,50 @@
+/* pool_fs.h: a pool dataset served through the asynchronous file-system interface (fs/fs.h): the
+ * POSIX object layer (zpl.h) attached to the dataset as its owner, made durable through the
+ * pool's intent log and transaction groups. The theory is at the top of pool_fs.c. */
+#ifndef SHALE_POOLFS_POOL_FS_H
+#define SHALE_POOLFS_POOL_FS_H
+
+#include <stdint.h>
+
+#include "fs/fs.h"
+#include "pool/pool.h"
+
+/* Opens dataset `dataset` of pool p (which must exist: pool_ds_create) as a file system whose
+ * attributes report fsid. Attaches the zpl owner to the dataset unless one is attached already
+ * (pool_fs_attach at import), and formats a dataset that has never been used (a root directory
+ * owned by uid 0, gid 0, mode 0755), waiting until the format is durable. Blocking: not on an
+ * event loop or the blk engine thread. Returns 0 and *fs_out; -ENOENT (no such dataset), -EBUSY
+ * (the dataset has an owner that is not a zpl, or another open with another fsid holds unsynced
+ * data), -EIO, -ENOMEM, or the dataset open's error.
+ * Destroy with fs_destroy once every submitted request has completed and every READ buffer has
+ * been released: it closes the dataset (the owner stays attached until the pool evicts it). */
+SH_MUST_CHECK int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid,
+                               struct fs **fs_out);
+
+/* A pool_attach_fn (struct pool_open_opts.po_attach, arg unused) that attaches the zpl owner to
+ * ds, so that pool_import replays the dataset's log records through zpl_replay and pool_check
+ * and pool_ds_destroy learn its data blocks. Returns 0 (also when an owner is attached already),
+ * -EIO, -ENOMEM. */
+SH_MUST_CHECK int pool_fs_attach(void *arg, struct pool_ds *ds);
+
+/* Counters since pool_fs_open, for tests and status. */
+struct pool_fs_stats {
+	uint64_t ps_restarts;      /* runs that stopped on a block not in memory and started again */
+	uint64_t ps_throttled;     /* changes deferred by the pool's dirty-data throttle */
+	uint64_t ps_log_commits;   /* stable changes made durable through the intent log */
+	uint64_t ps_txg_waits;     /* txg syncs waited for (one per batch of COMMITs and oversize
+	                            * stable writes) */
+	uint64_t ps_txg_waited_reqs; /* requests completed by those waits */
+	uint64_t ps_slow_ctx_allocs; /* slow-path contexts allocated (not taken from the free list) */
+	uint64_t ps_adopted_blocks;  /* blocks of large stable writes a txg took as the files'
+	                              * blocks instead of writing them again (the dataset's, since it
+	                              * was loaded) */
+	uint64_t ps_pend_scans;      /* full scans of the dataset's table of pending writes (one
+	                              * per durable txg at most) */
+	uint64_t ps_reap_steps;      /* steps of freeing removed files' blocks (zpl_reap) */
+	bool ps_reap_busy;           /* the freeing of removed files is running */
+};
+/* Fills *st for a file system pool_fs_open returned. */
+void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st);
+
+#endif
