@@ -275,6 +275,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,7 +291,7 @@
 /* ---------------------------------------------------------------------------------------------
  * Small helpers */
 
-bool pool_name_valid(const char *name, size_t max)
+bool pool_name_chars_valid(const char *name, size_t max, const char *extra)
 {
 	size_t n = 0;
 	if (!name)
@@ -298,11 +299,27 @@ bool pool_name_valid(const char *name, size_t max)
 	for (; name[n]; n++) {
 		char c = name[n];
 		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		          (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+		          (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-' ||
+		          (extra && strchr(extra, c));
 		if (!ok || n >= max)
 			return false;
 	}
 	return n >= 1;
+}
+
+bool pool_name_valid(const char *name, size_t max)
+{
+	return pool_name_chars_valid(name, max, NULL);
+}
+
+void pool_say(char *err, size_t err_len, const char *fmt, ...)
+{
+	if (!err || err_len == 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, err_len, fmt, ap);
+	va_end(ap);
 }
 
 static int pool_guid_new(uint64_t *out)
@@ -1501,6 +1518,8 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 	if (rc == 0) {
 		pool_lock(p);
 		rc = pool_destroy_load_queued(p);
+		if (rc == 0)
+			rc = pool_fq_load(p);
 		pool_unlock(p);
 	}
 	if (rc != 0) {

@@ -32,6 +32,8 @@
 
 #define POOL_NAME_MAX 63u    /* pool and dataset names: [A-Za-z0-9_.-]{1,63} for pools */
 #define POOL_DS_NAME_MAX 64u /* dataset names: [A-Za-z0-9_.-]{1,64} */
+#define POOL_SNAP_NAME_MAX 64u /* snapshot names (after the '@'): [A-Za-z0-9_.:-]{1,64} */
+#define POOL_SNAP_FULL_MAX (POOL_DS_NAME_MAX + 1u + POOL_SNAP_NAME_MAX) /* "fs@snap" */
 #define POOL_MAX_TOPS 64u    /* top-level vdevs (the space allocator's SPACE_MAX_VDEVS) */
 #define POOL_FORMAT_VERSION 1u
 
@@ -287,7 +289,8 @@ SH_MUST_CHECK int pool_ds_create(struct pool *p, const char *name,
  * dataset's size; a crash meanwhile loses nothing, and the next import goes on where the last
  * txg left off (pool_destroy.c). Waits until the whole dataset is freed and that is durable
  * when wait is true; else returns once the name is gone. The dataset must not be open. Returns
- * 0, -ENOENT, -EBUSY (open), -ENOTSUP (a non-empty tree and no owner to name its data blocks),
+ * 0, -ENOENT, -EBUSY (open), -ENOTEMPTY (it has snapshots: destroy them first), -ENOTSUP (a
+ * non-empty tree and no owner to name its data blocks),
  * -EIO (a suspended pool), -ENOMEM. */
 SH_MUST_CHECK int pool_ds_destroy(struct pool *p, const char *name);
 SH_MUST_CHECK int pool_ds_destroy_start(struct pool *p, const char *name, bool wait);
@@ -298,12 +301,55 @@ struct pool_ds_info {
 	char di_name[POOL_DS_NAME_MAX + 1];
 	uint64_t di_id;
 	uint64_t di_created_txg;
-	uint64_t di_used_bytes; /* allocated bytes of its tree and data blocks */
+	uint64_t di_used_bytes;  /* REFER plus what only its snapshots hold (zfs list's USED) */
+	uint64_t di_refer_bytes; /* allocated bytes of its tree and data blocks (REFER) */
+	uint64_t di_snap_bytes;  /* what only its snapshots hold (usedbysnapshots) */
+	uint64_t di_snapshots;   /* how many snapshots it has */
 	uint64_t di_entries;    /* entries in its tree as of the last txg */
 	uint32_t di_record_bytes;
 	enum blk_compress di_compress;
 	uint64_t di_quota_bytes; /* 0: none */
 };
+/* ---------------------------------------------------------------------------------------------
+ * Snapshots (pool_snap.c: the theory, the dead lists and the space they hold) */
+
+/* Takes a snapshot of each "fs@snap" in names (n of them, at most 64, one per file system), all
+ * in one txg, and returns once that txg is durable: each holds every change made before the call
+ * (dirty data included) and none made after it returned. All or none. Returns 0, -EINVAL (a
+ * name), -ENOENT (no such file system), -EEXIST (a snapshot of that name exists), -EROFS, -EIO,
+ * -ENOMEM; err (err_len bytes, may be NULL) says why in a sentence. */
+SH_MUST_CHECK int pool_snapshot_create(struct pool *p, const char *const *names, unsigned n,
+                                       char *err, size_t err_len);
+/* Destroys snapshot "fs@snap": its record goes in one txg (durable on return) and the blocks only
+ * it held are freed in the background. -ENOENT, -EBUSY (a clone depends on it: err names it),
+ * -EINVAL, -EROFS, -EIO. */
+SH_MUST_CHECK int pool_snapshot_destroy(struct pool *p, const char *name, char *err,
+                                        size_t err_len);
+/* Splits "fs@snap" into fs (POOL_DS_NAME_MAX + 1 bytes) and snap (POOL_SNAP_NAME_MAX + 1),
+ * checking both names. 0 or -EINVAL. */
+SH_MUST_CHECK int pool_snap_name_split(const char *full, char *fs, char *snap);
+bool pool_snap_name_valid(const char *name);
+
+struct pool_snap_info {
+	char si_fs[POOL_DS_NAME_MAX + 1];
+	char si_name[POOL_SNAP_NAME_MAX + 1];
+	uint64_t si_id;
+	uint64_t si_txg;
+	uint64_t si_creation_ns; /* CLOCK_REALTIME */
+	uint64_t si_refer_bytes; /* what it references */
+	uint64_t si_used_bytes;  /* what only it holds: what its destroy frees */
+};
+/* Calls fn for each snapshot of file system fs (NULL: of every file system), by file system
+ * name, then by txg; fn returning non-zero stops the walk with that value. */
+SH_MUST_CHECK int pool_snapshot_list(struct pool *p, const char *fs,
+                                     int (*fn)(void *arg, const struct pool_snap_info *info),
+                                     void *arg);
+/* `shale snapshot list`'s table: NAME (POOL/FS@SNAP), USED, REFER, CREATION; exact: bytes and
+ * seconds since the epoch instead of 1.2M and dates. */
+SH_MUST_CHECK int pool_snapshot_list_print(struct pool *p, const char *fs, bool exact, FILE *out);
+/* Dead-list chains waiting to be freed in the background (0 when none). */
+unsigned pool_snap_free_queued(struct pool *p);
+
 /* Limits what dataset `name` may hold (zfs set quota; 0 removes the limit): its allocated bytes
  * plus the data it has dirty. A change that would take it over the limit fails with -EDQUOT
  * (removes and truncations still work), and FSSTAT reports the limit as the file system's size.

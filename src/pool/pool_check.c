@@ -66,6 +66,9 @@ struct pool_walk {
 	struct pool_bpmap w_seen;  /* nodes recorded (and verified) already */
 	struct space *w_space;     /* check: the allocator whose check marks each live block */
 	size_t w_nlive;            /* live blocks marked: nodes once, data as reported */
+	/* check: data blocks born at or before this txg are left to the walk of the snapshot (or
+	 * origin) that holds them as well, so that each is marked once (pool_snap.c) */
+	uint64_t w_data_after;
 	bool w_record; /* check: every node reached goes into w_seen and is marked live */
 	bool w_verify; /* check: read and verify every copy */
 	pool_report_fn w_report;
@@ -385,7 +388,7 @@ static int pool_walk_data_bp(void *arg, const struct blk_ptr *bp)
 {
 	struct pool *p = arg;
 	struct pool_walk *w = p->p_walk;
-	if (blk_ptr_is_hole(bp))
+	if (blk_ptr_is_hole(bp) || bp->bp_birth_txg <= w->w_data_after)
 		return 0;
 	if (!pool_bp_valid(p, bp)) {
 		if (!w->w_verify)
@@ -403,7 +406,8 @@ static int pool_walk_data_bp(void *arg, const struct blk_ptr *bp)
 
 struct pool_walk_scan {
 	struct pool *ws_pool;
-	struct pool_ds *ws_ds;
+	struct pool_ds *ws_ds;  /* whose owner names the entries' blocks */
+	struct btree *ws_tree;  /* its tree, or one of its snapshots' */
 	uint8_t ws_last[POOL_DS_KEY_MAX];
 	uint32_t ws_last_len;
 	bool ws_have_last;
@@ -449,7 +453,7 @@ static int pool_walk_scan_run(struct pool *p, struct pool_walk_scan *ws)
 	ws->ws_paused = false;
 	for (;;) {
 		struct blk_ptr missing;
-		int rc = btree_scan(ws->ws_ds->ds_tree, ws->ws_have_last ? ws->ws_last : NULL,
+		int rc = btree_scan(ws->ws_tree, ws->ws_have_last ? ws->ws_last : NULL,
 		                    ws->ws_last_len, ws->ws_have_last, pool_walk_scan_visit, ws,
 		                    &missing);
 		if (rc == -SH_ENEEDBLOCK) {
@@ -468,10 +472,11 @@ static void pool_walk_entries_failed(struct pool_walk *w, const struct pool_ds *
 	pool_walk_say(w, "dataset %s: walking its entries: %s", ds->ds_name, sh_strerror(rc));
 }
 
-/* Every entry of ds's tree through its owner's visitor, loading what is missing. */
-static int pool_walk_entries(struct pool *p, struct pool_ds *ds)
+/* Every entry of tree (ds's, or a snapshot's of it) through ds's owner's visitor, loading what
+ * is missing. */
+static int pool_walk_entries(struct pool *p, struct pool_ds *ds, struct btree *tree)
 {
-	struct pool_walk_scan ws = {.ws_pool = p, .ws_ds = ds};
+	struct pool_walk_scan ws = {.ws_pool = p, .ws_ds = ds, .ws_tree = tree};
 	return pool_walk_scan_run(p, &ws);
 }
 
@@ -528,6 +533,121 @@ struct pool_check_walk {
 	bool cw_leaks_countable; /* every tree could be walked whole, with its data blocks */
 };
 
+/* Under p_lock with p_walk set: the trees of head ds's snapshots, oldest first, each one's data
+ * blocks marked only when born after its predecessor (the earlier ones are marked by the walk of
+ * the predecessor, which holds them too: pool_snap.c), its nodes once (w_seen). Returns 0 or
+ * -ENOMEM; problems are reported and counted. */
+static int pool_check_snapshots(struct pool *p, struct pool_ds *ds, bool *countable)
+{
+	struct pool_walk *w = p->p_walk;
+	struct pool_snap_rec *recs;
+	size_t n;
+	int rc = pool_sn_list(p, ds->ds_id, &recs, &n);
+	if (rc != 0) {
+		w->w_problems++;
+		pool_walk_say(w, "dataset %s: its snapshots cannot be listed: %s", ds->ds_name,
+		              sh_strerror(rc));
+		*countable = false;
+		return rc == -ENOMEM ? rc : 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!ds->ds_ops || !ds->ds_ops->do_visit_blocks) {
+			*countable = false; /* said once, for the dataset itself */
+			break;
+		}
+		struct btree_config cfg;
+		struct btree *t = NULL;
+		char why[256];
+		pool_ds_config(ds, &cfg);
+		rc = btree_open(&cfg, &recs[i].sr_root, &t);
+		if (rc == 0)
+			rc = btree_check(t, pool_walk_load, p, why, sizeof(why));
+		else
+			snprintf(why, sizeof(why), "its root: %s", sh_strerror(rc));
+		if (rc == 0) {
+			w->w_data_after = i > 0 ? recs[i - 1].sr_txg : ds->ds_origin_txg;
+			rc = pool_walk_entries(p, ds, t);
+			w->w_data_after = 0;
+			snprintf(why, sizeof(why), "walking its entries: %s", sh_strerror(rc));
+		}
+		btree_close(t);
+		if (rc == -ENOMEM)
+			break;
+		if (rc != 0) {
+			w->w_problems++;
+			pool_walk_say(w, "snapshot %s@%s: %s", ds->ds_name, recs[i].sr_name, why);
+			*countable = false;
+			rc = 0;
+		}
+	}
+	mem_free(recs);
+	return rc;
+}
+
+/* Under p_lock with p_walk set: every dead-list chain ("dl/": its entries are blocks snapshots
+ * hold, marked by their walks) and every chain queued for freeing ("fq/": its entries are marked
+ * here, nothing else holds them); each chunk is marked and verified, and the entries counted
+ * against the chain's header. */
+static int pool_check_chains(struct pool *p, const char *prefix, bool *countable)
+{
+	struct pool_walk *w = p->p_walk;
+	struct pool_dl_chain *chains;
+	size_t n;
+	int rc = pool_dl_chains_all(p, prefix, &chains, &n);
+	if (rc != 0) {
+		w->w_problems++;
+		pool_walk_say(w, "dead lists (%s): cannot be listed: %s", prefix, sh_strerror(rc));
+		*countable = false;
+		return rc == -ENOMEM ? rc : 0;
+	}
+	for (size_t c = 0; c < n; c++) {
+		struct pool_dl_chain *dc = &chains[c];
+		uint64_t entries = 0, bytes = 0, chunks = 0;
+		struct blk_ptr at = dc->dc_head;
+		while (!blk_ptr_is_hole(&at) && rc == 0) {
+			struct pool_dl_chunk ck;
+			void *hold;
+			rc = pool_dl_chunk_read(p, &at, &ck, &hold);
+			if (rc != 0)
+				break;
+			for (uint32_t i = 0; i < ck.ck_n && rc == 0; i++) {
+				struct blk_ptr bp;
+				if (pool_dl_chunk_entry(p, &ck, i, &bp) != 0) {
+					rc = -EIO;
+					break;
+				}
+				entries++;
+				bytes += bp.bp_asize;
+				if (dc->dc_flags & POOL_DL_F_FREE_ENTRIES)
+					rc = pool_walk_data_bp(p, &bp);
+			}
+			chunks++;
+			at = ck.ck_prev;
+			pool_walk_release(p, hold);
+		}
+		if (rc == -ENOMEM)
+			break;
+		if (rc == 0 && (entries != dc->dc_entries || bytes != dc->dc_bytes ||
+		                chunks != dc->dc_chunks))
+			rc = -EILSEQ;
+		if (rc != 0) {
+			w->w_problems++;
+			pool_walk_say(w,
+			              "dead list chain %016" PRIx64 " (%s): %s (header: %" PRIu64
+			              " entries, %" PRIu64 " bytes, %" PRIu64 " chunks; found %" PRIu64
+			              ", %" PRIu64 ", %" PRIu64 ")",
+			              dc->dc_seq, prefix,
+			              rc == -EILSEQ ? "its header does not match" : sh_strerror(rc),
+			              dc->dc_entries, dc->dc_bytes, dc->dc_chunks, entries, bytes,
+			              chunks);
+			*countable = false;
+			rc = 0;
+		}
+	}
+	mem_free(chains);
+	return rc;
+}
+
 /* space_check's visitor, under p_lock with p_walk set: every tree and every data block its
  * owner names, each block marked live as it is found; the allocator's own blocks verified (it
  * marks those itself). Returns 0, or -ENOMEM (the check stops). */
@@ -558,7 +678,9 @@ static int pool_check_walk_all(void *arg, struct space *sp)
 			continue;
 		}
 		if (ds->ds_ops && ds->ds_ops->do_visit_blocks) {
-			rc = pool_walk_entries(p, ds);
+			w->w_data_after = ds->ds_prev_snap_txg;
+			rc = pool_walk_entries(p, ds, ds->ds_tree);
+			w->w_data_after = 0;
 			if (rc == -ENOMEM)
 				return rc;
 			if (rc != 0) {
@@ -574,6 +696,19 @@ static int pool_check_walk_all(void *arg, struct space *sp)
 			cw->cw_leaks_countable = false;
 		}
 	}
+	for (size_t i = 0; i < cw->cw_nheld; i++) {
+		struct pool_ds *ds = cw->cw_held[i];
+		if (ds->ds_queued)
+			continue;
+		rc = pool_check_snapshots(p, ds, &cw->cw_leaks_countable);
+		if (rc != 0)
+			return rc;
+	}
+	rc = pool_check_chains(p, "dl/", &cw->cw_leaks_countable);
+	if (rc == 0)
+		rc = pool_check_chains(p, "fq/", &cw->cw_leaks_countable);
+	if (rc != 0)
+		return rc;
 	for (size_t b = 0; b < p->p_space_blocks.bm_nbuckets; b++) {
 		for (struct pool_bpent *e = p->p_space_blocks.bm_buckets[b]; e; e = e->be_next) {
 			if (pool_bp_valid(p, &e->be_bp))
@@ -823,7 +958,8 @@ static int pool_scrub_meta(struct pool *p, struct pool_walk *w)
 static int pool_scrub_ds(struct pool *p, struct pool_walk *w, struct pool_ds *ds,
                          const struct pool_scrub_opts *o)
 {
-	struct pool_walk_scan ws = {.ws_pool = p, .ws_ds = ds, .ws_budget = o->so_slice_bytes};
+	struct pool_walk_scan ws = {
+	    .ws_pool = p, .ws_ds = ds, .ws_tree = ds->ds_tree, .ws_budget = o->so_slice_bytes};
 	for (;;) {
 		if (atomic_load(&p->p_scrub_cancel))
 			return -ECANCELED;

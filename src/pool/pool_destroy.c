@@ -122,6 +122,11 @@ int pool_ds_destroy_start(struct pool *p, const char *name, bool wait)
 		pool_unlock(p);
 		return -EBUSY;
 	}
+	if (pool_snap_count(p, ds->ds_id) > 0) {
+		pool_ds_rele_locked(ds);
+		pool_unlock(p);
+		return -ENOTEMPTY; /* its snapshots first (zfs destroy without -r) */
+	}
 	ds->ds_destroying = true;
 	pool_unlock(p);
 	bool owner = pool_ds_attach_owner(p, ds) == 0 && ds->ds_ops->do_visit_blocks;

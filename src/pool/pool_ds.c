@@ -12,8 +12,9 @@
 
 #include "pool/pool_impl.h"
 
-#define POOL_DS_RECORD_BYTES 128u
-#define POOL_DS_RECORD_VERSION 1u
+#define POOL_DS_RECORD_V1_BYTES 128u /* before snapshots; read, never written */
+#define POOL_DS_RECORD_BYTES 192u
+#define POOL_DS_RECORD_VERSION 2u
 #define POOL_DS_PREFIX "ds/"
 #define POOL_PROP_PREFIX "prop/"
 
@@ -36,14 +37,45 @@ int pool_ds_record_encode(const struct pool_ds *ds, uint8_t *out, uint32_t cap)
 	out[32] = (uint8_t)ds->ds_compress;
 	pool_put_le64(out + 40, ds->ds_quota_bytes);
 	blk_ptr_encode(&ds->ds_root, out + 64);
+	pool_put_le64(out + 128, ds->ds_prev_snap_txg);
+	pool_put_le64(out + 136, ds->ds_prev_snap_id);
+	pool_put_le64(out + 144, ds->ds_dl_id);
+	pool_put_le64(out + 152, ds->ds_origin_head_id);
+	pool_put_le64(out + 160, ds->ds_origin_txg);
+	pool_put_le64(out + 168, ds->ds_flags);
 	return (int)POOL_DS_RECORD_BYTES;
 }
 
-/* Decodes a record (hostile bytes) into the fields of ds. */
-static int pool_ds_record_decode(struct pool_ds *ds, const uint8_t *in, uint32_t len)
+static bool pool_ds_record_known(const uint8_t *in, uint32_t len)
 {
-	if (len != POOL_DS_RECORD_BYTES || pool_get_le32(in) != POOL_DS_RECORD_VERSION)
+	return (len == POOL_DS_RECORD_V1_BYTES && pool_get_le32(in) == 1) ||
+	       (len == POOL_DS_RECORD_BYTES && pool_get_le32(in) == POOL_DS_RECORD_VERSION);
+}
+
+bool pool_ds_record_origin(const uint8_t *rec, uint32_t len, uint64_t *head_id, uint64_t *txg)
+{
+	if (!pool_ds_record_known(rec, len) || len < POOL_DS_RECORD_BYTES)
+		return false;
+	*head_id = pool_get_le64(rec + 152);
+	*txg = pool_get_le64(rec + 160);
+	return *head_id != 0;
+}
+
+int pool_ds_record_decode(struct pool_ds *ds, const uint8_t *in, uint32_t len)
+{
+	if (!pool_ds_record_known(in, len))
 		return -EIO;
+	if (len == POOL_DS_RECORD_BYTES) {
+		ds->ds_prev_snap_txg = pool_get_le64(in + 128);
+		ds->ds_prev_snap_id = pool_get_le64(in + 136);
+		ds->ds_dl_id = pool_get_le64(in + 144);
+		ds->ds_origin_head_id = pool_get_le64(in + 152);
+		ds->ds_origin_txg = pool_get_le64(in + 160);
+		ds->ds_flags = pool_get_le64(in + 168);
+		if ((ds->ds_origin_head_id == 0) != (ds->ds_origin_txg == 0) ||
+		    ds->ds_prev_snap_txg < ds->ds_origin_txg)
+			return -EIO;
+	}
 	ds->ds_record_bytes = pool_get_le32(in + 4);
 	ds->ds_id = pool_get_le64(in + 8);
 	ds->ds_created_txg = pool_get_le64(in + 16);
@@ -84,6 +116,7 @@ void pool_ds_unload_locked(struct pool *p, struct pool_ds *ds)
 	if (ds->ds_ops && ds->ds_ops->do_detach)
 		ds->ds_ops->do_detach(ds->ds_owner);
 	btree_close(ds->ds_tree);
+	pool_snap_ds_fini(ds);
 	mem_free(ds);
 }
 
@@ -108,6 +141,15 @@ int pool_ds_load(struct pool *p, const char *name, const uint8_t *rec, uint32_t 
 		log_error("pool %s: dataset %s: its tree's root is damaged", p->p_name, name);
 		mem_free(ds);
 		return rc == -ENOMEM ? rc : -EIO;
+	}
+	rc = pool_snap_load_line(p, ds);
+	if (rc != 0) {
+		log_error("pool %s: dataset %s: its snapshots cannot be listed: %s", p->p_name, name,
+		          sh_strerror(rc));
+		btree_close(ds->ds_tree);
+		pool_snap_ds_fini(ds);
+		mem_free(ds);
+		return rc;
 	}
 	ds->ds_next = p->p_datasets;
 	p->p_datasets = ds;
@@ -151,7 +193,7 @@ static bool pool_ds_find_id_visit(void *arg, const void *key, uint32_t klen, con
 	size_t pl = strlen(POOL_DS_PREFIX);
 	if (klen < pl || memcmp(key, POOL_DS_PREFIX, pl) != 0)
 		return false;
-	if (vlen == POOL_DS_RECORD_BYTES && pool_get_le64((const uint8_t *)val + 8) == fi->fi_id &&
+	if (pool_ds_record_known(val, vlen) && pool_get_le64((const uint8_t *)val + 8) == fi->fi_id &&
 	    klen - pl <= POOL_DS_NAME_MAX) {
 		memcpy(fi->fi_name, (const char *)key + pl, klen - pl);
 		fi->fi_name[klen - pl] = '\0';
@@ -404,7 +446,7 @@ void pool_ds_evict_idle(struct pool *p)
 	while (ds) {
 		struct pool_ds *next = ds->ds_next;
 		if (ds->ds_refs == 0 && !ds->ds_destroying && !ds->ds_record_dirty &&
-		    !btree_is_dirty(ds->ds_tree) &&
+		    !btree_is_dirty(ds->ds_tree) && ds->ds_nkills == 0 &&
 		    !(ds->ds_ops && ds->ds_ops->do_dirty_bytes &&
 		      ds->ds_ops->do_dirty_bytes(ds->ds_owner) > 0))
 			pool_ds_unload_locked(p, ds);
@@ -512,9 +554,15 @@ int pool_ds_rename(struct pool *p, const char *from, const char *to)
 	return rc == 0 ? pool_txg_wait_synced(p, 0) : rc;
 }
 
+/* What the snapshots' space needs of each record listed. */
+struct pool_ds_list_line {
+	uint64_t ll_dl_id, ll_origin_txg;
+};
+
 struct pool_ds_list_ctx {
 	struct pool *lc_pool;
 	struct pool_ds_info *lc_infos;
+	struct pool_ds_list_line *lc_lines; /* lc_cap, beside lc_infos */
 	size_t lc_n, lc_cap;
 	int lc_err;
 };
@@ -534,19 +582,24 @@ static bool pool_ds_list_visit(void *arg, const void *key, uint32_t klen, const 
 	if (lc->lc_n == lc->lc_cap) {
 		size_t cap = lc->lc_cap ? lc->lc_cap * 2 : 16;
 		struct pool_ds_info *n = mem_realloc(lc->lc_infos, cap * sizeof(*n));
-		if (!n) {
+		if (n)
+			lc->lc_infos = n;
+		struct pool_ds_list_line *nl = mem_realloc(lc->lc_lines, cap * sizeof(*nl));
+		if (nl)
+			lc->lc_lines = nl;
+		if (!n || !nl) {
 			lc->lc_err = -ENOMEM;
 			return false;
 		}
-		lc->lc_infos = n;
 		lc->lc_cap = cap;
 	}
+	lc->lc_lines[lc->lc_n] = (struct pool_ds_list_line){tmp.ds_dl_id, tmp.ds_origin_txg};
 	struct pool_ds_info *di = &lc->lc_infos[lc->lc_n++];
 	memset(di, 0, sizeof(*di));
 	memcpy(di->di_name, (const char *)key + pl, klen - pl);
 	di->di_id = tmp.ds_id;
 	di->di_created_txg = tmp.ds_created_txg;
-	di->di_used_bytes = (uint64_t)tmp.ds_used_bytes;
+	di->di_refer_bytes = (uint64_t)tmp.ds_used_bytes;
 	di->di_entries = tmp.ds_root.bp_fill;
 	di->di_record_bytes = tmp.ds_record_bytes;
 	di->di_compress = tmp.ds_compress;
@@ -572,8 +625,8 @@ static int pool_ds_list_print_one(void *arg, const struct pool_ds_info *info)
 	uint64_t avail = pc->pc_pool_avail;
 	if (info->di_quota_bytes) {
 		snprintf(quota, sizeof(quota), "%" PRIu64, info->di_quota_bytes);
-		uint64_t room = info->di_quota_bytes > info->di_used_bytes
-					? info->di_quota_bytes - info->di_used_bytes
+		uint64_t room = info->di_quota_bytes > info->di_refer_bytes
+					? info->di_quota_bytes - info->di_refer_bytes
 					: 0;
 		avail = SH_MIN(avail, room);
 	}
@@ -603,17 +656,24 @@ int pool_ds_list(struct pool *p, int (*fn)(void *arg, const struct pool_ds_info 
 	                    pool_ds_list_visit, &lc, NULL);
 	if (rc == 0)
 		rc = lc.lc_err;
-	/* loaded datasets know their current used bytes */
+	/* loaded datasets know their current used bytes; snapshots add theirs */
 	for (size_t i = 0; rc == 0 && i < lc.lc_n; i++) {
-		struct pool_ds *ds = pool_ds_find_loaded(p, lc.lc_infos[i].di_name);
-		if (ds)
-			lc.lc_infos[i].di_used_bytes =
-			    ds->ds_used_bytes < 0 ? 0 : (uint64_t)ds->ds_used_bytes;
+		struct pool_ds_info *di = &lc.lc_infos[i];
+		struct pool_ds *ds = pool_ds_find_loaded(p, di->di_name);
+		uint64_t dl_id = lc.lc_lines[i].ll_dl_id, origin_txg = lc.lc_lines[i].ll_origin_txg;
+		if (ds) {
+			di->di_refer_bytes = ds->ds_used_bytes < 0 ? 0 : (uint64_t)ds->ds_used_bytes;
+			dl_id = ds->ds_dl_id;
+		}
+		rc = pool_snap_space(p, ds, di->di_id, dl_id, origin_txg, &di->di_snap_bytes);
+		di->di_snapshots = pool_snap_count(p, di->di_id);
+		di->di_used_bytes = di->di_refer_bytes + di->di_snap_bytes;
 	}
 	pool_unlock(p);
 	for (size_t i = 0; rc == 0 && i < lc.lc_n; i++)
 		rc = fn(arg, &lc.lc_infos[i]);
 	mem_free(lc.lc_infos);
+	mem_free(lc.lc_lines);
 	return rc == -SH_ENEEDBLOCK ? -EIO : rc;
 }
 

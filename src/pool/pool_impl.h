@@ -49,6 +49,7 @@ enum pool_block_type {
 	POOL_BT_DS_NODE = 2,  /* a node of a dataset's tree */
 	POOL_BT_SPACE = 3,    /* a block of the allocator's state */
 	POOL_BT_DATA = 4,     /* an owner's data block */
+	POOL_BT_DEADLIST = 5, /* a chunk of a dead list's chain (pool_snap.c) */
 	POOL_BT_OWNER_FIRST = 16,
 };
 
@@ -377,6 +378,22 @@ struct pool_ds {
 	bool ds_destroying;     /* no opens: being destroyed (queued or about to be) */
 	bool ds_queued;         /* its record is "dq/<id>": freed in steps (pool_destroy.c) */
 	bool ds_destroy_failed; /* queued, but its steps cannot go on (no owner): left as it is */
+	/* Snapshots (pool_snap.c). The line's latest snapshot (or a clone's origin): its txg (0 when
+	 * none) and id; the head's dead list (0: none yet); a clone's origin (its head's id and its
+	 * txg; 0 when not a clone); the line's bucket boundaries (its snapshots' txgs, ascending,
+	 * the origin's first); kills not written yet, by bucket (rule S1). */
+	uint64_t ds_prev_snap_txg;
+	uint64_t ds_prev_snap_id;
+	uint64_t ds_dl_id;
+	uint64_t ds_origin_head_id;
+	uint64_t ds_origin_txg;
+	uint64_t ds_flags; /* POOL_DS_F_* */
+	uint64_t *ds_snap_txgs;
+	uint32_t ds_nsnap_txgs, ds_snap_txgs_cap;
+	bool ds_snaps_loaded; /* ds_snap_txgs holds the line's snapshots */
+	struct pool_dl_kills *ds_kills;
+	uint32_t ds_nkills, ds_kills_cap;
+	uint64_t ds_kill_mem; /* memory the pending kills hold */
 	const struct pool_ds_owner *ds_ops;
 	void *ds_owner;
 };
@@ -423,6 +440,8 @@ struct pool {
 	struct pool_bpmap
 	    p_space_blocks; /* the allocator's own blocks now (no images), for check */
 	uint64_t p_next_ds_id;
+	/* Snapshot creates and destroys waiting for phase 1 (pool_snap.c), oldest first. */
+	struct pool_snap_req *p_snap_reqs, *p_snap_reqs_tail;
 	struct pool_ds *p_datasets; /* loaded datasets */
 	uint64_t p_log_next_lsn;    /* the LSN the next pool_log_append gets */
 	uint64_t p_log_lsn_at_sync; /* p_log_next_lsn when the last sync started */
@@ -463,6 +482,8 @@ struct pool {
 	atomic_bool p_suspended;
 	/* Datasets queued for destruction (p_lock to change, read by the sync thread anywhere). */
 	atomic_uint p_destroy_queued;
+	/* Dead-list chains queued for freeing ("fq/" records, pool_snap.c). */
+	atomic_uint p_fq_queued;
 	unsigned p_writes_pending;
 	struct pool_write *p_writes_failed;
 	struct pool_logrec *p_logq_head, *p_logq_tail; /* records waiting for log space */
@@ -533,8 +554,12 @@ bool pool_has_stale_locked(struct pool *p);
  * leaves that missed writes it holds (pool_stale_leaves). */
 uint64_t pool_ub_payload_encode(const struct pool *p, const struct ilog_position *pos,
                                 uint64_t time_ns, uint8_t out[BLK_UB_PAYLOAD_BYTES]);
-/* [A-Za-z0-9_.-]{1,max}. */
+/* [A-Za-z0-9_.-]{1,max}; pool_name_chars_valid also takes the characters of extra (may be
+ * NULL). */
 bool pool_name_valid(const char *name, size_t max);
+bool pool_name_chars_valid(const char *name, size_t max, const char *extra);
+/* Formats a sentence into err (err_len bytes; nothing when err is NULL): the commands' why. */
+void pool_say(char *err, size_t err_len, const char *fmt, ...) SH_PRINTF(3, 4);
 /* A pool with nothing open yet (options defaulted from opts, which may be NULL), and its undoing:
  * pool_free_all frees whatever of a pool exists (the sync thread stopped, the log closed). */
 struct pool *pool_alloc(const struct pool_open_opts *opts);
@@ -663,6 +688,90 @@ int pool_walk_load(void *arg, const struct blk_ptr *bp);
 void pool_walk_wait_writes(struct pool *p);
 /* Cancels a running scrub and joins its thread (pool_check.c); before a pool closes. */
 void pool_scrub_stop(struct pool *p);
+
+/* pool_snap.c */
+#define POOL_DS_F_SNAPDIR_VISIBLE 1u /* .zfs is listed in the root's READDIR */
+#define POOL_SNAP_BATCH_MAX 64u      /* snapshots in one request */
+/* The kills of one bucket not written yet (rule S1). */
+struct pool_dl_kills {
+	uint64_t dk_key;
+	uint64_t dk_bytes;
+	struct blk_ptr *dk_bps;
+	uint32_t dk_n, dk_cap;
+};
+/* Under p_lock, from pool_free_block: head ds stops referencing bp, born at or before its
+ * prev_snap_txg: appends it to the pending kills (S1), or drops it for a dataset being destroyed
+ * (S2). Returns 0 or -ENOMEM (the block then stays allocated: logged, counted, a leak a check
+ * reports). */
+int pool_dl_kill(struct pool_ds *ds, const struct blk_ptr *bp);
+/* Phase 1, after ds's tree is written: its pending kills go onto its dead list's chains. */
+int pool_dl_flush(struct pool *p, struct pool_ds *ds);
+/* Phase 1, after every dataset's tree and kills are written: the snapshots asked for are taken
+ * and destroyed (S3, S4). */
+int pool_snap_sync(struct pool *p, uint64_t txg);
+/* Under p_lock: loads ds's line (its snapshots' txgs) from the metadata tree. 0, -ENOMEM, -EIO. */
+int pool_snap_load_line(struct pool *p, struct pool_ds *ds);
+/* Frees what pool_ds_unload needs freed of ds's snapshot state. */
+void pool_snap_ds_fini(struct pool_ds *ds);
+/* Under p_lock: the number of snapshots of head id (0 when none), and the first clone of a
+ * snapshot (by head id and txg), named into name (POOL_DS_NAME_MAX + 1). */
+uint64_t pool_snap_count(struct pool *p, uint64_t head_id);
+bool pool_snap_first_clone(struct pool *p, uint64_t head_id, uint64_t txg, char *name);
+/* The sync thread, no lock held: one step of freeing the queued chains. Returns true when it
+ * changed something. */
+bool pool_fq_step(struct pool *p);
+/* Import, under p_lock: counts the queued chains into p_fq_queued. */
+int pool_fq_load(struct pool *p);
+/* Pending snapshot requests (under p_lock): nothing for pool_clean to skip. */
+bool pool_snap_reqs_pending(const struct pool *p);
+/* The listing a check walks (pool_check.c): a line's snapshot records, ascending by txg, and
+ * every dead list's (dl/) or queued (fq/) chain, each read from the metadata tree. */
+struct pool_snap_rec {
+	uint64_t sr_head_id;
+	uint64_t sr_id;
+	uint64_t sr_txg;
+	uint64_t sr_creation_ns;
+	uint64_t sr_refer;
+	uint64_t sr_dl_id;
+	char sr_name[POOL_SNAP_NAME_MAX + 1];
+	struct blk_ptr sr_root;
+};
+struct pool_dl_chain {
+	uint64_t dc_dl_id; /* dl/ only */
+	uint64_t dc_bucket;
+	uint64_t dc_seq;
+	uint32_t dc_flags; /* POOL_DL_F_FREE_ENTRIES: fq/ chains whose entries are freed */
+	uint64_t dc_entries, dc_bytes, dc_chunks;
+	struct blk_ptr dc_head;
+};
+#define POOL_DL_F_FREE_ENTRIES 1u
+int pool_sn_list(struct pool *p, uint64_t head_id, struct pool_snap_rec **recs_out,
+                 size_t *n_out);
+/* Every chain whose key starts with prefix ("dl/" or "fq/"), into *out (mem_free). */
+int pool_dl_chains_all(struct pool *p, const char *prefix, struct pool_dl_chain **out,
+                       size_t *n_out);
+/* A chunk of a chain, read through the walk's cache (p_walk set, under p_lock): its image is
+ * held (*hold_out, for pool_walk_release); pool_dl_chunk_entry checks and decodes entry i. */
+struct pool_dl_chunk {
+	uint32_t ck_n;
+	uint64_t ck_bytes;
+	struct blk_ptr ck_prev;
+	const uint8_t *ck_entries;
+};
+int pool_dl_chunk_read(struct pool *p, const struct blk_ptr *bp, struct pool_dl_chunk *ck,
+                       void **hold_out);
+int pool_dl_chunk_entry(struct pool *p, const struct pool_dl_chunk *ck, uint32_t i,
+                        struct blk_ptr *bp);
+/* Under p_lock: the bytes only the snapshots of a line hold (its usedbysnapshots). loaded may be
+ * NULL (then nothing is pending). */
+int pool_snap_space(struct pool *p, const struct pool_ds *loaded, uint64_t head_id,
+                    uint64_t dl_id, uint64_t origin_txg, uint64_t *bytes_out);
+/* pool_ds.c: a dataset record's origin (false when the record does not parse or has none). */
+bool pool_ds_record_origin(const uint8_t *rec, uint32_t len, uint64_t *head_id, uint64_t *txg);
+/* pool_ds.c: decodes a dataset record (hostile) into ds's fields (ds_pool set). */
+int pool_ds_record_decode(struct pool_ds *ds, const uint8_t *in, uint32_t len);
+/* pool_check.c: "1.2M" and so on. */
+void pool_fmt_bytes(char *buf, size_t cap, uint64_t b);
 
 /* pool_destroy.c */
 /* The metadata key "dq/<id as 16 hex digits>" of a dataset queued for destruction (key holds

@@ -698,6 +698,21 @@ int pool_free_block(struct pool *p, struct pool_ds *ds, const struct blk_ptr *bp
 {
 	if (blk_ptr_is_hole(bp))
 		return 0;
+	if (ds && bp->bp_birth_txg <= ds->ds_prev_snap_txg) {
+		/* A snapshot (or the origin) still holds it: dead-listed, not freed (pool_snap.c,
+		 * S1, S2); the head no longer references it. */
+		int rc = pool_dl_kill(ds, bp);
+		if (rc != 0) {
+			p->p_free_errors++;
+			log_ratelimited(LOG_ERROR,
+			                "pool %s: dataset %s: recording a block its snapshots hold: "
+			                "%s (it stays allocated)",
+			                p->p_name, ds->ds_name, sh_strerror(rc));
+		}
+		ds->ds_used_bytes -= bp->bp_asize;
+		ds->ds_record_dirty = true;
+		return rc;
+	}
 	uint64_t txg = p->p_in_sync ? p->p_syncing_txg : p->p_open_txg;
 	int rc = pool_bp_valid(p, bp)
 	             ? space_free(p->p_space, txg, bp->bp_vdev, bp->bp_offset, bp->bp_asize)

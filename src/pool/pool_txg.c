@@ -31,7 +31,7 @@ uint64_t pool_dirty_bytes(struct pool *p)
 {
 	uint64_t sum = btree_dirty_bytes(p->p_mos);
 	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next)
-		sum += btree_dirty_bytes(ds->ds_tree) + pool_owner_dirty(ds);
+		sum += btree_dirty_bytes(ds->ds_tree) + pool_owner_dirty(ds) + ds->ds_kill_mem;
 	return sum;
 }
 
@@ -39,7 +39,7 @@ uint64_t pool_dirty_bytes(struct pool *p)
 static bool pool_clean(struct pool *p)
 {
 	if (btree_is_dirty(p->p_mos) || space_is_dirty(p->p_space) ||
-	    p->p_log_next_lsn != p->p_log_lsn_at_sync)
+	    p->p_log_next_lsn != p->p_log_lsn_at_sync || pool_snap_reqs_pending(p))
 		return false;
 	/* A leaf faulted or mended since the last uberblock: the next one must say so. */
 	uint64_t guids[POOL_UB_STALE_MAX], digest;
@@ -47,7 +47,8 @@ static bool pool_clean(struct pool *p)
 	if (digest != p->p_stale_digest)
 		return false;
 	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
-		if (ds->ds_record_dirty || btree_is_dirty(ds->ds_tree) || pool_owner_dirty(ds) > 0)
+		if (ds->ds_record_dirty || btree_is_dirty(ds->ds_tree) || pool_owner_dirty(ds) > 0 ||
+		    ds->ds_nkills > 0)
 			return false;
 	}
 	return true;
@@ -345,8 +346,20 @@ static int pool_sync_build(struct pool *p, uint64_t txg, struct blk_uberblock *u
 				ds->ds_record_dirty = true;
 			}
 		}
+		/* the blocks its snapshots still hold, killed in this txg (pool_snap.c, S1); the
+		 * metadata tree's nodes this changes are not the dataset's */
+		p->p_sync_ds = NULL;
+		rc = pool_dl_flush(p, ds);
+		if (rc != 0) {
+			log_warn("pool %s: dataset %s: writing its dead list for txg %" PRIu64 ": %s",
+			         p->p_name, ds->ds_name, txg, sh_strerror(rc));
+			goto out;
+		}
 	}
 	p->p_sync_ds = NULL;
+	rc = pool_snap_sync(p, txg);
+	if (rc != 0)
+		goto out;
 	rc = pool_ds_sync_records(p);
 	if (rc != 0)
 		goto out;
@@ -569,11 +582,13 @@ static void *pool_sync_main(void *arg)
 		uint64_t now = clock_monotonic_ns();
 		/* A dataset being destroyed: one step per txg, once the last step's txg is
 		 * durable (pool_destroy.c); each step asks for the txg that writes it. */
-		bool destroying = !suspended && atomic_load(&p->p_destroy_queued) > 0;
+		bool destroying = !suspended && (atomic_load(&p->p_destroy_queued) > 0 ||
+		                                 atomic_load(&p->p_fq_queued) > 0);
 		if (destroying && (p->p_destroy_step_txg <= p->p_synced_txg ||
 		                   (destroy_retry_ns != 0 && now >= destroy_retry_ns))) {
 			pthread_mutex_unlock(&p->p_state_lock);
 			bool changed = pool_destroy_step(p);
+			changed |= pool_fq_step(p);
 			pthread_mutex_lock(&p->p_state_lock);
 			destroy_retry_ns = changed ? 0 : now + interval_ns;
 			if (changed)

@@ -81,16 +81,6 @@ struct pool_vdev_place {
 	unsigned vp_child;
 };
 
-static void pool_vdev_say(char *err, size_t err_len, const char *fmt, ...) SH_PRINTF(3, 4);
-static void pool_vdev_say(char *err, size_t err_len, const char *fmt, ...)
-{
-	if (!err || err_len == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, err_len, fmt, ap);
-	va_end(ap);
-}
 
 /* Vdev k of the view: the top-level vdevs, then the log vdev. */
 static unsigned pool_vdev_count(const struct pool *cfg)
@@ -123,12 +113,12 @@ static int pool_vdev_settle(struct blk_dev *const *devs, unsigned ndevs,
 	struct pool *p = NULL;
 	int rc = pool_import_devs(devs, ndevs, opts, &p);
 	if (rc != 0) {
-		pool_vdev_say(err, err_len, "cannot import the pool: %s", sh_strerror(rc));
+		pool_say(err, err_len, "cannot import the pool: %s", sh_strerror(rc));
 		return rc;
 	}
 	rc = pool_export(p);
 	if (rc != 0)
-		pool_vdev_say(err, err_len, "cannot export the pool cleanly: %s", sh_strerror(rc));
+		pool_say(err, err_len, "cannot export the pool cleanly: %s", sh_strerror(rc));
 	return rc;
 }
 
@@ -149,7 +139,7 @@ static int pool_vdev_view_load(struct pool_vdev_view *v, struct blk_dev *const *
 	for (unsigned k = 0; rc == 0 && k < ndevs; k++) {
 		rc = blk_label_read(engine, devs[k], &labels[k]);
 		if (rc != 0)
-			pool_vdev_say(err, err_len, "%s has no valid pool label",
+			pool_say(err, err_len, "%s has no valid pool label",
 			              pool_dev_name(devs[k]));
 		else if (labels[k].lb_config_txg > labels[best].lb_config_txg)
 			best = k;
@@ -159,7 +149,7 @@ static int pool_vdev_view_load(struct pool_vdev_view *v, struct blk_dev *const *
 		rc = pool_config_parse(v->vv_cfg, labels[best].lb_config,
 		                       labels[best].lb_config_len);
 		if (rc != 0)
-			pool_vdev_say(err, err_len,
+			pool_say(err, err_len,
 			              "the configuration in %s's labels does not parse",
 			              pool_dev_name(devs[best]));
 	}
@@ -189,7 +179,7 @@ static int pool_vdev_view_load(struct pool_vdev_view *v, struct blk_dev *const *
 		}
 	}
 	if (rc == 0 && !have_ub) {
-		pool_vdev_say(err, err_len, "no valid uberblock on the pool's leaves");
+		pool_say(err, err_len, "no valid uberblock on the pool's leaves");
 		rc = -EIO;
 	}
 	mem_free(labels);
@@ -264,7 +254,7 @@ static int pool_vdev_find(struct pool_vdev_view *v, const char *name, struct poo
 		return 0;
 	char list[1024];
 	pool_vdev_list(v->vv_cfg, list, sizeof(list));
-	pool_vdev_say(err, err_len, "%s '%s' in pool %s; its leaves: %s",
+	pool_say(err, err_len, "%s '%s' in pool %s; its leaves: %s",
 	              found == 0 ? "no leaf" : "more than one leaf is", name, v->vv_cfg->p_name,
 	              list);
 	return found == 0 ? -ENOENT : -EINVAL;
@@ -294,7 +284,7 @@ static int pool_vdev_relabel(struct pool_vdev_view *v, uint64_t config_txg,
 	uint32_t len = 0;
 	int rc = pool_config_build(cfg, text, &len);
 	if (rc != 0)
-		pool_vdev_say(err, err_len, "the new configuration does not fit a label");
+		pool_say(err, err_len, "the new configuration does not fit a label");
 	for (unsigned pass = 0; pass < 2 && rc == 0; pass++) {
 		for (unsigned t = 0; t < pool_vdev_count(cfg) && rc == 0; t++) {
 			uint32_t index;
@@ -306,7 +296,7 @@ static int pool_vdev_relabel(struct pool_vdev_view *v, uint64_t config_txg,
 					continue;
 				rc = pool_label_leaf(cfg, text, len, config_txg, l, top, index);
 				if (rc != 0)
-					pool_vdev_say(err, err_len,
+					pool_say(err, err_len,
 					              "cannot write the labels of %s: %s",
 					              pool_dev_name(l->pl_dev), sh_strerror(rc));
 			}
@@ -351,13 +341,13 @@ static int pool_vdev_new_leaf_ok(struct pool_vdev_view *v, const struct pool_top
 {
 	uint64_t need = top->pt_data_bytes + 2ull * BLK_LABEL_AREA_BYTES;
 	if (blk_dev_size(new_dev) < need) {
-		pool_vdev_say(err, err_len,
+		pool_say(err, err_len,
 		              "%s is too small: %" PRIu64 " bytes, the vdev needs %" PRIu64,
 		              pool_dev_name(new_dev), blk_dev_size(new_dev), need);
 		return -EINVAL;
 	}
 	if (strchr(blk_dev_path(new_dev), '\n')) {
-		pool_vdev_say(err, err_len, "a leaf's path may not hold a newline");
+		pool_say(err, err_len, "a leaf's path may not hold a newline");
 		return -EINVAL;
 	}
 	struct blk_label *lb = mem_alloc(sizeof(*lb));
@@ -374,11 +364,11 @@ static int pool_vdev_new_leaf_ok(struct pool_vdev_view *v, const struct pool_top
 				member = vt->pt_leaves[j].pl_guid == lb->lb_leaf_guid;
 		}
 		if (member) {
-			pool_vdev_say(err, err_len, "%s is a leaf of pool %s already",
+			pool_say(err, err_len, "%s is a leaf of pool %s already",
 			              pool_dev_name(new_dev), v->vv_cfg->p_name);
 			rc = -EEXIST;
 		} else if (!ours && !force) {
-			pool_vdev_say(
+			pool_say(
 			    err, err_len,
 			    "%s holds the labels of pool %s (use --force to overwrite it)",
 			    pool_dev_name(new_dev), lb->lb_pool_name);
@@ -426,7 +416,7 @@ int pool_vdev_attach(struct blk_dev *const *devs, unsigned ndevs, const struct p
 		for (unsigned j = 0; j < other->pt_nchildren; j++) {
 			if (other->pt_leaves[j].pl_dev != new_dev)
 				continue;
-			pool_vdev_say(err, err_len, "%s is a leaf of pool %s already%s",
+			pool_say(err, err_len, "%s is a leaf of pool %s already%s",
 			              pool_dev_name(new_dev), v.vv_cfg->p_name,
 			              other == top ? ", beside the one named" : "");
 			rc = other == top ? -EALREADY : -EEXIST;
@@ -434,7 +424,7 @@ int pool_vdev_attach(struct blk_dev *const *devs, unsigned ndevs, const struct p
 		}
 	}
 	if (top->pt_nchildren >= BLK_MIRROR_MAX) {
-		pool_vdev_say(err, err_len, "the mirror of %s has %u children already", existing,
+		pool_say(err, err_len, "the mirror of %s has %u children already", existing,
 		              BLK_MIRROR_MAX);
 		rc = -EOVERFLOW;
 		goto out;
@@ -476,7 +466,7 @@ int pool_vdev_detach(struct blk_dev *const *devs, unsigned ndevs, const struct p
 		return rc;
 	struct pool_top *top = at.vp_top;
 	if (top->pt_nchildren < 2) {
-		pool_vdev_say(
+		pool_say(
 		    err, err_len,
 		    "%s is the only leaf of its vdev: it cannot be detached (attach another "
 		    "first, or replace it)",
@@ -489,7 +479,7 @@ int pool_vdev_detach(struct blk_dev *const *devs, unsigned ndevs, const struct p
 		if (j != at.vp_child && pool_vdev_current(&v, &top->pt_leaves[j]))
 			current_left = true;
 	if (!current_left) {
-		pool_vdev_say(err, err_len,
+		pool_say(err, err_len,
 		              "no other leaf of the mirror of %s is present and holds every block "
 		              "(stale or missing): run `shale pool check` first",
 		              leaf);
@@ -535,13 +525,13 @@ int pool_vdev_replace_lost_log(struct blk_dev *const *devs, unsigned ndevs, cons
 		goto out;
 	struct pool_top *top = at.vp_top;
 	if (at.vp_top_index != UINT32_MAX) {
-		pool_vdev_say(err, err_len, "%s is not a leaf of the log vdev", old);
+		pool_say(err, err_len, "%s is not a leaf of the log vdev", old);
 		rc = -EINVAL;
 		goto out;
 	}
 	for (unsigned j = 0; j < top->pt_nchildren; j++) {
 		if (top->pt_leaves[j].pl_dev) {
-			pool_vdev_say(err, err_len,
+			pool_say(err, err_len,
 			              "a leaf of the log vdev is present: replace %s without "
 			              "discarding the log",
 			              old);
@@ -610,14 +600,14 @@ int pool_vdev_add(struct blk_dev *const *devs, unsigned ndevs, const struct pool
 		return rc;
 	struct pool *cfg = v.vv_cfg;
 	if (cfg->p_ntops >= POOL_MAX_TOPS) {
-		pool_vdev_say(err, err_len, "pool %s has %u top-level vdevs, the most it can have",
+		pool_say(err, err_len, "pool %s has %u top-level vdevs, the most it can have",
 		              cfg->p_name, POOL_MAX_TOPS);
 		rc = -EOVERFLOW;
 		goto out;
 	}
 	for (unsigned i = 0; i < cfg->p_ntops && !force; i++) {
 		if (pool_vdev_width(&cfg->p_tops[i]) != nnew) {
-			pool_vdev_say(
+			pool_say(
 			    err, err_len,
 			    "the pool's vdev %u is %s of %u, the new one would be %s of %u: "
 			    "its redundancy would differ (use --force to add it anyway)",
@@ -637,7 +627,7 @@ int pool_vdev_add(struct blk_dev *const *devs, unsigned ndevs, const struct pool
 	        ? (smallest - 2ull * BLK_LABEL_AREA_BYTES) / BLK_SECTOR_BYTES * BLK_SECTOR_BYTES
 	        : 0;
 	if (data_bytes == 0) {
-		pool_vdev_say(
+		pool_say(
 		    err, err_len, "a new vdev needs leaves of more than %llu bytes",
 		    (unsigned long long)(2ull * BLK_LABEL_AREA_BYTES + POOL_VDEV_MIN_DATA_BYTES));
 		rc = -EINVAL;
