@@ -115,8 +115,8 @@ int shale_parse_bytes(const char *text, uint64_t *out)
 
 /* Imports pool `name` from the leaves in dir, reporting failures on stderr. read_only: for the
  * commands that only look (status, list, fs list), which then write nothing to the pool. */
-static int pool_cmd_import(const char *cmd, const char *dir, const char *name, bool read_only,
-                           struct pool **out)
+int shale_cmd_import(const char *cmd, const char *dir, const char *name, bool read_only,
+                     struct pool **out)
 {
 	struct pool_open_opts opts;
 	shale_cmd_pool_opts(&opts);
@@ -128,7 +128,7 @@ static int pool_cmd_import(const char *cmd, const char *dir, const char *name, b
 	return rc;
 }
 
-static int pool_cmd_export(const char *cmd, struct pool *p)
+int shale_cmd_export(const char *cmd, struct pool *p)
 {
 	int rc = pool_export(p);
 	if (rc < 0)
@@ -314,7 +314,7 @@ static int pool_cmd_create(int argc, char **argv)
 	}
 	printf("created pool %s: %u %s%s%s\n", name, mirror ? groups : ndata,
 	       mirror ? "mirrors" : "vdevs", nlog ? ", a log vdev" : "", nlog > 1 ? " (mirrored)" : "");
-	return pool_cmd_export("shale pool create", p) == 0 ? 0 : 1;
+	return shale_cmd_export("shale pool create", p) == 0 ? 0 : 1;
 }
 
 /* ---- import, export, status, check ---- */
@@ -351,7 +351,7 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 	struct pool *p = NULL;
 	if (strcmp(verb, "status") == 0 && pool_status_remote(dir, argv[optind], stdout) == 0)
 		return 0; /* a running server holds the pool: its live figures */
-	if (pool_cmd_import(cmd, dir, argv[optind], strcmp(verb, "status") == 0, &p) < 0)
+	if (shale_cmd_import(cmd, dir, argv[optind], strcmp(verb, "status") == 0, &p) < 0)
 		return 1;
 	int status = 0;
 	if (strcmp(verb, "status") == 0 || strcmp(verb, "import") == 0) {
@@ -367,7 +367,7 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 			status = problems == 0 ? 0 : 1;
 		}
 	}
-	if (pool_cmd_export(cmd, p) < 0)
+	if (shale_cmd_export(cmd, p) < 0)
 		status = 1;
 	return status;
 }
@@ -556,7 +556,7 @@ static int pool_cmd_list(int argc, char **argv)
 				continue; /* a status socket a crashed server left behind */
 		}
 		struct pool *p = NULL;
-		if (pool_cmd_import("shale pool list", dir, name, true, &p) < 0) {
+		if (shale_cmd_import("shale pool list", dir, name, true, &p) < 0) {
 			status = 1;
 			continue;
 		}
@@ -574,7 +574,7 @@ static int pool_cmd_list(int argc, char **argv)
 			       "-");
 			mem_free(st);
 		}
-		if (pool_cmd_export("shale pool list", p) < 0)
+		if (shale_cmd_export("shale pool list", p) < 0)
 			status = 1;
 	}
 	pool_names_fini(&names);
@@ -595,7 +595,7 @@ static int pool_cmd_destroy(int argc, char **argv)
 	}
 	const char *name = argv[optind];
 	struct pool *p = NULL;
-	if (pool_cmd_import("shale pool destroy", dir, name, false, &p) < 0)
+	if (shale_cmd_import("shale pool destroy", dir, name, false, &p) < 0)
 		return 1;
 	struct pool_status *st = mem_alloc(sizeof(*st));
 	unsigned missing = 0;
@@ -617,7 +617,7 @@ static int pool_cmd_destroy(int argc, char **argv)
 		}
 		mem_free(st);
 	}
-	if (pool_cmd_export("shale pool destroy", p) < 0)
+	if (shale_cmd_export("shale pool destroy", p) < 0)
 		return 1;
 	struct pool_leaves leaves;
 	int rc = pool_find_leaves(dir, name, &leaves);
@@ -688,8 +688,8 @@ int shale_pool_main(int argc, char **argv)
  * (pool_statsock.c), which answers with fs list's table, or "ok" (done_line is then printed) or
  * "error: TEXT". Returns the exit status, or -1 when nobody serves the pool (the caller imports it
  * then). */
-static int fs_cmd_remote(const char *dir, const char *pool, const char *request, const char *cmd,
-			 const char *done_line)
+int shale_cmd_remote(const char *dir, const char *pool, const char *request, const char *cmd,
+		     const char *done_line)
 {
 	char *text = NULL;
 	size_t len = 0;
@@ -876,13 +876,13 @@ int shale_fs_main(int argc, char **argv)
 				 argv[optind - 1], pool_name_buf, ds,
 				 set_quota ? "" : " (blocks written from now on)");
 		}
-		int remote = fs_cmd_remote(dir, pool_name_buf, request, cmd,
+		int remote = shale_cmd_remote(dir, pool_name_buf, request, cmd,
 					   list ? NULL : done_line);
 		if (remote >= 0)
 			return remote;
 	}
 	struct pool *p = NULL;
-	if (pool_cmd_import(cmd, dir, pool_name_buf, list, &p) < 0)
+	if (shale_cmd_import(cmd, dir, pool_name_buf, list, &p) < 0)
 		return 1;
 	int status = 0, rc = 0;
 	if (create) {
@@ -919,7 +919,7 @@ int shale_fs_main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", cmd, sh_strerror(rc));
 		status = 1;
 	}
-	if (pool_cmd_export(cmd, p) < 0)
+	if (shale_cmd_export(cmd, p) < 0)
 		status = 1;
 	return status;
 }

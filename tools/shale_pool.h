@@ -5,6 +5,7 @@
 /* The directory searched for a pool's leaves when -d is not given (relative to the current one). */
 #define POOL_CMD_DEFAULT_DIR "var/pool"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "pool/pool.h"
@@ -22,5 +23,16 @@ int shale_fs_main(int argc, char **argv);
 int shale_pool_vdev_main(const char *verb, int argc, char **argv);
 /* The options every pool command imports with (datasets get the file-system owner). */
 void shale_cmd_pool_opts(struct pool_open_opts *opts);
+/* Imports pool `name` from the leaves in dir (read_only: for the commands that only look),
+ * reporting a failure on stderr as cmd's; returns 0 or -errno. */
+int shale_cmd_import(const char *cmd, const char *dir, const char *name, bool read_only,
+                     struct pool **out);
+/* Exports p (its last txg), reporting a failure as cmd's; returns 0 or -errno. */
+int shale_cmd_export(const char *cmd, struct pool *p);
+/* A command on a pool a server holds: request goes to the server (pool_statsock.c), which
+ * answers with a table, or "ok" (done_line is then printed) or "error: TEXT". Returns the exit
+ * status, or -1 when nobody serves the pool (the caller imports it then). */
+int shale_cmd_remote(const char *dir, const char *pool, const char *request, const char *cmd,
+                     const char *done_line);
 
 #endif
