@@ -17,6 +17,7 @@
 # environment already says otherwise. Prints TAP lines. Needs $SHALE_BIN, nfs-cp and nfs-ls.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
+. "$(dirname "$0")/../lib/serve.sh"
 
 root=$(mktemp -d /tmp/shale-servepool.XXXXXX)
 pid=
@@ -28,20 +29,6 @@ cleanup() {
 }
 trap cleanup EXIT
 cd "$root" || exit 1
-start() { # starts the server on a free port; sets pid and url
-	rm -f var/ready
-	"$SHALE_BIN" serve --exports var/exports --state var/state --pool-dir var/pool --port 0 \
-		--no-portmap --ready-file var/ready --log-level warn >>serve.log 2>&1 &
-	pid=$!
-	for _ in $(seq 200); do
-		grep -q '^port=' var/ready 2>/dev/null && break
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	port=$(sed -n 's/^port=//p' var/ready 2>/dev/null)
-	[ -n "$port" ] || { cat serve.log; return 1; }
-	url_q="?nfsport=$port&mountport=$port&version=3"
-}
 url() { echo "nfs://127.0.0.1/tank/home/$1$url_q"; }
 
 mkdir -p var/pool var/state
