@@ -29,6 +29,7 @@ static void shale_usage(FILE *out)
 		"  bench     load-test an NFSv3 server (see `shale bench --help`)\n"
 		"  pool      create, import, export, status, check a storage pool (`shale pool help`)\n"
 		"  fs        create, list, destroy a pool's file systems (`shale fs help`)\n"
+		"  snapshot  create, list, destroy snapshots of file systems (`shale snapshot help`)\n"
 		"  version   print the version\n");
 }
 
@@ -250,6 +251,10 @@ int main(int argc, char **argv)
 	if (strcmp(verb, "fs") == 0) {
 		log_set_level(LOG_WARN);
 		return shale_fs_main(argc - 1, argv + 1);
+	}
+	if (strcmp(verb, "snapshot") == 0) {
+		log_set_level(LOG_WARN);
+		return shale_snapshot_main(argc - 1, argv + 1);
 	}
 	if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
 		printf("shale %s\n", SHALE_VERSION);

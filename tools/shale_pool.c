@@ -81,7 +81,8 @@ static void fs_cmd_usage(FILE *out)
 	fprintf(out,
 		"usage:\n"
 		"  shale fs create NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]\n"
-		"  shale fs list NAME [-d DIR]\n"
+		"  shale fs list NAME [-t filesystem|snapshot|all] [-d DIR]\n"
+		"      USED is REFER (what it references) plus what only its snapshots hold\n"
 		"  shale fs rename NAME/FS NAME/NEW [-d DIR]\n"
 		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
 		"  shale fs set quota=SIZE|none NAME/FS [-d DIR]   the most it may hold\n"
@@ -731,6 +732,15 @@ int shale_fs_main(int argc, char **argv)
 		fs_cmd_usage(stdout);
 		return 0;
 	}
+	if (destroy) {
+		/* zfs destroy POOL/FS@SNAP destroys a snapshot: so does this */
+		for (int i = 2; i < argc; i++) {
+			if (argv[i][0] != '-' && strchr(argv[i], '@')) {
+				argv[0] = (char *)"snapshot"; /* argv[1] is "destroy" */
+				return shale_snapshot_main(argc, argv);
+			}
+		}
+	}
 	if (!create && !destroy && !list && !set && !rename) {
 		fprintf(stderr, "shale fs: unknown command '%s'\n", verb);
 		fs_cmd_usage(stderr);
@@ -740,19 +750,33 @@ int shale_fs_main(int argc, char **argv)
 		{"dir", required_argument, NULL, 'd'},
 		{"recordsize", required_argument, NULL, 'r'},
 		{"compression", required_argument, NULL, 'c'},
+		{"type", required_argument, NULL, 't'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *dir = POOL_CMD_DEFAULT_DIR;
+	enum pool_list_types types = POOL_LIST_FILESYSTEMS;
+	const char *types_name = "filesystem";
 	struct pool_ds_props props = {0};
 	uint64_t v;
 	int opt;
 	argc--;
 	argv++;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "d:r:c:h", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "d:r:c:t:h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd': dir = optarg; break;
+		case 't': {
+			int t = pool_list_types_from_name(optarg);
+			if (t < 0 || !list) {
+				fprintf(stderr, "shale fs: -t is for fs list: filesystem, snapshot or "
+						"all\n");
+				return 2;
+			}
+			types = (enum pool_list_types)t;
+			types_name = optarg;
+			break;
+		}
 		case 'r':
 			if (shale_parse_bytes(optarg, &v) < 0 || v > UINT32_MAX) {
 				fprintf(stderr, "shale fs: bad record size '%s'\n", optarg);
@@ -849,7 +873,8 @@ int shale_fs_main(int argc, char **argv)
 	snprintf(cmd, sizeof(cmd), "shale fs %s", verb);
 	{
 		/* A served pool is changed and listed by its server. */
-		char request[200] = "fs list", done_line[200] = "";
+		char request[200] = "", done_line[200] = "";
+		snprintf(request, sizeof(request), "fs list -t %s", types_name);
 		if (create && ds) {
 			snprintf(request, sizeof(request), "fs create %s %" PRIu32 " %s", ds,
 				 props.dp_record_bytes, pool_compress_name(props.dp_compress));
@@ -913,9 +938,14 @@ int shale_fs_main(int argc, char **argv)
 			printf("set %s on %s/%s (blocks written from now on)\n", argv[optind - 1],
 			       pool_name_buf, ds);
 	} else {
-		rc = pool_ds_list_print(p, stdout);
+		rc = pool_ds_list_print_types(p, types, stdout);
 	}
-	if (rc < 0) {
+	if (rc == -ENOTEMPTY) {
+		fprintf(stderr,
+			"%s: %s/%s has snapshots: destroy them first (shale snapshot list %s/%s)\n",
+			cmd, pool_name_buf, ds, pool_name_buf, ds);
+		status = 1;
+	} else if (rc < 0) {
 		fprintf(stderr, "%s: %s\n", cmd, sh_strerror(rc));
 		status = 1;
 	}

@@ -34,6 +34,7 @@
 #define POOL_DS_NAME_MAX 64u /* dataset names: [A-Za-z0-9_.-]{1,64} */
 #define POOL_SNAP_NAME_MAX 64u /* snapshot names (after the '@'): [A-Za-z0-9_.:-]{1,64} */
 #define POOL_SNAP_FULL_MAX (POOL_DS_NAME_MAX + 1u + POOL_SNAP_NAME_MAX) /* "fs@snap" */
+#define POOL_SNAP_BATCH_MAX 64u /* snapshots one request takes together */
 #define POOL_MAX_TOPS 64u    /* top-level vdevs (the space allocator's SPACE_MAX_VDEVS) */
 #define POOL_FORMAT_VERSION 1u
 
@@ -347,6 +348,17 @@ SH_MUST_CHECK int pool_snapshot_list(struct pool *p, const char *fs,
 /* `shale snapshot list`'s table: NAME (POOL/FS@SNAP), USED, REFER, CREATION; exact: bytes and
  * seconds since the epoch instead of 1.2M and dates. */
 SH_MUST_CHECK int pool_snapshot_list_print(struct pool *p, const char *fs, bool exact, FILE *out);
+/* What `shale fs list -t` shows: file systems, snapshots, or both (zfs list -t). */
+enum pool_list_types {
+	POOL_LIST_FILESYSTEMS = 1,
+	POOL_LIST_SNAPSHOTS = 2,
+	POOL_LIST_ALL = 3,
+};
+/* "filesystem", "snapshot", "all" (zfs's words; "fs" and "snap" too), or -1. */
+int pool_list_types_from_name(const char *name);
+/* fs list's table (pool_ds_list_print) with rows of the types asked for: a snapshot's row says
+ * POOL/FS@SNAP, its USED and REFER, and "-" where a file system's figures do not apply. */
+SH_MUST_CHECK int pool_ds_list_print_types(struct pool *p, enum pool_list_types types, FILE *out);
 /* Dead-list chains waiting to be freed in the background (0 when none). */
 unsigned pool_snap_free_queued(struct pool *p);
 
@@ -367,9 +379,9 @@ void pool_ds_quota_space(const struct pool_ds *ds, uint64_t *total, uint64_t *fr
  * value, or -ENOMEM. */
 SH_MUST_CHECK int pool_ds_list(struct pool *p,
                                int (*fn)(void *arg, const struct pool_ds_info *info), void *arg);
-/* `shale fs list`'s table: a header, then one line per dataset (NAME as POOL/FS, used bytes,
- * entries, record size, compression, quota). Returns 0, -EIO (the stream), or pool_ds_list's
- * errors. */
+/* `shale fs list`'s table: a header, then one line per dataset (NAME as POOL/FS, USED: its
+ * REFER plus what only its snapshots hold, AVAIL, REFER, entries, record size, compression,
+ * quota). Returns 0, -EIO (the stream), or pool_ds_list's errors. */
 SH_MUST_CHECK int pool_ds_list_print(struct pool *p, FILE *out);
 /* Renames dataset `from` to `to` (zfs rename, within the pool: its record moves to the new name
  * in one txg; its id and its files' object ids stay) and waits until that is durable. Returns 0, -EINVAL (a name), -ENOENT (no `from`), -EEXIST (`to` exists), -EBUSY (open,

@@ -608,10 +608,24 @@ static bool pool_ds_list_visit(void *arg, const void *key, uint32_t klen, const 
 }
 
 struct pool_ds_print_ctx {
+	struct pool *pc_p;
+	enum pool_list_types pc_types;
 	const char *pc_pool;
 	FILE *pc_out;
 	uint64_t pc_pool_avail; /* what the pool has left for any dataset */
 };
+
+static int pool_ds_list_print_snap(void *arg, const struct pool_snap_info *si)
+{
+	const struct pool_ds_print_ctx *pc = arg;
+	char name[POOL_SNAP_FULL_MAX + 1];
+	snprintf(name, sizeof(name), "%s@%s", si->si_fs, si->si_name);
+	if (fprintf(pc->pc_out, "%s/%-30s %14" PRIu64 " %14s %14" PRIu64 " %10s %9s  %-8s %s\n",
+		    pc->pc_pool, name, si->si_used_bytes, "-", si->si_refer_bytes, "-", "-", "-",
+		    "-") < 0)
+		return -EIO;
+	return 0;
+}
 
 static int pool_ds_list_print_one(void *arg, const struct pool_ds_info *info)
 {
@@ -621,7 +635,8 @@ static int pool_ds_list_print_one(void *arg, const struct pool_ds_info *info)
 				? compress_names[info->di_compress]
 				: "?";
 	char quota[24] = "none";
-	/* as zfs list's AVAIL: the pool's available space, within the quota where there is one */
+	/* as zfs list's AVAIL: the pool's available space, within the quota where there is one
+	 * (a quota limits what the file system references, as zfs's refquota) */
 	uint64_t avail = pc->pc_pool_avail;
 	if (info->di_quota_bytes) {
 		snprintf(quota, sizeof(quota), "%" PRIu64, info->di_quota_bytes);
@@ -630,22 +645,46 @@ static int pool_ds_list_print_one(void *arg, const struct pool_ds_info *info)
 					: 0;
 		avail = SH_MIN(avail, room);
 	}
-	if (fprintf(pc->pc_out, "%s/%-30s %14" PRIu64 " %14" PRIu64 " %10" PRIu64 " %9" PRIu32
-		    "  %-8s %s\n",
-		    pc->pc_pool, info->di_name, info->di_used_bytes, avail, info->di_entries,
-		    info->di_record_bytes, c, quota) < 0)
+	if ((pc->pc_types & POOL_LIST_FILESYSTEMS) &&
+	    fprintf(pc->pc_out, "%s/%-30s %14" PRIu64 " %14" PRIu64 " %14" PRIu64 " %10" PRIu64
+		    " %9" PRIu32 "  %-8s %s\n",
+		    pc->pc_pool, info->di_name, info->di_used_bytes, avail, info->di_refer_bytes,
+		    info->di_entries, info->di_record_bytes, c, quota) < 0)
 		return -EIO;
+	/* its snapshots below it, as zfs list -t all */
+	if ((pc->pc_types & POOL_LIST_SNAPSHOTS) && info->di_snapshots > 0)
+		return pool_snapshot_list(pc->pc_p, info->di_name, pool_ds_list_print_snap,
+		                          (void *)pc);
 	return 0;
+}
+
+int pool_list_types_from_name(const char *name)
+{
+	if (strcmp(name, "filesystem") == 0 || strcmp(name, "fs") == 0)
+		return POOL_LIST_FILESYSTEMS;
+	if (strcmp(name, "snapshot") == 0 || strcmp(name, "snap") == 0)
+		return POOL_LIST_SNAPSHOTS;
+	if (strcmp(name, "all") == 0)
+		return POOL_LIST_ALL;
+	return -1;
+}
+
+int pool_ds_list_print_types(struct pool *p, enum pool_list_types types, FILE *out)
+{
+	if (fprintf(out, "%-36s %14s %14s %14s %10s %9s  %-8s %s\n", "NAME", "USED(bytes)",
+		    "AVAIL(bytes)", "REFER(bytes)", "ENTRIES", "RECORD", "COMPRESS",
+		    "QUOTA(bytes)") < 0)
+		return -EIO;
+	struct pool_ds_print_ctx pc = {.pc_pool = p->p_name, .pc_out = out};
+	pool_space(p, NULL, NULL, &pc.pc_pool_avail);
+	pc.pc_p = p;
+	pc.pc_types = types;
+	return pool_ds_list(p, pool_ds_list_print_one, &pc);
 }
 
 int pool_ds_list_print(struct pool *p, FILE *out)
 {
-	if (fprintf(out, "%-36s %14s %14s %10s %9s  %-8s %s\n", "NAME", "USED(bytes)",
-		    "AVAIL(bytes)", "ENTRIES", "RECORD", "COMPRESS", "QUOTA(bytes)") < 0)
-		return -EIO;
-	struct pool_ds_print_ctx pc = {.pc_pool = p->p_name, .pc_out = out};
-	pool_space(p, NULL, NULL, &pc.pc_pool_avail);
-	return pool_ds_list(p, pool_ds_list_print_one, &pc);
+	return pool_ds_list_print_types(p, POOL_LIST_FILESYSTEMS, out);
 }
 
 int pool_ds_list(struct pool *p, int (*fn)(void *arg, const struct pool_ds_info *info), void *arg)

@@ -691,7 +691,6 @@ void pool_scrub_stop(struct pool *p);
 
 /* pool_snap.c */
 #define POOL_DS_F_SNAPDIR_VISIBLE 1u /* .zfs is listed in the root's READDIR */
-#define POOL_SNAP_BATCH_MAX 64u      /* snapshots in one request */
 /* The kills of one bucket not written yet (rule S1). */
 struct pool_dl_kills {
 	uint64_t dk_key;
@@ -770,8 +769,6 @@ int pool_snap_space(struct pool *p, const struct pool_ds *loaded, uint64_t head_
 bool pool_ds_record_origin(const uint8_t *rec, uint32_t len, uint64_t *head_id, uint64_t *txg);
 /* pool_ds.c: decodes a dataset record (hostile) into ds's fields (ds_pool set). */
 int pool_ds_record_decode(struct pool_ds *ds, const uint8_t *in, uint32_t len);
-/* pool_check.c: "1.2M" and so on. */
-void pool_fmt_bytes(char *buf, size_t cap, uint64_t b);
 
 /* pool_destroy.c */
 /* The metadata key "dq/<id as 16 hex digits>" of a dataset queued for destruction (key holds

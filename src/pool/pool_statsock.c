@@ -75,8 +75,9 @@ static int pool_statsock_send(int fd, const char *text, size_t len)
 }
 
 /* The status text, as the holder's. */
-static int pool_statsock_print_status(struct pool *p, FILE *out)
+static int pool_statsock_print_status(struct pool *p, void *arg, FILE *out)
 {
+	(void)arg;
 	fprintf(out, "(live: from the process serving the pool, pid %ld)\n", (long)getpid());
 	return pool_status_print(p, out);
 }
@@ -103,14 +104,14 @@ static void pool_statsock_read_request(int fd, char *req, size_t cap)
  * reader that hung up costs an error, not the process (a SIGPIPE). A print that fails is
  * answered "error: TEXT". */
 static int pool_statsock_print_answer(struct pool_statsock *ss, int fd,
-				      int (*print)(struct pool *p, FILE *out))
+				      int (*print)(struct pool *p, void *arg, FILE *out), void *arg)
 {
 	char *text = NULL;
 	size_t len = 0;
 	FILE *out = open_memstream(&text, &len);
 	if (!out)
 		return -ENOMEM;
-	int rc = print(ss->ss_pool, out);
+	int rc = print(ss->ss_pool, arg, out);
 	if (fclose(out) != 0 && rc == 0)
 		rc = -ENOMEM;
 	if (rc != 0) {
@@ -188,6 +189,12 @@ static const char *pool_statsock_fs_answer(struct pool_statsock *ss, const char 
 		snprintf(line, cap, "error: pool %s has no file system %s\n", pool, fs);
 		break;
 	case -EEXIST: snprintf(line, cap, "error: %s/%s exists\n", pool, fs); break;
+	case -ENOTEMPTY:
+		snprintf(line, cap,
+			 "error: %s/%s has snapshots: destroy them first (shale snapshot list "
+			 "%s/%s)\n",
+			 pool, fs, pool, fs);
+		break;
 	case -ENOSPC:
 		if (strncmp(req, "set ", 4) == 0)
 			snprintf(line, cap, "error: the quota is less than what %s/%s holds now\n",
@@ -206,14 +213,111 @@ static const char *pool_statsock_fs_answer(struct pool_statsock *ss, const char 
 	return line;
 }
 
+/* The most a request line holds: a snapshot request names up to POOL_SNAP_BATCH_MAX snapshots. */
+#define POOL_STATSOCK_REQUEST_MAX (64u * (POOL_SNAP_FULL_MAX + 1u) + 64u)
+
+/* What "fs list [-t filesystem|snapshot|all] [exact]" and "snapshot list [FS] [exact]" print. */
+struct pool_statsock_list {
+	bool sl_snapshot_table; /* snapshot list's table, else fs list's */
+	const char *sl_fs;      /* snapshot list: NULL for every file system */
+	enum pool_list_types sl_types;
+	bool sl_exact;
+};
+
+static int pool_statsock_print_list(struct pool *p, void *arg, FILE *out)
+{
+	const struct pool_statsock_list *sl = arg;
+	if (sl->sl_snapshot_table)
+		return pool_snapshot_list_print(p, sl->sl_fs, sl->sl_exact, out);
+	return pool_ds_list_print_types(p, sl->sl_types, out);
+}
+
+/* The list request's arguments (words after the verb) into sl; fs receives FS's name. -EINVAL
+ * for one it does not know. */
+static int pool_statsock_list_args(char *words, struct pool_statsock_list *sl,
+                                   char fs[POOL_DS_NAME_MAX + 2])
+{
+	char *save = NULL;
+	for (char *w = strtok_r(words, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+		if (strcmp(w, "exact") == 0) {
+			sl->sl_exact = true;
+		} else if (strcmp(w, "-t") == 0) {
+			const char *t = strtok_r(NULL, " ", &save);
+			int types = t ? pool_list_types_from_name(t) : -1;
+			if (types < 0)
+				return -EINVAL;
+			sl->sl_types = (enum pool_list_types)types;
+		} else if (!sl->sl_fs && strlen(w) <= POOL_DS_NAME_MAX) {
+			strcpy(fs, w);
+			sl->sl_fs = fs;
+		} else {
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* "snapshot create FS@NAME..." or "snapshot destroy FS@NAME": "ok" or "error: TEXT" into line. */
+static const char *pool_statsock_snapshot(struct pool_statsock *ss, char *args, char *line,
+                                          size_t cap)
+{
+	struct pool *p = ss->ss_pool;
+	const char *names[POOL_SNAP_BATCH_MAX + 1];
+	unsigned n = 0;
+	bool create = strncmp(args, "create ", 7) == 0, destroy = strncmp(args, "destroy ", 8) == 0;
+	char *save = NULL;
+	for (char *tok = strtok_r(args + (create ? 7 : 8), " ", &save); tok && n <= POOL_SNAP_BATCH_MAX;
+	     tok = strtok_r(NULL, " ", &save))
+		names[n++] = tok;
+	char err[256] = "";
+	int rc;
+	if ((!create && !destroy) || n == 0 || (destroy && n != 1))
+		rc = -EINVAL, snprintf(err, sizeof(err), "the request does not parse");
+	else if (create)
+		rc = pool_snapshot_create(p, names, n, err, sizeof(err));
+	else
+		rc = pool_snapshot_destroy(p, names[0], err, sizeof(err));
+	log_info("pool %s: snapshot %s: %s", pool_name(p), create ? "create" : "destroy",
+	         rc == 0 ? "done" : err);
+	if (rc == 0)
+		return "ok\n";
+	snprintf(line, cap, "error: %s\n", err[0] ? err : sh_strerror(rc));
+	return line;
+}
+
+static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *req);
+
 static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 {
-	char req[200];
-	pool_statsock_read_request(fd, req, sizeof(req));
+	char *req = mem_alloc(POOL_STATSOCK_REQUEST_MAX);
+	if (!req)
+		return -ENOMEM;
+	int rc = pool_statsock_serve_request(ss, fd, req);
+	mem_free(req);
+	return rc;
+}
+
+static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *req)
+{
+	pool_statsock_read_request(fd, req, POOL_STATSOCK_REQUEST_MAX);
 	const char *answer = NULL;
-	char line[256];
-	if (strcmp(req, "fs list") == 0)
-		return pool_statsock_print_answer(ss, fd, pool_ds_list_print);
+	char line[512];
+	bool fs_list = strcmp(req, "fs list") == 0 || strncmp(req, "fs list ", 8) == 0;
+	bool snap_list = strcmp(req, "snapshot list") == 0 || strncmp(req, "snapshot list ", 14) == 0;
+	if (fs_list || snap_list) {
+		char fs[POOL_DS_NAME_MAX + 2] = "";
+		struct pool_statsock_list sl = {.sl_snapshot_table = snap_list,
+		                                .sl_types = POOL_LIST_FILESYSTEMS};
+		if (pool_statsock_list_args(req + (fs_list ? 7 : 13), &sl, fs) != 0) {
+			answer = "error: the request does not parse\n";
+			return pool_statsock_send(fd, answer, strlen(answer));
+		}
+		return pool_statsock_print_answer(ss, fd, pool_statsock_print_list, &sl);
+	}
+	if (strncmp(req, "snapshot ", 9) == 0) {
+		answer = pool_statsock_snapshot(ss, req + 9, line, sizeof(line));
+		return pool_statsock_send(fd, answer, strlen(answer));
+	}
 	if (strncmp(req, "fs ", 3) == 0) {
 		char fs[POOL_DS_NAME_MAX + 2] = "";
 		int rc = pool_statsock_fs_change(ss, req + 3, fs);
@@ -233,7 +337,7 @@ static int pool_statsock_serve(struct pool_statsock *ss, int fd)
 	}
 	if (answer)
 		return pool_statsock_send(fd, answer, strlen(answer));
-	return pool_statsock_print_answer(ss, fd, pool_statsock_print_status);
+	return pool_statsock_print_answer(ss, fd, pool_statsock_print_status, NULL);
 }
 
 static void *pool_statsock_main(void *arg)

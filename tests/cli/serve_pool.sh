@@ -163,7 +163,7 @@ check "over it, the 3 MB file is refused (NFS3ERR_DQUOT)" \
 		grep -q "Failed to write" out.txt'
 check "fs list on the served pool: mir/q with its quota, from the server" bash -c '
 	o=$("$SHALE_BIN" fs list mir -d var/pool) || exit 1
-	grep -q "^NAME .*QUOTA(bytes)$" <<<"$o" && grep -Eq "^mir/q +[0-9]+ +[0-9]+ +[0-9]+ +131072  lz4 +2097152$" <<<"$o" &&
+	grep -q "^NAME .*QUOTA(bytes)$" <<<"$o" && grep -Eq "^mir/q +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +131072  lz4 +2097152$" <<<"$o" &&
 		grep -Eq "^mir/data .* none$" <<<"$o" || { echo "$o"; exit 1; }'
 avail_ok() { # mir/q's AVAIL is its 2 MiB quota less what it uses; mir/data's, the pool's (more)
 	local o
@@ -180,7 +180,7 @@ check "fs set quota=8M and compression=zstd on the served pool; fs list shows bo
 	"$SHALE_BIN" fs set quota=8M mir/q -d var/pool >/dev/null &&
 	"$SHALE_BIN" fs set compression=zstd mir/q -d var/pool |
 		grep -q "^set compression=zstd on mir/q (blocks written from now on)$" &&
-	"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +[0-9]+ +131072  zstd +8388608$"'
+	"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +131072  zstd +8388608$"'
 check "fs set of a quota below what the file system holds is refused" bash -c '
 	! "$SHALE_BIN" fs set quota=1M mir/q -d var/pool 2>err.txt &&
 		grep -q "the quota is less than what mir/q holds now" err.txt &&
@@ -189,7 +189,7 @@ check "fs set on a file system the served pool lacks fails, naming it" bash -c '
 	! "$SHALE_BIN" fs set quota=1M mir/nope -d var/pool 2>err.txt && grep -q "pool mir has no file system nope" err.txt'
 check "fs create on the served pool, with its properties; a second create fails" bash -c '
 	"$SHALE_BIN" fs create mir/new --compression zstd --recordsize 64K -d var/pool | grep -q "^created mir/new$" &&
-	"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/new +0 +[1-9][0-9]* +0 +65536  zstd +none$" &&
+	"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/new +0 +[1-9][0-9]* +0 +0 +65536  zstd +none$" &&
 	! "$SHALE_BIN" fs create mir/new -d var/pool 2>err.txt && grep -q "mir/new exists" err.txt'
 check "fs rename of it on the served pool" bash -c '
 	"$SHALE_BIN" fs rename mir/new mir/newer -d var/pool | grep -q "^renamed mir/new to mir/newer$" &&
@@ -248,7 +248,7 @@ check "offline, the check finds nothing left to repair" \
 	bash -c 'o=$("$SHALE_BIN" pool check mir -d var/pool 2>&1); grep -q "pool mir: 0 problems" <<<"$o" &&
 		grep -q "repaired 0 copies" <<<"$o" || { echo "$o"; exit 1; }'
 check "offline, fs list shows the quota and compression set while served, no mir/newer" \
-	bash -c '"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +[0-9]+ +131072  zstd +8388608$" &&
+	bash -c '"$SHALE_BIN" fs list mir -d var/pool | grep -Eq "^mir/q +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +131072  zstd +8388608$" &&
 		! "$SHALE_BIN" fs list mir -d var/pool | grep -q "^mir/new"'
 check "pool scrub of a pool nobody serves is the offline check" \
 	bash -c 'o=$("$SHALE_BIN" pool scrub mir -d var/pool 2>&1); grep -q "is not served: checking it" <<<"$o" &&

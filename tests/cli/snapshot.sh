@@ -1,0 +1,93 @@
+#!/bin/bash
+# snapshot.sh: `shale snapshot create|list|destroy` and `shale fs list -t` as an administrator
+# uses them, on a pool nobody serves and on one `shale serve` holds (the server takes the
+# snapshot on the live pool). Offline: snapshots of two file systems in one command share a txg;
+# a bad, duplicate or second name for one file system is refused and nothing is made; a file
+# system with snapshots is not destroyed; `fs destroy POOL/FS@SNAP` destroys a snapshot. Served:
+# files copied in with nfs-cp before the command are in the snapshot's REFER, a file copied in
+# after it is not (the next snapshot's REFER has it); a snapshot is destroyed while served; the
+# snapshots outlive the server, and `shale pool check` is clean. Prints TAP lines. Needs
+# $SHALE_BIN and nfs-cp.
+set -u
+. "$(dirname "$0")/../lib/tap.sh"
+. "$(dirname "$0")/../lib/serve.sh"
+
+root=$(mktemp -d /tmp/shale-snapshot.XXXXXX)
+pid=
+cleanup() {
+	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+	rm -rf "$root"
+}
+trap cleanup EXIT
+cd "$root" || exit 1
+S() { "$SHALE_BIN" "$@" -d var/pool; }
+stop() { kill "$pid" && wait "$pid"; pid=; }
+url() { echo "nfs://127.0.0.1/tank/home/$1$url_q"; }
+# a snapshot's field from `snapshot list -p`: $1 POOL/FS@SNAP, $2 the column (2 USED, 3 REFER)
+field() { S snapshot list "${1%@*}" -p | awk -v n="$1" -v c="$2" '$1 == n { print $c }'; }
+export -f S field
+
+mkdir -p var/pool var/state
+"$SHALE_BIN" pool create tank var/pool/tank0.img --size 256M >/dev/null
+S fs create tank/home >/dev/null
+S fs create tank/other >/dev/null
+
+# ---- offline ----
+check "snapshots of two file systems in one command" \
+	bash -c '"$0" snapshot create tank/home@a tank/other@a -d var/pool | grep -q "^took tank/home@a$"' "$SHALE_BIN"
+check "both are listed, with one txg: the same creation second" bash -c '
+	o=$("$0" snapshot list tank -p -d var/pool) &&
+	[ "$(grep -c "^tank/home@a \|^tank/other@a " <<<"$o")" = 2 ] &&
+	[ "$(awk "NR > 1 { print \$4 }" <<<"$o" | sort -u | wc -l)" = 1 ]' "$SHALE_BIN"
+check "a duplicate name is refused, and the other name of the command is not made" bash -c '
+	! "$0" snapshot create tank/home@b tank/other@a -d var/pool 2>err &&
+	grep -q "tank/other@a\|other@a: a snapshot of that name exists" err &&
+	! "$0" snapshot list tank -d var/pool | grep -q "@b "' "$SHALE_BIN"
+check "two snapshots of one file system in one command are refused" bash -c '
+	! "$0" snapshot create tank/home@c tank/home@d -d var/pool 2>err &&
+	grep -q "one snapshot per file system" err' "$SHALE_BIN"
+check "bad names are refused: a slash, an empty name, no file system" bash -c '
+	! "$0" snapshot create "tank/home@x/y" -d var/pool 2>/dev/null &&
+	! "$0" snapshot create "tank/home@" -d var/pool 2>/dev/null &&
+	! "$0" snapshot create tank/nofs@x -d var/pool 2>err && grep -q "no such file system" err' "$SHALE_BIN"
+check "fs list -t all shows each file system with its snapshots below it" bash -c '
+	o=$("$0" fs list tank -t all -d var/pool) &&
+	grep -A1 "^tank/home " <<<"$o" | grep -q "^tank/home@a " &&
+	! "$0" fs list tank -d var/pool | grep -q @' "$SHALE_BIN"
+check "a file system with snapshots is not destroyed" bash -c '
+	! "$0" fs destroy tank/other -d var/pool 2>err && grep -q "has snapshots" err' "$SHALE_BIN"
+check "fs destroy POOL/FS@SNAP destroys the snapshot; then the file system goes" bash -c '
+	"$0" fs destroy tank/other@a -d var/pool | grep -q "^destroyed tank/other@a$" &&
+	"$0" fs destroy tank/other -d var/pool >/dev/null' "$SHALE_BIN"
+
+# ---- served ----
+echo "tank/home 127.0.0.1(rw,insecure,no_root_squash)" >var/exports
+check "serve starts with tank/home exported" start
+head -c 3000000 /dev/urandom >one.bin
+head -c 3000000 /dev/urandom >two.bin
+check "nfs-cp writes two 3 MB files" bash -c "nfs-cp one.bin '$(url one.bin)' && nfs-cp two.bin '$(url two.bin)'"
+check "snapshot create on the served pool (the server takes it)" \
+	bash -c '"$0" snapshot create tank/home@served -d var/pool | grep -q "^took tank/home@served$"' "$SHALE_BIN"
+check "its REFER holds the files written before the command" \
+	bash -c '[ "$(field tank/home@served 3)" -ge 6000000 ]'
+check "its USED is 0 while the file system still holds everything" \
+	bash -c '[ "$(field tank/home@served 2)" -lt 1000000 ]'
+head -c 3000000 /dev/urandom >three.bin
+check "nfs-cp writes a third file after the snapshot" nfs-cp three.bin "$(url three.bin)"
+check "a second snapshot holds it: its REFER is the first's plus 3 MB" bash -c '
+	"$0" snapshot create tank/home@later -d var/pool >/dev/null &&
+	a=$(field tank/home@served 3) && b=$(field tank/home@later 3) &&
+	[ "$b" -ge $((a + 2900000)) ] && [ "$b" -le $((a + 3300000)) ]' "$SHALE_BIN"
+check "fs list's USED of tank/home is its REFER plus what only its snapshots hold" bash -c '
+	read -r used refer < <("$0" fs list tank -d var/pool | awk "\$1 == \"tank/home\" { print \$2, \$4 }") &&
+	[ "$used" -ge "$refer" ] && [ "$refer" -ge 9000000 ]' "$SHALE_BIN"
+check "destroy of the first while served" bash -c '
+	"$0" snapshot destroy tank/home@served -d var/pool | grep -q "^destroyed tank/home@served$"' "$SHALE_BIN"
+check "the files read back through NFS are whole" \
+	bash -c "nfs-cp '$(url one.bin)' back.bin && cmp one.bin back.bin && nfs-cp '$(url three.bin)' back3.bin && cmp three.bin back3.bin"
+check "the server stops" stop
+check "the snapshot outlives the server; the destroyed one is gone" bash -c '
+	"$0" snapshot list tank/home -d var/pool | grep -q "^tank/home@later " &&
+	! "$0" snapshot list tank/home -d var/pool | grep -q "@served "' "$SHALE_BIN"
+check "shale pool check is clean" bash -c '"$0" pool check tank -d var/pool | grep -q " 0 problems"' "$SHALE_BIN"
+tap_finish snapshot

@@ -1,0 +1,244 @@
+/* shale_snap.c: `shale snapshot`, the snapshot verbs of the storage pool, in the manner of
+ * zfs snapshot, zfs list -t snapshot and zfs destroy of a snapshot.
+ *
+ *   shale snapshot create POOL/FS@NAME... [-d DIR]   taken together, in one txg (all or none)
+ *   shale snapshot list [POOL[/FS]] [-p] [-d DIR]     NAME, USED, REFER, CREATION
+ *   shale snapshot destroy POOL/FS@NAME [-d DIR]
+ *
+ * As `shale fs`: a pool a server holds is asked through its status socket (pool_statsock.c),
+ * and the server makes the change on the live pool; a pool nobody holds is imported, changed and
+ * exported. Every name of one create is in one pool. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shale_pool.h"
+
+static void snap_cmd_usage(FILE *out)
+{
+	fprintf(out,
+		"usage:\n"
+		"  shale snapshot create POOL/FS@NAME... [-d DIR]   several at once are taken in\n"
+		"      the same txg; NAME: 1 to %u of A-Z a-z 0-9 _ . : -\n"
+		"  shale snapshot list [POOL[/FS]] [-p] [-d DIR]    USED: what only it holds (what its\n"
+		"      destroy frees); REFER: what it references; -p: exact bytes and seconds\n"
+		"  shale snapshot destroy POOL/FS@NAME [-d DIR]     refused while a clone depends on it\n"
+		"  DIR holds the pool's leaves (default " POOL_CMD_DEFAULT_DIR ")\n",
+		POOL_SNAP_NAME_MAX);
+}
+
+/* POOL/REST into pool (POOL_NAME_MAX + 1 bytes) and *rest; false when it does not say so. */
+static bool snap_cmd_split_pool(const char *target, char *pool, const char **rest)
+{
+	const char *slash = strchr(target, '/');
+	if (!slash || slash == target || (size_t)(slash - target) > POOL_NAME_MAX ||
+	    slash[1] == '\0')
+		return false;
+	memcpy(pool, target, (size_t)(slash - target));
+	pool[slash - target] = '\0';
+	*rest = slash + 1;
+	return true;
+}
+
+/* create and destroy: the names, all POOL/FS@NAME of one pool. */
+static int snap_cmd_change(bool create, const char *dir, int n, char **targets)
+{
+	const char *cmd = create ? "shale snapshot create" : "shale snapshot destroy";
+	if (n < 1 || n > (int)POOL_SNAP_BATCH_MAX || (!create && n != 1)) {
+		snap_cmd_usage(stderr);
+		return 2;
+	}
+	char pool[POOL_NAME_MAX + 1] = "";
+	const char *names[POOL_SNAP_BATCH_MAX];
+	size_t request_len = 32, done_len = 0;
+	for (int i = 0; i < n; i++) {
+		char this_pool[POOL_NAME_MAX + 1], fs[POOL_DS_NAME_MAX + 1],
+		    snap[POOL_SNAP_NAME_MAX + 1];
+		if (!snap_cmd_split_pool(targets[i], this_pool, &names[i]) ||
+		    pool_snap_name_split(names[i], fs, snap) != 0) {
+			fprintf(stderr,
+				"%s: '%s' is not POOL/FS@NAME (NAME: 1 to %u of A-Z a-z 0-9 _ . : -)\n",
+				cmd, targets[i], POOL_SNAP_NAME_MAX);
+			return 2;
+		}
+		if (i > 0 && strcmp(pool, this_pool) != 0) {
+			fprintf(stderr, "%s: every snapshot of one command is in one pool\n", cmd);
+			return 2;
+		}
+		strcpy(pool, this_pool);
+		request_len += strlen(names[i]) + 1;
+		done_len += strlen(targets[i]) + 16;
+	}
+	/* a served pool: its server takes them */
+	char *request = mem_alloc(request_len), *done = mem_alloc(done_len);
+	if (!request || !done) {
+		mem_free(request);
+		mem_free(done);
+		fprintf(stderr, "%s: out of memory\n", cmd);
+		return 1;
+	}
+	size_t at = (size_t)snprintf(request, request_len, "snapshot %s",
+	                             create ? "create" : "destroy");
+	size_t done_at = 0;
+	for (int i = 0; i < n; i++) {
+		at += (size_t)snprintf(request + at, request_len - at, " %s", names[i]);
+		done_at += (size_t)snprintf(done + done_at, done_len - done_at, "%s %s/%s\n",
+		                            create ? "took" : "destroyed", pool, names[i]);
+	}
+	int status = shale_cmd_remote(dir, pool, request, cmd, done);
+	mem_free(request);
+	if (status >= 0) {
+		mem_free(done);
+		return status;
+	}
+	struct pool *p = NULL;
+	if (shale_cmd_import(cmd, dir, pool, false, &p) < 0) {
+		mem_free(done);
+		return 1;
+	}
+	char err[256] = "";
+	int rc = create ? pool_snapshot_create(p, names, (unsigned)n, err, sizeof(err))
+	                : pool_snapshot_destroy(p, names[0], err, sizeof(err));
+	status = 0;
+	if (rc == 0) {
+		fputs(done, stdout);
+	} else {
+		fprintf(stderr, "%s: %s\n", cmd, err[0] ? err : sh_strerror(rc));
+		status = 1;
+	}
+	mem_free(done);
+	if (shale_cmd_export(cmd, p) < 0)
+		status = 1;
+	return status;
+}
+
+/* One pool's snapshot table into out: from its server, or from the pool imported read only.
+ * Returns 0 or -errno (reported). */
+static int snap_cmd_list_pool(const char *dir, const char *pool, const char *fs, bool exact,
+                              FILE *out)
+{
+	const char *cmd = "shale snapshot list";
+	char request[POOL_DS_NAME_MAX + 32];
+	snprintf(request, sizeof(request), "snapshot list%s%s%s", fs ? " " : "", fs ? fs : "",
+	         exact ? " exact" : "");
+	if (pool_statsock_request(dir, pool, request, out) == 0)
+		return 0;
+	struct pool *p = NULL;
+	int rc = shale_cmd_import(cmd, dir, pool, true, &p);
+	if (rc < 0)
+		return rc;
+	rc = pool_snapshot_list_print(p, fs, exact, out);
+	if (rc < 0)
+		fprintf(stderr, "%s: %s: %s\n", cmd, pool,
+		        rc == -ENOENT ? "no such file system" : sh_strerror(rc));
+	int erc = shale_cmd_export(cmd, p);
+	return rc < 0 ? rc : erc;
+}
+
+/* list [POOL[/FS]]: every pool in dir when none is named; one header. */
+static int snap_cmd_list(const char *dir, const char *target, bool exact)
+{
+	char pool[POOL_NAME_MAX + 1];
+	const char *fs = NULL;
+	struct pool_names_found found = {0};
+	const char *one[1] = {pool};
+	const char *const *pools = one;
+	unsigned npools = 1;
+	if (target && strchr(target, '/')) {
+		if (!snap_cmd_split_pool(target, pool, &fs)) {
+			fprintf(stderr, "shale snapshot list: give POOL or POOL/FS\n");
+			return 2;
+		}
+	} else if (target) {
+		snprintf(pool, sizeof(pool), "%s", target);
+	} else {
+		int rc = pool_find_names(dir, &found);
+		if (rc < 0) {
+			fprintf(stderr, "shale snapshot list: cannot read %s: %s\n", dir,
+			        sh_strerror(rc));
+			return 1;
+		}
+		pools = (const char *const *)found.pn_names;
+		npools = found.pn_count;
+	}
+	int status = 0;
+	for (unsigned i = 0; i < npools; i++) {
+		char *text = NULL;
+		size_t len = 0;
+		FILE *mem = open_memstream(&text, &len);
+		int rc = mem ? snap_cmd_list_pool(dir, pools[i], fs, exact, mem) : -ENOMEM;
+		if (mem && fclose(mem) != 0 && rc == 0)
+			rc = -ENOMEM;
+		if (rc == 0 && text && strncmp(text, "error: ", 7) == 0) {
+			fprintf(stderr, "shale snapshot list: %s", text + 7);
+			rc = -EIO;
+		}
+		if (rc == 0 && text) {
+			/* the header of the first table only */
+			const char *body = text;
+			if (i > 0 && strchr(text, '\n'))
+				body = strchr(text, '\n') + 1;
+			fputs(body, stdout);
+		}
+		free(text); /* open_memstream's buffer comes from malloc */
+		if (rc != 0)
+			status = 1;
+	}
+	pool_names_fini(&found);
+	return status;
+}
+
+int shale_snapshot_main(int argc, char **argv)
+{
+	if (argc < 2) {
+		snap_cmd_usage(stderr);
+		return 2;
+	}
+	const char *verb = argv[1];
+	if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+		snap_cmd_usage(stdout);
+		return 0;
+	}
+	bool create = strcmp(verb, "create") == 0, destroy = strcmp(verb, "destroy") == 0;
+	bool list = strcmp(verb, "list") == 0;
+	if (!create && !destroy && !list) {
+		fprintf(stderr, "shale snapshot: unknown command '%s'\n", verb);
+		snap_cmd_usage(stderr);
+		return 2;
+	}
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = POOL_CMD_DEFAULT_DIR;
+	bool exact = false;
+	int opt;
+	argc--;
+	argv++;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "d:ph", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'd': dir = optarg; break;
+		case 'p':
+			if (!list) {
+				snap_cmd_usage(stderr);
+				return 2;
+			}
+			exact = true;
+			break;
+		case 'h': snap_cmd_usage(stdout); return 0;
+		default: snap_cmd_usage(stderr); return 2;
+		}
+	}
+	if (list) {
+		if (argc - optind > 1) {
+			snap_cmd_usage(stderr);
+			return 2;
+		}
+		return snap_cmd_list(dir, optind < argc ? argv[optind] : NULL, exact);
+	}
+	return snap_cmd_change(create, dir, argc - optind, argv + optind);
+}
