@@ -16,7 +16,8 @@
  * (src/btree, src/space), the intent log (src/ilog).
  *
  * Differences from ZFS, on purpose. One lock for all in-memory pool state (ZFS has many); one
- * B+tree per dataset instead of object sets and dnodes; no per-dataset snapshots or clones yet;
+ * B+tree per dataset instead of object sets and dnodes; snapshots as in ZFS (birth txgs, dead
+ * lists in birth buckets: pool_snap.c), clones not yet;
  * the configuration lives only in the labels (no MOS copy); a log record is replayed through its
  * dataset's owner, which the importer attaches (ZFS replays ZIL records through the ZPL it knows).
  *
@@ -131,8 +132,9 @@
  *      bs_write, the owners' do_sync and space_sync, with birth = N. A written block is inserted
  *      into the ARC at once and held there until its write completes, so it is never read from
  *      disk before it is there.
- *   R4 (frees) A block the in-memory trees stop referencing is freed in the open txg, or in the
- *      syncing txg N while phase 1 runs (N's trees do not reference it: freeing it in N + 1 would
+ *   R4 (frees) A block the in-memory trees stop referencing is freed in the open txg (unless a
+ *      snapshot still holds it: it then goes on the dataset's dead list, pool_snap.c S1), or in
+ *      the syncing txg N while phase 1 runs (N's trees do not reference it: freeing it in N + 1 would
  *      show it allocated in N's state, a leak after a crash at N). The allocator hands freed space
  *      out again only after that txg is durable, so the state a crash falls back to is intact.
  *   R5 (log) A change and its log record are made in one p_lock section, and the record carries
@@ -253,9 +255,10 @@
  *      112   8 n  their leaf guids, in configuration order (tops, then the log vdev)
  *
  * MOS entries (a btree of type POOL_MOS_TREE_TYPE, 16 KiB nodes):
- *   "ds/<name>" -> dataset record, 128 bytes:
+ *   "ds/<name>" -> dataset record, 192 bytes (version 2; version 1, the first 128 bytes, is
+ *       read as a dataset with no snapshots):
  *   offset  size  field
- *        0     4  record version (1)
+ *        0     4  record version (2)
  *        4     4  record bytes (the dataset's data block size)
  *        8     8  dataset id (unique, never reused)
  *       16     8  txg the dataset was created in
@@ -265,8 +268,17 @@
  *       40     8  quota in bytes (0: none; records written before quotas hold 0 here)
  *       48    16  reserved, zero
  *       64    64  its tree's root block pointer (blk_ptr_encode; a hole when empty)
+ *      128     8  prev_snap_txg: its latest snapshot's txg (or a clone's origin's; 0: none)
+ *      136     8  its latest snapshot's id (0: none)
+ *      144     8  its dead list's id (0: none yet; pool_snap.c)
+ *      152     8  a clone's origin: its file system's id (0: not a clone)
+ *      160     8  a clone's origin: its txg (0: not a clone)
+ *      168     8  flags (POOL_DS_F_*)
+ *      176    16  reserved, zero
  *   "dq/<id, 16 lower-case hex digits>" -> the record of a dataset being destroyed (the same
- *       128 bytes; its root names what is left to free: pool_destroy.c)
+ *       bytes; its root names what is left to free: pool_destroy.c)
+ *   "sn/<head id>/<txg>", "dl/<dead list id>/<bucket>/<chain id>", "fq/<chain id>" -> a
+ *       snapshot, a dead list's chain, a chain being freed (tables in pool_snap.c)
  *   "prop/<name>" -> the property's text (1..255 bytes, no NUL)
  *
  * Log records (pool_log_append): ilog type = the owner's type, ilog txg = the open txg; payload =
