@@ -5,13 +5,17 @@
  * snapshots at once are all or none; names are checked; a file system with snapshots is not
  * destroyed; the background freeing goes on across an export and import; a random line of
  * changes, snapshots and destroys keeps every snapshot's contents and leaves a clean check at
- * every step. */
+ * every step; and power cuts anywhere in such a line (fault leaves, every fault mode; the cuts
+ * as in test_pool_crash.c) leave a pool that imports and checks clean, holding every snapshot
+ * whose create returned and none whose destroy returned, each with its contents, and whose
+ * background freeing then finishes clean. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pool_fs_fixture.h"
 #include "pool_kv.h"
 #include "pool/pool.h"
 #include "tap.h"
@@ -141,7 +145,7 @@ static int fs_find_cb(void *arg, const struct pool_ds_info *di)
 	return 0;
 }
 
-static struct pool_ds_info fs_info(struct pool *p, const char *name)
+static struct pool_ds_info ds_info_of(struct pool *p, const char *name)
 {
 	struct fs_find ff = {.ff_name = name};
 	(void)!pool_ds_list(p, fs_find_cb, &ff);
@@ -271,7 +275,7 @@ static void finish(struct pool *p, struct kv *kv, struct blk_dev *d)
 {
 	CHECK(free_settle(p));
 	CHECK(snap_count(p, "kv") == 0);
-	struct pool_ds_info di = fs_info(p, "kv");
+	struct pool_ds_info di = ds_info_of(p, "kv");
 	CHECK_EQ_U64(di.di_snap_bytes, 0);
 	CHECK(pool_check(p, report_print, NULL) == 0); /* a leak would be reported here */
 	kv_close(kv);
@@ -298,7 +302,7 @@ static void test_snap_basic(void)
 	/* changes not yet in a txg are in the snapshot (it takes the open txg) */
 	CHECK(snap_create1(p, "kv@base") == 0);
 	struct pool_snap_info si;
-	struct pool_ds_info di = fs_info(p, "kv");
+	struct pool_ds_info di = ds_info_of(p, "kv");
 	CHECK(snap_info(p, "kv", "base", &si));
 	CHECK_EQ_U64(si.si_refer_bytes, di.di_refer_bytes);
 	CHECK_EQ_U64(si.si_used_bytes, 0);
@@ -309,7 +313,7 @@ static void test_snap_basic(void)
 		CHECK(set_key(kv, k, 2) == 0);
 	CHECK(pool_txg_wait_synced(p, 0) == 0);
 	CHECK(snap_info(p, "kv", "base", &si));
-	di = fs_info(p, "kv");
+	di = ds_info_of(p, "kv");
 	CHECK(si.si_used_bytes > 200 * 1024); /* 67 long values of 3..12 KiB at least */
 	CHECK_EQ_U64(di.di_snap_bytes, si.si_used_bytes);
 	CHECK_EQ_U64(di.di_used_bytes, di.di_refer_bytes + di.di_snap_bytes);
@@ -379,7 +383,7 @@ static void test_snap_middle(void)
 	/* s2 alone holds the keys 1 mod 3 written in round 2 ... and no others: s1 holds round 1's
 	 * (keys 0 mod 3), which s2 and s3 hold as well */
 	CHECK(i2.si_used_bytes > 0 && i3.si_used_bytes > 0);
-	struct pool_ds_info di = fs_info(p, "kv");
+	struct pool_ds_info di = ds_info_of(p, "kv");
 	CHECK(di.di_snap_bytes >= i1.si_used_bytes + i2.si_used_bytes + i3.si_used_bytes);
 	CHECK(pool_check(p, report_print, NULL) == 0);
 	uint64_t before = pool_used(p);
@@ -504,6 +508,155 @@ static void test_snap_atomic(void)
 	blk_dev_close(d);
 }
 
+/* ---- power cuts ---- */
+
+#define CRASH_ROUNDS 40u
+
+struct crash_snap {
+	struct snap_model cs_model;
+	/* The global fault numbers when its create returned, when its destroy was asked for and when
+	 * that returned (0: never). Between the last two the destroy may or may not be durable. */
+	uint64_t cs_created_seq;
+	uint64_t cs_destroy_asked_seq, cs_destroyed_seq;
+};
+
+struct snap_crash_run {
+	struct blk_dev *sc_leaf;
+	uint64_t sc_start_seq;
+	struct crash_snap sc_snaps[CRASH_ROUNDS];
+	unsigned sc_nsnaps;
+};
+
+static struct pool_open_opts crash_snap_opts(void)
+{
+	struct pool_open_opts o = opts_kv();
+	o.po_txg_interval_ms = 30;  /* txgs, and background frees, all through the run */
+	o.po_destroy_step = 16;     /* a chain freed over several txgs */
+	o.po_arc_max_bytes = 16 * MIB;
+	return o;
+}
+
+/* The line of changes, snapshots and destroys on one fault leaf; the pool is closed without an
+ * export (the crash). */
+static bool snap_crash_workload(struct snap_crash_run *sc)
+{
+	VERIFY(blk_dev_create_fault(64 * MIB, &sc->sc_leaf) == 0);
+	struct pool_open_opts o = crash_snap_opts();
+	struct pool_create_args a = {.pc_name = "snapcrash", .pc_opts = &o};
+	struct pool *p = NULL;
+	struct kv *kv = NULL;
+	if (pool_create_on_devs(&a, &sc->sc_leaf, 1, NULL, 0, &p) != 0)
+		return false;
+	bool ok = pool_ds_create(p, "kv", NULL) == 0 && kv_open(p, "kv", &kv) == 0;
+	sc->sc_start_seq = blk_fault_global_seq();
+	unsigned ver[NKEYS] = {0};
+	uint64_t seed = 777;
+	for (unsigned round = 0; ok && round < CRASH_ROUNDS; round++) {
+		for (unsigned c = 0; ok && c < 40; c++) {
+			seed = seed * 6364136223846793005ull + 1;
+			unsigned k = (unsigned)(seed >> 33) % NKEYS;
+			ver[k] = (seed >> 20) % 6 == 0 ? 0 : ver[k] + 1;
+			ok = set_key(kv, k, ver[k]) == 0;
+		}
+		seed = seed * 6364136223846793005ull + 1;
+		unsigned live = 0, pick = (unsigned)(seed >> 40);
+		for (unsigned i = 0; i < sc->sc_nsnaps; i++)
+			live += sc->sc_snaps[i].cs_destroyed_seq == 0;
+		char full[48];
+		if (live >= 3 || (live > 0 && round % 3 == 2)) {
+			/* destroy one that lives: its blocks are freed in the background */
+			unsigned skip = pick % live, i = 0;
+			for (;; i++)
+				if (sc->sc_snaps[i].cs_destroyed_seq == 0 && skip-- == 0)
+					break;
+			snprintf(full, sizeof(full), "kv@%s", sc->sc_snaps[i].cs_model.sm_name);
+			sc->sc_snaps[i].cs_destroy_asked_seq = blk_fault_global_seq();
+			ok = snap_destroy1(p, full) == 0;
+			sc->sc_snaps[i].cs_destroyed_seq = blk_fault_global_seq();
+		} else {
+			struct crash_snap *cs = &sc->sc_snaps[sc->sc_nsnaps++];
+			snprintf(cs->cs_model.sm_name, sizeof(cs->cs_model.sm_name), "c%u", round);
+			memcpy(cs->cs_model.sm_ver, ver, sizeof(ver));
+			snprintf(full, sizeof(full), "kv@%s", cs->cs_model.sm_name);
+			ok = snap_create1(p, full) == 0;
+			cs->cs_created_seq = blk_fault_global_seq();
+		}
+	}
+	kv_close(kv);
+	pool_close(p); /* the crash */
+	return ok;
+}
+
+/* One image at cut g: imported and checked (crash_cut_import), its snapshots as the line says,
+ * then its background freeing finished and checked again. */
+static bool snap_crash_verify(struct snap_crash_run *sc, uint64_t g, enum blk_fault_mode mode,
+                              uint64_t seed, unsigned *mid_free)
+{
+	struct blk_dev *img[1] = {NULL};
+	struct pool_open_opts o = crash_snap_opts();
+	struct pool *p = NULL;
+	bool ok = crash_cut_import(&sc->sc_leaf, 1, g, mode, seed, &o, img, &p);
+	struct kv *kv = NULL;
+	if (p && kv_open(p, "kv", &kv) != 0)
+		ok = false;
+	if (p && pool_snap_free_queued(p) > 0)
+		(*mid_free)++; /* cut while a destroyed snapshot's blocks were being freed */
+	for (unsigned i = 0; kv && i < sc->sc_nsnaps; i++) {
+		const struct crash_snap *cs = &sc->sc_snaps[i];
+		struct pool_snap_info si;
+		bool present = snap_info(p, "kv", cs->cs_model.sm_name, &si);
+		bool must = cs->cs_created_seq <= g &&
+		            !(cs->cs_destroy_asked_seq != 0 && cs->cs_destroy_asked_seq <= g);
+		bool must_not = cs->cs_destroyed_seq != 0 && cs->cs_destroyed_seq <= g;
+		if ((must && !present) || (must_not && present)) {
+			printf("#   cut %" PRIu64 " mode %d: snapshot %s %s\n", g, mode,
+			       cs->cs_model.sm_name, present ? "is there" : "is missing");
+			ok = false;
+		} else if (present && snap_verify(kv, &cs->cs_model) != 0) {
+			printf("#   cut %" PRIu64 " mode %d: snapshot %s differs\n", g, mode,
+			       cs->cs_model.sm_name);
+			ok = false;
+		}
+	}
+	if (kv) {
+		kv_close(kv);
+		if (!free_settle(p) || pool_check(p, report_print, NULL) != 0) {
+			printf("#   cut %" PRIu64 " mode %d: after the background freeing\n", g, mode);
+			ok = false;
+		}
+	}
+	if (p)
+		pool_close(p);
+	blk_dev_close(img[0]);
+	return ok;
+}
+
+static void test_snap_crash(void)
+{
+	struct snap_crash_run *sc = calloc(1, sizeof(*sc));
+	VERIFY(sc != NULL);
+	CHECK(snap_crash_workload(sc));
+	struct crash_plan plan;
+	crash_plan_init(&plan, &sc->sc_leaf, 1, sc->sc_start_seq, 24, 0x5a9);
+	unsigned images = 0, failed = 0, mid_free = 0;
+	for (unsigned c = 0; c < plan.cp_ncuts && failed <= 4; c++) {
+		uint64_t g = crash_plan_cut(&plan, c);
+		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER; mode++) {
+			images++;
+			failed += !snap_crash_verify(sc, g, (enum blk_fault_mode)mode,
+			                             c * 7 + (uint64_t)mode, &mid_free);
+		}
+	}
+	CHECKF(failed == 0, "%u of %u images failed", failed, images);
+	CHECKF(mid_free > 0, "no cut fell while a destroyed snapshot's blocks were being freed");
+	printf("#   %u cut points (%zu flush events), %u images in 5 fault modes (%u in the middle "
+	       "of a background free), %u snapshots taken\n",
+	       plan.cp_ncuts, plan.cp_nflush, images, mid_free, sc->sc_nsnaps);
+	crash_plan_fini(&plan);
+	blk_dev_close(sc->sc_leaf);
+	free(sc);
+}
+
 int main(void)
 {
 	log_set_level(LOG_WARN);
@@ -511,5 +664,6 @@ int main(void)
 	TAP_RUN(test_snap_middle);
 	TAP_RUN(test_snap_random);
 	TAP_RUN(test_snap_atomic);
+	TAP_RUN(test_snap_crash);
 	return tap_finish();
 }
