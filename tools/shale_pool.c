@@ -8,6 +8,7 @@
  *   shale fs create|destroy NAME/FS [-d DIR] [--recordsize BYTES] [--compression off|lz4|zstd]
  *   shale fs list NAME [-d DIR]
  *   shale fs rename NAME/FS NAME/NEW [-d DIR]
+ *   shale fs clone NAME/FS@SNAP NAME/NEW [-d DIR] (tools/shale_snap.c)
  *   shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]
  *   shale fs set quota=SIZE|none NAME/FS [-d DIR]
  *
@@ -84,6 +85,7 @@ static void fs_cmd_usage(FILE *out)
 		"  shale fs list NAME [-t filesystem|snapshot|all] [-d DIR]\n"
 		"      USED is REFER (what it references) plus what only its snapshots hold\n"
 		"  shale fs rename NAME/FS NAME/NEW [-d DIR]\n"
+		"  shale fs clone NAME/FS@SNAP NAME/NEW [-d DIR]   writable, sharing the snapshot's blocks\n"
 		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
 		"  shale fs set quota=SIZE|none NAME/FS [-d DIR]   the most it may hold\n"
 		"      (suffix K, M, G, T); over it, writes and creates fail with\n"
@@ -732,6 +734,8 @@ int shale_fs_main(int argc, char **argv)
 		fs_cmd_usage(stdout);
 		return 0;
 	}
+	if (strcmp(verb, "clone") == 0)
+		return shale_fs_clone_main(argc, argv);
 	if (destroy) {
 		/* zfs destroy POOL/FS@SNAP destroys a snapshot: so does this */
 		for (int i = 2; i < argc; i++) {

@@ -42,6 +42,17 @@ static bool snap_cmd_split_pool(const char *target, char *pool, const char **res
 	return true;
 }
 
+/* What a change did (done) or why it failed; returns the exit status. */
+static int snap_cmd_outcome(const char *cmd, int rc, const char *err, const char *done)
+{
+	if (rc == 0) {
+		fputs(done, stdout);
+		return 0;
+	}
+	fprintf(stderr, "%s: %s\n", cmd, err[0] ? err : sh_strerror(rc));
+	return 1;
+}
+
 /* create and destroy: the names, all POOL/FS@NAME of one pool. */
 static int snap_cmd_change(bool create, const char *dir, int n, char **targets)
 {
@@ -101,13 +112,7 @@ static int snap_cmd_change(bool create, const char *dir, int n, char **targets)
 	char err[256] = "";
 	int rc = create ? pool_snapshot_create(p, names, (unsigned)n, err, sizeof(err))
 	                : pool_snapshot_destroy(p, names[0], err, sizeof(err));
-	status = 0;
-	if (rc == 0) {
-		fputs(done, stdout);
-	} else {
-		fprintf(stderr, "%s: %s\n", cmd, err[0] ? err : sh_strerror(rc));
-		status = 1;
-	}
+	status = snap_cmd_outcome(cmd, rc, err, done);
 	mem_free(done);
 	if (shale_cmd_export(cmd, p) < 0)
 		status = 1;
@@ -241,4 +246,52 @@ int shale_snapshot_main(int argc, char **argv)
 		return snap_cmd_list(dir, optind < argc ? argv[optind] : NULL, exact);
 	}
 	return snap_cmd_change(create, dir, argc - optind, argv + optind);
+}
+
+int shale_fs_clone_main(int argc, char **argv)
+{
+	const char *cmd = "shale fs clone";
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = POOL_CMD_DEFAULT_DIR;
+	int opt;
+	argc--;
+	argv++;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "d:", longopts, NULL)) != -1) {
+		if (opt != 'd') {
+			fprintf(stderr, "usage: shale fs clone POOL/FS@SNAP POOL/NEW [-d DIR]\n");
+			return 2;
+		}
+		dir = optarg;
+	}
+	char pool[POOL_NAME_MAX + 1], new_pool[POOL_NAME_MAX + 1];
+	const char *snapshot, *name;
+	if (argc - optind != 2 || !snap_cmd_split_pool(argv[optind], pool, &snapshot) ||
+	    !snap_cmd_split_pool(argv[optind + 1], new_pool, &name) || !strchr(snapshot, '@')) {
+		fprintf(stderr, "usage: shale fs clone POOL/FS@SNAP POOL/NEW [-d DIR]\n");
+		return 2;
+	}
+	if (strcmp(pool, new_pool) != 0) {
+		fprintf(stderr, "%s: a clone is in its snapshot's pool\n", cmd);
+		return 2;
+	}
+	char request[POOL_SNAP_FULL_MAX + POOL_DS_NAME_MAX + 32];
+	char done[POOL_NAME_MAX + POOL_SNAP_FULL_MAX + POOL_DS_NAME_MAX + 32];
+	snprintf(request, sizeof(request), "fs clone %s %s", snapshot, name);
+	snprintf(done, sizeof(done), "cloned %s/%s from %s/%s\n", pool, name, pool, snapshot);
+	int status = shale_cmd_remote(dir, pool, request, cmd, done);
+	if (status >= 0)
+		return status;
+	struct pool *p = NULL;
+	if (shale_cmd_import(cmd, dir, pool, false, &p) < 0)
+		return 1;
+	char err[256] = "";
+	int rc = pool_fs_clone(p, snapshot, name, err, sizeof(err));
+	status = snap_cmd_outcome(cmd, rc, err, done);
+	if (shale_cmd_export(cmd, p) < 0)
+		status = 1;
+	return status;
 }

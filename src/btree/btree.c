@@ -1359,6 +1359,8 @@ struct bt_check {
 	struct btree *ck_t;
 	btree_load_fn ck_load;
 	void *ck_arg;
+	btree_node_fn ck_node; /* may be NULL */
+	void *ck_node_arg;
 	char *ck_report;
 	size_t ck_report_bytes;
 	uint32_t ck_path[BTREE_MAX_LEVELS]; /* child indexes from the root, for the report */
@@ -1423,6 +1425,8 @@ static int bt_check_node(struct bt_check *ck, struct bt_node *dirty, const struc
 		bt_check_report(ck, dirty, bp, level, depth, why);
 		goto out;
 	}
+	if (dirty == NULL && ck->ck_node != NULL)
+		ck->ck_node(ck->ck_node_arg, bp);
 	uint32_t n = bt_count(img);
 	if (dirty != NULL) {
 		for (uint32_t i = level > 0 ? n : 0; i < t->t_max_kids; i++) {
@@ -1470,7 +1474,13 @@ out:
 
 int btree_check(struct btree *t, btree_load_fn load, void *arg, char *report, size_t report_bytes)
 {
-	struct bt_check ck = {t, load, arg, report, report_bytes, {0}};
+	return btree_check_nodes(t, load, arg, NULL, NULL, report, report_bytes);
+}
+
+int btree_check_nodes(struct btree *t, btree_load_fn load, void *arg, btree_node_fn node,
+                      void *node_arg, char *report, size_t report_bytes)
+{
+	struct bt_check ck = {t, load, arg, node, node_arg, report, report_bytes, {0}};
 	if (report_bytes > 0)
 		snprintf(report, report_bytes, "ok");
 	if (bt_empty(t))

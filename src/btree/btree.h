@@ -210,5 +210,11 @@ typedef int (*btree_load_fn)(void *arg, const struct blk_ptr *bp);
  * or the load callback's error), also described in report. Does not change the tree. */
 SH_MUST_CHECK int btree_check(struct btree *t, btree_load_fn load, void *arg, char *report,
                               size_t report_bytes);
+/* btree_check that also calls node(node_arg, bp) for each clean node it verified (dirty nodes
+ * have no block yet), in depth-first order: what a tree's blocks add up to. */
+typedef void (*btree_node_fn)(void *arg, const struct blk_ptr *bp);
+SH_MUST_CHECK int btree_check_nodes(struct btree *t, btree_load_fn load, void *arg,
+                                    btree_node_fn node, void *node_arg, char *report,
+                                    size_t report_bytes);
 
 #endif

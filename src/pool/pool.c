@@ -17,7 +17,7 @@
  *
  * Differences from ZFS, on purpose. One lock for all in-memory pool state (ZFS has many); one
  * B+tree per dataset instead of object sets and dnodes; snapshots as in ZFS (birth txgs, dead
- * lists in birth buckets: pool_snap.c), clones not yet;
+ * lists in birth buckets: pool_snap.c) and clones;
  * the configuration lives only in the labels (no MOS copy); a log record is replayed through its
  * dataset's owner, which the importer attaches (ZFS replays ZIL records through the ZPL it knows).
  *

@@ -326,6 +326,13 @@ SH_MUST_CHECK int pool_snapshot_create(struct pool *p, const char *const *names,
  * -EINVAL, -EROFS, -EIO. */
 SH_MUST_CHECK int pool_snapshot_destroy(struct pool *p, const char *name, char *err,
                                         size_t err_len);
+/* Makes file system `name` a clone of snapshot "fs@snap" (zfs clone): writable, its tree the
+ * snapshot's, sharing every block with it until either changes; its REFER starts at the
+ * snapshot's and its USED at nothing. The snapshot cannot be destroyed while the clone exists.
+ * Durable on return. -EINVAL (a name), -ENOENT (no such file system or snapshot), -EEXIST,
+ * -EROFS, -EIO; err says why. */
+SH_MUST_CHECK int pool_fs_clone(struct pool *p, const char *snapshot, const char *name, char *err,
+                                size_t err_len);
 /* Splits "fs@snap" into fs (POOL_DS_NAME_MAX + 1 bytes) and snap (POOL_SNAP_NAME_MAX + 1),
  * checking both names. 0 or -EINVAL. */
 SH_MUST_CHECK int pool_snap_name_split(const char *full, char *fs, char *snap);

@@ -61,6 +61,22 @@
 #define POOL_WALK_BATCH_BLOCKS 128u          /* blocks verified together */
 #define POOL_WALK_BATCH_BYTES (32ull << 20) /* ...whose copies add up to at most this */
 
+/* What a tree's blocks add up to: all of them, and those born after each of two txgs. */
+struct pool_walk_sums {
+	uint64_t su_total;
+	uint64_t su_after[2]; /* txgs */
+	uint64_t su_gt[2];    /* bytes of the blocks born after su_after[j] */
+};
+
+static void pool_walk_sums_add(void *arg, const struct blk_ptr *bp)
+{
+	struct pool_walk_sums *su = arg;
+	su->su_total += bp->bp_asize;
+	for (int j = 0; j < 2; j++)
+		if (bp->bp_birth_txg > su->su_after[j])
+			su->su_gt[j] += bp->bp_asize;
+}
+
 struct pool_walk {
 	struct pool_bpmap w_cache; /* images of the nodes loaded */
 	struct pool_bpmap w_seen;  /* nodes recorded (and verified) already */
@@ -69,6 +85,8 @@ struct pool_walk {
 	/* check: data blocks born at or before this txg are left to the walk of the snapshot (or
 	 * origin) that holds them as well, so that each is marked once (pool_snap.c) */
 	uint64_t w_data_after;
+	/* check: the blocks of the tree being walked add up here when set (pool_check_line) */
+	struct pool_walk_sums *w_sums;
 	bool w_record; /* check: every node reached goes into w_seen and is marked live */
 	bool w_verify; /* check: read and verify every copy */
 	pool_report_fn w_report;
@@ -388,7 +406,11 @@ static int pool_walk_data_bp(void *arg, const struct blk_ptr *bp)
 {
 	struct pool *p = arg;
 	struct pool_walk *w = p->p_walk;
-	if (blk_ptr_is_hole(bp) || bp->bp_birth_txg <= w->w_data_after)
+	if (blk_ptr_is_hole(bp))
+		return 0;
+	if (w->w_sums)
+		pool_walk_sums_add(w->w_sums, bp);
+	if (bp->bp_birth_txg <= w->w_data_after)
 		return 0;
 	if (!pool_bp_valid(p, bp)) {
 		if (!w->w_verify)
@@ -533,15 +555,55 @@ struct pool_check_walk {
 	bool cw_leaks_countable; /* every tree could be walked whole, with its data blocks */
 };
 
-/* Under p_lock with p_walk set: the trees of head ds's snapshots, oldest first, each one's data
- * blocks marked only when born after its predecessor (the earlier ones are marked by the walk of
- * the predecessor, which holds them too: pool_snap.c), its nodes once (w_seen). Returns 0 or
- * -ENOMEM; problems are reported and counted. */
-static int pool_check_snapshots(struct pool *p, struct pool_ds *ds, bool *countable)
+/* Under p_lock with p_walk set: tree t (ds's, or one of its snapshots') checked with its nodes
+ * marked once and summed into su, then its entries through ds's owner, their data blocks summed
+ * and marked when born after mark_after (the older ones are the predecessor's as well, whose walk
+ * marks them: pool_snap.c), so that a block shared along a line is marked once. Returns 0, or an
+ * error described in why (-ENOMEM stops the check). */
+static int pool_check_tree(struct pool *p, struct pool_ds *ds, struct btree *t, uint64_t mark_after,
+                           struct pool_walk_sums *su, char *why, size_t cap)
 {
 	struct pool_walk *w = p->p_walk;
-	struct pool_snap_rec *recs;
-	size_t n;
+	char tw[224];
+	int rc = btree_check_nodes(t, pool_walk_load, p, pool_walk_sums_add, su, tw, sizeof(tw));
+	if (rc != 0) {
+		snprintf(why, cap, "tree: %s", tw);
+		return rc;
+	}
+	w->w_data_after = mark_after;
+	w->w_sums = su;
+	rc = pool_walk_entries(p, ds, t);
+	w->w_sums = NULL;
+	w->w_data_after = 0;
+	if (rc != 0)
+		snprintf(why, cap, "walking its entries: %s", sh_strerror(rc));
+	return rc;
+}
+
+/* Compares what a snapshot or file system records with what its walk found. */
+static void pool_check_figure(struct pool_walk *w, const char *what, const char *name,
+                              uint64_t recorded, uint64_t walked)
+{
+	if (recorded == walked)
+		return;
+	w->w_problems++;
+	pool_walk_say(w, "%s: %s is %" PRIu64 " bytes, its blocks add up to %" PRIu64, name, what,
+	              recorded, walked);
+}
+
+/* Under p_lock with p_walk set: head ds (its owner attached) and its snapshots, oldest first,
+ * each tree walked as pool_check_tree says, its sums kept with the txgs of its predecessor
+ * (p) and of the one before (pp); then every snapshot's REFER (all its blocks) and USED (the
+ * blocks born after its predecessor that its successor N no longer holds: after(S, p) -
+ * (after(N, pp) - after(N, p)), N's pp and p being S's p and S's own txg) and the file system's
+ * REFER (at rest: nothing dirty, as its blocks are charged when a txg writes them) are compared
+ * with what the walks found. Returns 0 or -ENOMEM; problems are reported. */
+static int pool_check_line(struct pool *p, struct pool_ds *ds, bool *countable)
+{
+	struct pool_walk *w = p->p_walk;
+	struct pool_snap_rec *recs = NULL;
+	size_t n = 0;
+	char why[256], name[POOL_SNAP_FULL_MAX + 16];
 	int rc = pool_sn_list(p, ds->ds_id, &recs, &n);
 	if (rc != 0) {
 		w->w_problems++;
@@ -550,36 +612,92 @@ static int pool_check_snapshots(struct pool *p, struct pool_ds *ds, bool *counta
 		*countable = false;
 		return rc == -ENOMEM ? rc : 0;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (!ds->ds_ops || !ds->ds_ops->do_visit_blocks) {
-			*countable = false; /* said once, for the dataset itself */
-			break;
-		}
-		struct btree_config cfg;
-		struct btree *t = NULL;
-		char why[256];
-		pool_ds_config(ds, &cfg);
-		rc = btree_open(&cfg, &recs[i].sr_root, &t);
-		if (rc == 0)
-			rc = btree_check(t, pool_walk_load, p, why, sizeof(why));
+	struct pool_walk_sums *sums = mem_zalloc((n + 1) * sizeof(*sums));
+	bool *walked = mem_zalloc((n + 1) * sizeof(*walked));
+	if (!sums || !walked) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* tree i: snapshot i, then the file system itself (i = n) */
+	for (size_t i = 0; i <= n; i++) {
+		uint64_t prev = i > 0 ? recs[i - 1].sr_txg : ds->ds_origin_txg;
+		uint64_t pprev = i > 1 ? recs[i - 2].sr_txg : ds->ds_origin_txg;
+		sums[i].su_after[0] = pprev;
+		sums[i].su_after[1] = prev;
+		if (i < n)
+			snprintf(name, sizeof(name), "snapshot %s@%s", ds->ds_name, recs[i].sr_name);
 		else
-			snprintf(why, sizeof(why), "its root: %s", sh_strerror(rc));
-		if (rc == 0) {
-			w->w_data_after = i > 0 ? recs[i - 1].sr_txg : ds->ds_origin_txg;
-			rc = pool_walk_entries(p, ds, t);
-			w->w_data_after = 0;
-			snprintf(why, sizeof(why), "walking its entries: %s", sh_strerror(rc));
+			snprintf(name, sizeof(name), "dataset %s", ds->ds_name);
+		bool owner = ds->ds_ops && ds->ds_ops->do_visit_blocks;
+		struct btree *t = ds->ds_tree, *opened = NULL;
+		if (i < n) {
+			struct btree_config cfg;
+			pool_ds_config(ds, &cfg);
+			rc = btree_open(&cfg, &recs[i].sr_root, &opened);
+			if (rc != 0)
+				snprintf(why, sizeof(why), "its root: %s", sh_strerror(rc));
+			t = opened;
 		}
-		btree_close(t);
+		if (rc == 0 && owner) {
+			rc = pool_check_tree(p, ds, t, prev, &sums[i], why, sizeof(why));
+		} else if (rc == 0) {
+			const struct blk_ptr *root = i < n ? &recs[i].sr_root : &ds->ds_root;
+			rc = btree_check(t, pool_walk_load, p, why, sizeof(why));
+			if (rc == 0 && (btree_is_dirty(t) || !blk_ptr_is_hole(root)))
+				pool_walk_say(w,
+				              "%s: no owner: checked as a tree only (its data blocks "
+				              "are not counted, nor are leaks)",
+				              name);
+			*countable = false;
+		}
+		btree_close(opened);
 		if (rc == -ENOMEM)
-			break;
+			goto out;
 		if (rc != 0) {
 			w->w_problems++;
-			pool_walk_say(w, "snapshot %s@%s: %s", ds->ds_name, recs[i].sr_name, why);
+			pool_walk_say(w, "%s: %s", name, why);
 			*countable = false;
 			rc = 0;
+			continue;
 		}
+		walked[i] = owner;
 	}
+	/* the figures */
+	for (size_t i = 0; i <= n; i++) {
+		if (!walked[i])
+			continue;
+		if (i == n) {
+			/* only at rest: a change charges its blocks when its txg writes them */
+			bool at_rest = !btree_is_dirty(ds->ds_tree) && ds->ds_nkills == 0 &&
+			               !(ds->ds_ops->do_dirty_bytes &&
+			                 ds->ds_ops->do_dirty_bytes(ds->ds_owner) > 0);
+			snprintf(name, sizeof(name), "dataset %s", ds->ds_name);
+			if (at_rest)
+				pool_check_figure(w, "REFER", name,
+				                  ds->ds_used_bytes < 0 ? 0
+				                                        : (uint64_t)ds->ds_used_bytes,
+				                  sums[i].su_total);
+			continue;
+		}
+		snprintf(name, sizeof(name), "snapshot %s@%s", ds->ds_name, recs[i].sr_name);
+		pool_check_figure(w, "REFER", name, recs[i].sr_refer, sums[i].su_total);
+		if (!walked[i + 1])
+			continue;
+		uint64_t used = 0;
+		rc = pool_snap_used(p, ds, recs, n, i, &used);
+		if (rc == -ENOMEM)
+			goto out;
+		if (rc != 0) {
+			rc = 0;
+			continue; /* its chains' problems are reported with the chains */
+		}
+		uint64_t still = sums[i + 1].su_gt[0] - sums[i + 1].su_gt[1];
+		uint64_t walked_used = sums[i].su_gt[1] >= still ? sums[i].su_gt[1] - still : 0;
+		pool_check_figure(w, "USED", name, used, walked_used);
+	}
+out:
+	mem_free(walked);
+	mem_free(sums);
 	mem_free(recs);
 	return rc;
 }
@@ -668,41 +786,33 @@ static int pool_check_walk_all(void *arg, struct space *sp)
 	}
 	for (size_t i = 0; i < cw->cw_nheld; i++) {
 		struct pool_ds *ds = cw->cw_held[i];
-		rc = btree_check(ds->ds_tree, pool_walk_load, p, why, sizeof(why));
+		if (!ds->ds_queued) {
+			rc = pool_check_line(p, ds, &cw->cw_leaks_countable);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		/* being destroyed: what is left of its tree */
+		struct pool_walk_sums su = {0};
+		bool owner = ds->ds_ops && ds->ds_ops->do_visit_blocks;
+		if (owner)
+			rc = pool_check_tree(p, ds, ds->ds_tree, ds->ds_prev_snap_txg, &su, why,
+			                     sizeof(why));
+		else
+			rc = btree_check(ds->ds_tree, pool_walk_load, p, why, sizeof(why));
 		if (rc == -ENOMEM)
 			return rc;
 		if (rc != 0) {
 			w->w_problems++;
-			pool_walk_say(w, "dataset %s: tree: %s", ds->ds_name, why);
+			pool_walk_say(w, "dataset %s: %s", ds->ds_name, why);
 			cw->cw_leaks_countable = false;
-			continue;
-		}
-		if (ds->ds_ops && ds->ds_ops->do_visit_blocks) {
-			w->w_data_after = ds->ds_prev_snap_txg;
-			rc = pool_walk_entries(p, ds, ds->ds_tree);
-			w->w_data_after = 0;
-			if (rc == -ENOMEM)
-				return rc;
-			if (rc != 0) {
-				pool_walk_entries_failed(w, ds, rc);
-				cw->cw_leaks_countable = false;
-			}
-		} else if (btree_is_dirty(ds->ds_tree) || !blk_ptr_is_hole(&ds->ds_root)) {
-			pool_walk_say(
-			    w,
-			    "dataset %s: no owner: checked as a tree only (its data blocks are not "
-			    "counted, nor are leaks)",
-			    ds->ds_name);
+		} else if (!owner && (btree_is_dirty(ds->ds_tree) || !blk_ptr_is_hole(&ds->ds_root))) {
+			pool_walk_say(w,
+			              "dataset %s: no owner: checked as a tree only (its data blocks are "
+			              "not counted, nor are leaks)",
+			              ds->ds_name);
 			cw->cw_leaks_countable = false;
 		}
-	}
-	for (size_t i = 0; i < cw->cw_nheld; i++) {
-		struct pool_ds *ds = cw->cw_held[i];
-		if (ds->ds_queued)
-			continue;
-		rc = pool_check_snapshots(p, ds, &cw->cw_leaks_countable);
-		if (rc != 0)
-			return rc;
 	}
 	rc = pool_check_chains(p, "dl/", &cw->cw_leaks_countable);
 	if (rc == 0)

@@ -84,6 +84,12 @@ static int pool_destroy_queue_locked(struct pool *p, struct pool_ds *ds)
 		(void)!btree_delete(p->p_mos, qkey, qlen, NULL);
 		return rc;
 	}
+	/* a clone's dead list names blocks its origin holds: only the chunks go (a failure here
+	 * leaves them allocated, a leak a check reports, never a block freed in use) */
+	if (pool_dl_drop_locked(p, ds) != 0)
+		log_error("pool %s: dataset %s: its dead list could not be queued; its chunks stay "
+		          "allocated",
+		          p->p_name, ds->ds_name);
 	ds->ds_queued = true;
 	ds->ds_record_dirty = false; /* the record just written is current */
 	atomic_fetch_add(&p->p_destroy_queued, 1);

@@ -710,6 +710,9 @@ int pool_dl_flush(struct pool *p, struct pool_ds *ds);
 int pool_snap_sync(struct pool *p, uint64_t txg);
 /* Under p_lock: loads ds's line (its snapshots' txgs) from the metadata tree. 0, -ENOMEM, -EIO. */
 int pool_snap_load_line(struct pool *p, struct pool_ds *ds);
+/* Under p_lock, as ds is queued for destruction: its dead list's chains go to the free queue
+ * with their entries kept (a clone's: its origin holds them; S2); only their chunks are freed. */
+int pool_dl_drop_locked(struct pool *p, struct pool_ds *ds);
 /* Frees what pool_ds_unload needs freed of ds's snapshot state. */
 void pool_snap_ds_fini(struct pool_ds *ds);
 /* Under p_lock: the number of snapshots of head id (0 when none), and the first clone of a
@@ -761,6 +764,10 @@ int pool_dl_chunk_read(struct pool *p, const struct blk_ptr *bp, struct pool_dl_
                        void **hold_out);
 int pool_dl_chunk_entry(struct pool *p, const struct pool_dl_chunk *ck, uint32_t i,
                         struct blk_ptr *bp);
+/* Under p_lock: USED of snapshot recs[i] of head (recs: its line, n of them): what only it
+ * holds. 0, or the metadata tree's error. */
+int pool_snap_used(struct pool *p, const struct pool_ds *head, const struct pool_snap_rec *recs,
+                   size_t n, size_t i, uint64_t *used_out);
 /* Under p_lock: the bytes only the snapshots of a line hold (its usedbysnapshots). loaded may be
  * NULL (then nothing is pending). */
 int pool_snap_space(struct pool *p, const struct pool_ds *loaded, uint64_t head_id,

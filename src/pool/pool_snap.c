@@ -83,6 +83,11 @@
  *      waits for the next txg.
  *   S6 (all or none) a request's snapshots are checked first, then made; a failure while
  *      making them undoes the ones made.
+ *   S7 (clones) a clone's record names its origin (file system id and txg); its line starts
+ *      there (prev_snap_txg = the origin's txg), so what it shares with the origin is dead-listed,
+ *      never freed, through it; the origin is not destroyed while a record names it; a clone
+ *      being destroyed queues its dead list's chains with their entries kept (the origin holds
+ *      them: only the chunks are freed).
  *
  * Concurrency. Everything here runs under p_lock: kills from the owners' operations and the
  * sync's tree writes, flushes and requests in phase 1, listings from any thread. The free queue's
@@ -1212,15 +1217,17 @@ static int pool_snap_list_head(struct pool *p, const struct pool_head_view *hv,
 	if (rc != 0)
 		return rc;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
-		uint64_t prev_txg = i > 0 ? recs[i - 1].sr_txg : hv->hv_origin_txg;
-		bool next_is_head = i + 1 == n;
-		uint64_t next_dl = next_is_head ? hv->hv_dl_id : recs[i + 1].sr_dl_id;
 		uint64_t used = 0;
-		rc = pool_dl_bytes(p, next_dl, prev_txg, &used);
+		if (hv->hv_ds) {
+			rc = pool_snap_used(p, hv->hv_ds, recs, n, i, &used);
+		} else {
+			/* from its record: nothing pending */
+			struct pool_ds rec_view = {.ds_origin_txg = hv->hv_origin_txg,
+			                           .ds_dl_id = hv->hv_dl_id};
+			rc = pool_snap_used(p, &rec_view, recs, n, i, &used);
+		}
 		if (rc != 0)
 			break;
-		if (next_is_head && hv->hv_ds)
-			used += pool_dl_pending_bytes(hv->hv_ds, prev_txg);
 		struct pool_snap_info *si = pool_vec_push(infos, n_out, cap, sizeof(*si));
 		if (!si) {
 			rc = -ENOMEM;
@@ -1534,4 +1541,102 @@ int pool_dl_chains_all(struct pool *p, const char *prefix, struct pool_dl_chain 
 unsigned pool_snap_free_queued(struct pool *p)
 {
 	return atomic_load(&p->p_fq_queued);
+}
+
+int pool_snap_used(struct pool *p, const struct pool_ds *head, const struct pool_snap_rec *recs,
+                   size_t n, size_t i, uint64_t *used_out)
+{
+	uint64_t prev_txg = i > 0 ? recs[i - 1].sr_txg : head->ds_origin_txg;
+	bool next_is_head = i + 1 == n;
+	uint64_t next_dl = next_is_head ? head->ds_dl_id : recs[i + 1].sr_dl_id;
+	int rc = pool_dl_bytes(p, next_dl, prev_txg, used_out);
+	if (rc == 0 && next_is_head)
+		*used_out += pool_dl_pending_bytes(head, prev_txg);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Clones */
+
+int pool_fs_clone(struct pool *p, const char *snapshot, const char *name, char *err,
+                  size_t err_len)
+{
+	pool_say(err, err_len, "%s", "");
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
+	char fs[POOL_DS_NAME_MAX + 1], snap[POOL_SNAP_NAME_MAX + 1];
+	if (pool_snap_name_split(snapshot, fs, snap) != 0) {
+		pool_say(err, err_len, "'%s' is not a snapshot's name (FS@NAME)", snapshot);
+		return -EINVAL;
+	}
+	if (!pool_name_valid(name, POOL_DS_NAME_MAX)) {
+		pool_say(err, err_len, "'%s' is not a valid file system name", name);
+		return -EINVAL;
+	}
+	struct pool_ds *head = NULL;
+	int rc = pool_ds_open(p, fs, &head);
+	if (rc != 0) {
+		pool_say(err, err_len, "%s: %s", fs,
+		         rc == -ENOENT ? "no such file system" : sh_strerror(rc));
+		return rc;
+	}
+	char key[POOL_MOS_KEY_MAX];
+	int klen = snprintf(key, sizeof(key), "ds/%s", name);
+	pool_lock(p);
+	struct pool_snap_rec sr;
+	rc = pool_is_suspended(p) ? -EIO : pool_sn_find(p, head->ds_id, snap, &sr);
+	if (rc == -ENOENT)
+		pool_say(err, err_len, "%s: no such snapshot", snapshot);
+	if (rc == 0) {
+		/* the clone's record: the snapshot's tree and REFER, its line starting there */
+		struct pool_ds clone = {
+		    .ds_pool = p,
+		    .ds_id = pool_new_id(p),
+		    .ds_created_txg = p->p_open_txg,
+		    .ds_record_bytes = head->ds_record_bytes,
+		    .ds_compress = pool_ds_compress(head),
+		    .ds_used_bytes = (int64_t)SH_MIN(sr.sr_refer, (uint64_t)INT64_MAX),
+		    .ds_root = sr.sr_root,
+		    .ds_prev_snap_txg = sr.sr_txg,
+		    .ds_prev_snap_id = sr.sr_id,
+		    .ds_origin_head_id = head->ds_id,
+		    .ds_origin_txg = sr.sr_txg,
+		};
+		uint8_t rec[POOL_MOS_VAL_MAX];
+		int reclen = pool_ds_record_encode(&clone, rec, sizeof(rec));
+		rc = reclen < 0 ? reclen
+		                : btree_put(p->p_mos, key, (uint32_t)klen, rec, (uint32_t)reclen,
+		                            BTREE_PUT_NEW, NULL);
+		if (rc == -EEXIST)
+			pool_say(err, err_len, "%s exists", name);
+		else if (rc != 0)
+			pool_say(err, err_len, "%s", sh_strerror(rc == -SH_ENEEDBLOCK ? -EIO : rc));
+	}
+	pool_unlock(p);
+	pool_ds_close(head);
+	if (rc == 0) {
+		rc = pool_txg_wait_synced(p, 0);
+		if (rc == 0)
+			log_info("pool %s: %s cloned from %s", p->p_name, name, snapshot);
+	}
+	return rc == -SH_ENEEDBLOCK ? -EIO : rc;
+}
+
+int pool_dl_drop_locked(struct pool *p, struct pool_ds *ds)
+{
+	struct pool_dl_chain *chains = NULL;
+	size_t n = 0;
+	int rc = pool_dl_list(p, ds->ds_dl_id, 0, &chains, &n);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		/* to the free queue, its entries kept: an origin holds them (S2) */
+		struct pool_dl_chain queued = chains[i];
+		queued.dc_flags = 0;
+		rc = pool_dl_chain_put(p, &queued, true);
+		if (rc == 0)
+			rc = pool_dl_chain_delete(p, &chains[i], false);
+		if (rc == 0)
+			atomic_fetch_add(&p->p_fq_queued, 1);
+	}
+	mem_free(chains);
+	return rc;
 }

@@ -314,6 +314,19 @@ static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *r
 		}
 		return pool_statsock_print_answer(ss, fd, pool_statsock_print_list, &sl);
 	}
+	if (strncmp(req, "fs clone ", 9) == 0) {
+		char snapshot[POOL_SNAP_FULL_MAX + 2], name[POOL_DS_NAME_MAX + 2], err[256] = "", x;
+		int rc = sscanf(req + 9, "%130s %65s %c", snapshot, name, &x) == 2
+		             ? pool_fs_clone(ss->ss_pool, snapshot, name, err, sizeof(err))
+		             : -EINVAL;
+		log_info("pool %s: %s: %s", pool_name(ss->ss_pool), req, rc == 0 ? "done" : err);
+		if (rc == 0)
+			answer = "ok\n";
+		else
+			snprintf(line, sizeof(line), "error: %s\n", err[0] ? err : sh_strerror(rc));
+		answer = rc == 0 ? answer : line;
+		return pool_statsock_send(fd, answer, strlen(answer));
+	}
 	if (strncmp(req, "snapshot ", 9) == 0) {
 		answer = pool_statsock_snapshot(ss, req + 9, line, sizeof(line));
 		return pool_statsock_send(fd, answer, strlen(answer));

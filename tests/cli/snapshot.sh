@@ -3,7 +3,8 @@
 # uses them, on a pool nobody serves and on one `shale serve` holds (the server takes the
 # snapshot on the live pool). Offline: snapshots of two file systems in one command share a txg;
 # a bad, duplicate or second name for one file system is refused and nothing is made; a file
-# system with snapshots is not destroyed; `fs destroy POOL/FS@SNAP` destroys a snapshot. Served:
+# system with snapshots is not destroyed; `fs destroy POOL/FS@SNAP` destroys a snapshot; a clone
+# keeps its origin snapshot until it is destroyed itself. Served:
 # files copied in with nfs-cp before the command are in the snapshot's REFER, a file copied in
 # after it is not (the next snapshot's REFER has it); a snapshot is destroyed while served; the
 # snapshots outlive the server, and `shale pool check` is clean. Prints TAP lines. Needs
@@ -60,6 +61,20 @@ check "fs destroy POOL/FS@SNAP destroys the snapshot; then the file system goes"
 	"$0" fs destroy tank/other@a -d var/pool | grep -q "^destroyed tank/other@a$" &&
 	"$0" fs destroy tank/other -d var/pool >/dev/null' "$SHALE_BIN"
 
+check "fs clone makes a writable file system from a snapshot" bash -c '
+	"$0" fs clone tank/home@a tank/copy -d var/pool | grep -q "^cloned tank/copy from tank/home@a$" &&
+	"$0" fs list tank -d var/pool | grep -q "^tank/copy "' "$SHALE_BIN"
+check "the snapshot a clone depends on is not destroyed, and the error names the clone" bash -c '
+	! "$0" snapshot destroy tank/home@a -d var/pool 2>err && grep -q "dependent clones: copy" err' "$SHALE_BIN"
+check "fs clone refuses a missing snapshot, a taken name, another pool" bash -c '
+	! "$0" fs clone tank/home@zz tank/c2 -d var/pool 2>/dev/null &&
+	! "$0" fs clone tank/home@a tank/copy -d var/pool 2>/dev/null &&
+	! "$0" fs clone tank/home@a other/c3 -d var/pool 2>/dev/null' "$SHALE_BIN"
+check "the clone destroyed, its origin can go; a check is clean" bash -c '
+	"$0" fs destroy tank/copy -d var/pool >/dev/null &&
+	"$0" snapshot destroy tank/home@a -d var/pool >/dev/null &&
+	"$0" pool check tank -d var/pool | grep -q " 0 problems"' "$SHALE_BIN"
+
 # ---- served ----
 echo "tank/home 127.0.0.1(rw,insecure,no_root_squash)" >var/exports
 check "serve starts with tank/home exported" start
@@ -81,6 +96,12 @@ check "a second snapshot holds it: its REFER is the first's plus 3 MB" bash -c '
 check "fs list's USED of tank/home is its REFER plus what only its snapshots hold" bash -c '
 	read -r used refer < <("$0" fs list tank -d var/pool | awk "\$1 == \"tank/home\" { print \$2, \$4 }") &&
 	[ "$used" -ge "$refer" ] && [ "$refer" -ge 9000000 ]' "$SHALE_BIN"
+check "fs clone on the served pool (the server makes it)" bash -c '
+	"$0" fs clone tank/home@served tank/served-copy -d var/pool | grep -q "^cloned " &&
+	"$0" fs list tank -t all -d var/pool | grep -q "^tank/served-copy "' "$SHALE_BIN"
+check "its origin is not destroyed while served, then the clone is" bash -c '
+	! "$0" snapshot destroy tank/home@served -d var/pool 2>/dev/null &&
+	"$0" fs destroy tank/served-copy -d var/pool >/dev/null' "$SHALE_BIN"
 check "destroy of the first while served" bash -c '
 	"$0" snapshot destroy tank/home@served -d var/pool | grep -q "^destroyed tank/home@served$"' "$SHALE_BIN"
 check "the files read back through NFS are whole" \

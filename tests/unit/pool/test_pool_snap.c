@@ -3,7 +3,8 @@
  * what its destroy gives back and the file system's USED is its REFER plus what only snapshots
  * hold; destroying a snapshot in the middle of a line frees only its own blocks; several
  * snapshots at once are all or none; names are checked; a file system with snapshots is not
- * destroyed; the background freeing goes on across an export and import; a random line of
+ * destroyed; the background freeing goes on across an export and import; a clone shares its
+ * origin's blocks, changes apart and frees only its own when destroyed; a random line of
  * changes, snapshots and destroys keeps every snapshot's contents and leaves a clean check at
  * every step; and power cuts anywhere in such a line (fault leaves, every fault mode; the cuts
  * as in test_pool_crash.c) leave a pool that imports and checks clean, holding every snapshot
@@ -508,6 +509,91 @@ static void test_snap_atomic(void)
 	blk_dev_close(d);
 }
 
+/* Every key of kv's file system as the model says (its head, not a snapshot). */
+static unsigned head_verify(struct kv *kv, const unsigned *ver)
+{
+	static uint8_t got[KV_VAL_MAX], want[KV_VAL_MAX];
+	unsigned bad = 0;
+	for (unsigned k = 0; k < NKEYS; k++) {
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_of(k, key), len = 0;
+		int rc = kv_exec(kv, KV_OP_GET, key, klen, NULL, 0, got, sizeof(got), &len, NULL,
+		                 NULL);
+		if (ver[k] == 0) {
+			bad += rc != -ENOENT;
+			continue;
+		}
+		uint32_t wlen = value_make(k, ver[k], want);
+		bad += rc != 0 || len != wlen || memcmp(got, want, len) != 0;
+	}
+	return bad;
+}
+
+/* A clone shares its origin's blocks, changes apart from it, keeps its origin snapshot from
+ * being destroyed, and when destroyed frees only its own blocks. */
+static void test_snap_clone(void)
+{
+	struct blk_dev *d;
+	struct kv *kv;
+	struct pool *p = new_pool("snapc", &d, &kv);
+	if (!p || !kv)
+		return;
+	unsigned ver[NKEYS], cver[NKEYS];
+	for (unsigned k = 0; k < NKEYS; k++) {
+		ver[k] = 1;
+		CHECK(set_key(kv, k, 1) == 0);
+	}
+	CHECK(snap_create1(p, "kv@origin") == 0);
+	uint64_t used_at_snap = pool_used(p);
+	char err[200];
+	CHECK(pool_fs_clone(p, "kv@origin", "cl", err, sizeof(err)) == 0);
+	CHECK(pool_fs_clone(p, "kv@origin", "cl", err, sizeof(err)) == -EEXIST);
+	CHECK(pool_fs_clone(p, "kv@nosuch", "cl2", err, sizeof(err)) == -ENOENT);
+	CHECK(pool_fs_clone(p, "kv@origin", "bad/name", err, sizeof(err)) == -EINVAL);
+	struct pool_snap_info si;
+	CHECK(snap_info(p, "kv", "origin", &si));
+	struct pool_ds_info ci = ds_info_of(p, "cl");
+	CHECK_EQ_U64(ci.di_refer_bytes, si.si_refer_bytes);
+	CHECK(pool_used(p) - used_at_snap < 64 * 1024); /* a clone costs a record */
+	struct kv *ckv = NULL;
+	CHECK(kv_open(p, "cl", &ckv) == 0);
+	if (!ckv)
+		return;
+	CHECK(head_verify(ckv, ver) == 0);
+	/* both change, apart */
+	memcpy(cver, ver, sizeof(ver));
+	for (unsigned k = 0; k < NKEYS; k += 2) {
+		cver[k] = 7;
+		CHECK(set_key(ckv, k, 7) == 0);
+	}
+	for (unsigned k = 1; k < NKEYS; k += 3) {
+		ver[k] = 9;
+		CHECK(set_key(kv, k, 9) == 0);
+	}
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(head_verify(ckv, cver) == 0);
+	CHECK(head_verify(kv, ver) == 0);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	/* the origin stays while the clone lives */
+	CHECK(pool_snapshot_destroy(p, "kv@origin", err, sizeof(err)) == -EBUSY);
+	CHECK(strstr(err, "cl") != NULL);
+	/* a snapshot of the clone, changes, then everything of the clone goes */
+	CHECK(snap_create1(p, "cl@mine") == 0);
+	for (unsigned k = 0; k < NKEYS; k += 5)
+		CHECK(set_key(ckv, k, 11) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	kv_close(ckv);
+	CHECK(pool_ds_destroy(p, "cl") == -ENOTEMPTY);
+	CHECK(snap_destroy1(p, "cl@mine") == 0);
+	CHECK(pool_ds_destroy(p, "cl") == 0);
+	CHECK(free_settle(p));
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	CHECK(head_verify(kv, ver) == 0);
+	CHECK(snap_destroy1(p, "kv@origin") == 0);
+	finish(p, kv, d);
+}
+
 /* ---- power cuts ---- */
 
 #define CRASH_ROUNDS 40u
@@ -664,6 +750,7 @@ int main(void)
 	TAP_RUN(test_snap_middle);
 	TAP_RUN(test_snap_random);
 	TAP_RUN(test_snap_atomic);
+	TAP_RUN(test_snap_clone);
 	TAP_RUN(test_snap_crash);
 	return tap_finish();
 }
