@@ -749,6 +749,18 @@ struct pool_dl_chain {
 #define POOL_DL_F_FREE_ENTRIES 1u
 int pool_sn_list(struct pool *p, uint64_t head_id, struct pool_snap_rec **recs_out,
                  size_t *n_out);
+/* The formats (tables in pool_snap.c). The decoders take hostile bytes (a record with its key as
+ * found in the metadata tree, a chunk as read) and return 0 or -EIO. */
+#define POOL_SN_RECORD_BYTES 192u
+#define POOL_DL_CHAIN_BYTES 128u
+#define POOL_DL_CHUNK_HDR 96u
+#define POOL_DL_CHUNK_MAX 1022u /* entries of a chunk: 64 KiB */
+void pool_sn_encode(const struct pool_snap_rec *sr, uint8_t out[POOL_SN_RECORD_BYTES]);
+int pool_sn_decode(struct pool *p, const void *key, uint32_t klen, const uint8_t *in,
+                   uint32_t len, struct pool_snap_rec *sr);
+void pool_dl_chain_encode(const struct pool_dl_chain *dc, uint8_t out[POOL_DL_CHAIN_BYTES]);
+int pool_dl_chain_decode(struct pool *p, const void *key, uint32_t klen, const uint8_t *in,
+                         uint32_t len, struct pool_dl_chain *dc);
 /* Every chain whose key starts with prefix ("dl/" or "fq/"), into *out (mem_free). */
 int pool_dl_chains_all(struct pool *p, const char *prefix, struct pool_dl_chain **out,
                        size_t *n_out);
@@ -762,6 +774,8 @@ struct pool_dl_chunk {
 };
 int pool_dl_chunk_read(struct pool *p, const struct blk_ptr *bp, struct pool_dl_chunk *ck,
                        void **hold_out);
+int pool_dl_chunk_decode(struct pool *p, const uint8_t *img, uint32_t len,
+                         struct pool_dl_chunk *ck);
 int pool_dl_chunk_entry(struct pool *p, const struct pool_dl_chunk *ck, uint32_t i,
                         struct blk_ptr *bp);
 /* Under p_lock: USED of snapshot recs[i] of head (recs: its line, n of them): what only it

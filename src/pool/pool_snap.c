@@ -140,13 +140,9 @@
 #define POOL_SN_PREFIX "sn/"
 #define POOL_DL_PREFIX "dl/"
 #define POOL_FQ_PREFIX "fq/"
-#define POOL_SN_RECORD_BYTES 192u
 #define POOL_SN_RECORD_VERSION 1u
-#define POOL_DL_CHAIN_BYTES 128u
 #define POOL_DL_CHAIN_VERSION 1u
 #define POOL_DL_CHUNK_MAGIC "SHDLCHNK"
-#define POOL_DL_CHUNK_HDR 96u
-#define POOL_DL_CHUNK_MAX 1022u /* 64 KiB chunks */
 #define POOL_HEX_KEY_MAX 64u
 
 /* ---------------------------------------------------------------------------------------------
@@ -201,7 +197,7 @@ static bool pool_hex16(const uint8_t *s, uint64_t *out)
 }
 
 
-static void pool_sn_encode(const struct pool_snap_rec *sr, uint8_t out[POOL_SN_RECORD_BYTES])
+void pool_sn_encode(const struct pool_snap_rec *sr, uint8_t out[POOL_SN_RECORD_BYTES])
 {
 	memset(out, 0, POOL_SN_RECORD_BYTES);
 	size_t n = strlen(sr->sr_name);
@@ -222,8 +218,8 @@ bool pool_snap_name_valid(const char *name)
 }
 
 /* A snapshot record under key (klen bytes; hostile) into *sr. -EIO when it does not parse. */
-static int pool_sn_decode(struct pool *p, const void *key, uint32_t klen, const uint8_t *in,
-                          uint32_t len, struct pool_snap_rec *sr)
+int pool_sn_decode(struct pool *p, const void *key, uint32_t klen, const uint8_t *in,
+                   uint32_t len, struct pool_snap_rec *sr)
 {
 	const uint8_t *k = key;
 	size_t pl = strlen(POOL_SN_PREFIX);
@@ -252,7 +248,7 @@ static int pool_sn_decode(struct pool *p, const void *key, uint32_t klen, const 
 }
 
 
-static void pool_dl_chain_encode(const struct pool_dl_chain *dc, uint8_t out[POOL_DL_CHAIN_BYTES])
+void pool_dl_chain_encode(const struct pool_dl_chain *dc, uint8_t out[POOL_DL_CHAIN_BYTES])
 {
 	memset(out, 0, POOL_DL_CHAIN_BYTES);
 	pool_put_le32(out + 0, POOL_DL_CHAIN_VERSION);
@@ -264,8 +260,8 @@ static void pool_dl_chain_encode(const struct pool_dl_chain *dc, uint8_t out[POO
 }
 
 /* A chain header (hostile) under a dl/ or fq/ key into *dc. -EIO when it does not parse. */
-static int pool_dl_chain_decode(struct pool *p, const void *key, uint32_t klen, const uint8_t *in,
-                                uint32_t len, struct pool_dl_chain *dc)
+int pool_dl_chain_decode(struct pool *p, const void *key, uint32_t klen, const uint8_t *in,
+                         uint32_t len, struct pool_dl_chain *dc)
 {
 	const uint8_t *k = key;
 	memset(dc, 0, sizeof(*dc));
@@ -297,8 +293,8 @@ static int pool_dl_chain_decode(struct pool *p, const void *key, uint32_t klen, 
 /* A chunk's image (hostile: read from disk, its checksum verified) into its fields; the entries
  * stay in the image, each checked by pool_dl_chunk_entry. */
 
-static int pool_dl_chunk_decode(struct pool *p, const uint8_t *img, uint32_t len,
-                                struct pool_dl_chunk *ck)
+int pool_dl_chunk_decode(struct pool *p, const uint8_t *img, uint32_t len,
+                         struct pool_dl_chunk *ck)
 {
 	if (len < POOL_DL_CHUNK_HDR || memcmp(img, POOL_DL_CHUNK_MAGIC, 8) != 0 ||
 	    pool_get_le32(img + 8) != 1)
