@@ -302,7 +302,7 @@ static void test_snap_basic(void)
 	}
 	/* changes not yet in a txg are in the snapshot (it takes the open txg) */
 	CHECK(snap_create1(p, "kv@base") == 0);
-	struct pool_snap_info si;
+	struct pool_snap_info si = {0};
 	struct pool_ds_info di = ds_info_of(p, "kv");
 	CHECK(snap_info(p, "kv", "base", &si));
 	CHECK_EQ_U64(si.si_refer_bytes, di.di_refer_bytes);
@@ -369,7 +369,7 @@ static void test_snap_middle(void)
 		CHECK(pool_txg_wait_synced(p, 0) == 0);
 		memcpy(sm[s].sm_ver, ver, sizeof(ver));
 		char full[40];
-		snprintf(full, sizeof(full), "kv@%s", sm[s].sm_name);
+		snprintf(full, sizeof(full), "kv@%.31s", sm[s].sm_name);
 		CHECK(snap_create1(p, full) == 0);
 	}
 	/* after s3: rewrite everything, so each snapshot holds blocks the head does not */
@@ -378,7 +378,7 @@ static void test_snap_middle(void)
 		CHECK(set_key(kv, k, ver[k]) == 0);
 	}
 	CHECK(pool_txg_wait_synced(p, 0) == 0);
-	struct pool_snap_info i1, i2, i3;
+	struct pool_snap_info i1 = {0}, i2 = {0}, i3 = {0};
 	CHECK(snap_info(p, "kv", "s1", &i1) && snap_info(p, "kv", "s2", &i2) &&
 	      snap_info(p, "kv", "s3", &i3));
 	/* s2 alone holds the keys 1 mod 3 written in round 2 ... and no others: s1 holds round 1's
@@ -397,7 +397,7 @@ static void test_snap_middle(void)
 	CHECK(snap_verify(kv, &sm[2]) == 0);
 	CHECK(pool_check(p, report_print, NULL) == 0);
 	/* s1 and s3 now hold what s2 shared with each alone */
-	struct pool_snap_info j1, j3;
+	struct pool_snap_info j1 = {0}, j3 = {0};
 	CHECK(snap_info(p, "kv", "s1", &j1) && snap_info(p, "kv", "s3", &j3));
 	CHECK(j1.si_used_bytes >= i1.si_used_bytes);
 	CHECK(j3.si_used_bytes >= i3.si_used_bytes);
@@ -448,12 +448,12 @@ static void test_snap_random(void)
 		unsigned slot = (unsigned)(seed >> 40) % MAXSNAPS;
 		char full[48];
 		if (sm[slot].sm_live) {
-			snprintf(full, sizeof(full), "kv@%s", sm[slot].sm_name);
+			snprintf(full, sizeof(full), "kv@%.31s", sm[slot].sm_name);
 			CHECK(snap_destroy1(p, full) == 0);
 			sm[slot].sm_live = false;
 		} else {
 			snprintf(sm[slot].sm_name, sizeof(sm[slot].sm_name), "r%u", next_id++);
-			snprintf(full, sizeof(full), "kv@%s", sm[slot].sm_name);
+			snprintf(full, sizeof(full), "kv@%.31s", sm[slot].sm_name);
 			CHECK(snap_create1(p, full) == 0);
 			memcpy(sm[slot].sm_ver, ver, sizeof(ver));
 			sm[slot].sm_live = true;
@@ -469,7 +469,7 @@ static void test_snap_random(void)
 		if (!sm[s].sm_live)
 			continue;
 		char full[48];
-		snprintf(full, sizeof(full), "kv@%s", sm[s].sm_name);
+		snprintf(full, sizeof(full), "kv@%.31s", sm[s].sm_name);
 		CHECK(snap_destroy1(p, full) == 0);
 	}
 	finish(p, kv, d);
@@ -489,7 +489,7 @@ static void test_snap_atomic(void)
 	const char *two[] = {"kv@both", "other@both"};
 	char err[200];
 	CHECK(pool_snapshot_create(p, two, 2, err, sizeof(err)) == 0);
-	struct pool_snap_info a, b;
+	struct pool_snap_info a = {0}, b = {0};
 	CHECK(snap_info(p, "kv", "both", &a) && snap_info(p, "other", "both", &b));
 	CHECK_EQ_U64(a.si_txg, b.si_txg);
 	const char *mixed[] = {"kv@more", "other@both"};
@@ -500,7 +500,7 @@ static void test_snap_atomic(void)
 	/* two snapshots of one file system back to back: different txgs */
 	CHECK(snap_create1(p, "kv@x1") == 0);
 	CHECK(snap_create1(p, "kv@x2") == 0);
-	struct pool_snap_info x1, x2;
+	struct pool_snap_info x1 = {0}, x2 = {0};
 	CHECK(snap_info(p, "kv", "x1", &x1) && snap_info(p, "kv", "x2", &x2));
 	CHECK(x2.si_txg > x1.si_txg);
 	CHECK(pool_check(p, report_print, NULL) == 0);
@@ -550,7 +550,7 @@ static void test_snap_clone(void)
 	CHECK(pool_fs_clone(p, "kv@origin", "cl", err, sizeof(err)) == -EEXIST);
 	CHECK(pool_fs_clone(p, "kv@nosuch", "cl2", err, sizeof(err)) == -ENOENT);
 	CHECK(pool_fs_clone(p, "kv@origin", "bad/name", err, sizeof(err)) == -EINVAL);
-	struct pool_snap_info si;
+	struct pool_snap_info si = {0};
 	CHECK(snap_info(p, "kv", "origin", &si));
 	struct pool_ds_info ci = ds_info_of(p, "cl");
 	CHECK_EQ_U64(ci.di_refer_bytes, si.si_refer_bytes);
@@ -655,7 +655,7 @@ static bool snap_crash_workload(struct snap_crash_run *sc)
 			for (;; i++)
 				if (sc->sc_snaps[i].cs_destroyed_seq == 0 && skip-- == 0)
 					break;
-			snprintf(full, sizeof(full), "kv@%s", sc->sc_snaps[i].cs_model.sm_name);
+			snprintf(full, sizeof(full), "kv@%.31s", sc->sc_snaps[i].cs_model.sm_name);
 			sc->sc_snaps[i].cs_destroy_asked_seq = blk_fault_global_seq();
 			ok = snap_destroy1(p, full) == 0;
 			sc->sc_snaps[i].cs_destroyed_seq = blk_fault_global_seq();
@@ -663,7 +663,7 @@ static bool snap_crash_workload(struct snap_crash_run *sc)
 			struct crash_snap *cs = &sc->sc_snaps[sc->sc_nsnaps++];
 			snprintf(cs->cs_model.sm_name, sizeof(cs->cs_model.sm_name), "c%u", round);
 			memcpy(cs->cs_model.sm_ver, ver, sizeof(ver));
-			snprintf(full, sizeof(full), "kv@%s", cs->cs_model.sm_name);
+			snprintf(full, sizeof(full), "kv@%.31s", cs->cs_model.sm_name);
 			ok = snap_create1(p, full) == 0;
 			cs->cs_created_seq = blk_fault_global_seq();
 		}
@@ -689,7 +689,7 @@ static bool snap_crash_verify(struct snap_crash_run *sc, uint64_t g, enum blk_fa
 		(*mid_free)++; /* cut while a destroyed snapshot's blocks were being freed */
 	for (unsigned i = 0; kv && i < sc->sc_nsnaps; i++) {
 		const struct crash_snap *cs = &sc->sc_snaps[i];
-		struct pool_snap_info si;
+		struct pool_snap_info si = {0};
 		bool present = snap_info(p, "kv", cs->cs_model.sm_name, &si);
 		bool must = cs->cs_created_seq <= g &&
 		            !(cs->cs_destroy_asked_seq != 0 && cs->cs_destroy_asked_seq <= g);
