@@ -9,6 +9,7 @@
  *   shale fs list NAME [-d DIR]
  *   shale fs rename NAME/FS NAME/NEW [-d DIR]
  *   shale fs clone NAME/FS@SNAP NAME/NEW [-d DIR] (tools/shale_snap.c)
+ *   shale fs rollback [-r] NAME/FS@SNAP [-d DIR] (tools/shale_snap.c)
  *   shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]
  *   shale fs set quota=SIZE|none NAME/FS [-d DIR]
  *
@@ -86,6 +87,8 @@ static void fs_cmd_usage(FILE *out)
 		"      USED is REFER (what it references) plus what only its snapshots hold\n"
 		"  shale fs rename NAME/FS NAME/NEW [-d DIR]\n"
 		"  shale fs clone NAME/FS@SNAP NAME/NEW [-d DIR]   writable, sharing the snapshot's blocks\n"
+		"  shale fs rollback [-r] NAME/FS@SNAP [-d DIR]   back to the snapshot; -r destroys the\n"
+		"      later snapshots (refused without it); not while exported\n"
 		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
 		"  shale fs set quota=SIZE|none NAME/FS [-d DIR]   the most it may hold\n"
 		"      (suffix K, M, G, T); over it, writes and creates fail with\n"
@@ -736,6 +739,8 @@ int shale_fs_main(int argc, char **argv)
 	}
 	if (strcmp(verb, "clone") == 0)
 		return shale_fs_clone_main(argc, argv);
+	if (strcmp(verb, "rollback") == 0)
+		return shale_fs_rollback_main(argc, argv);
 	if (destroy) {
 		/* zfs destroy POOL/FS@SNAP destroys a snapshot: so does this */
 		for (int i = 2; i < argc; i++) {

@@ -295,3 +295,53 @@ int shale_fs_clone_main(int argc, char **argv)
 		status = 1;
 	return status;
 }
+
+int shale_fs_rollback_main(int argc, char **argv)
+{
+	const char *cmd = "shale fs rollback";
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"recursive", no_argument, NULL, 'r'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dir = POOL_CMD_DEFAULT_DIR;
+	bool later = false;
+	int opt;
+	argc--;
+	argv++;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "d:r", longopts, NULL)) != -1) {
+		if (opt == 'd') {
+			dir = optarg;
+		} else if (opt == 'r') {
+			later = true;
+		} else {
+			fprintf(stderr, "usage: shale fs rollback [-r] POOL/FS@SNAP [-d DIR]\n");
+			return 2;
+		}
+	}
+	char pool[POOL_NAME_MAX + 1];
+	const char *snapshot;
+	if (argc - optind != 1 || !snap_cmd_split_pool(argv[optind], pool, &snapshot) ||
+	    !strchr(snapshot, '@')) {
+		fprintf(stderr, "usage: shale fs rollback [-r] POOL/FS@SNAP [-d DIR]\n");
+		return 2;
+	}
+	char request[POOL_SNAP_FULL_MAX + 32];
+	char done[POOL_NAME_MAX + 2 * POOL_SNAP_FULL_MAX + 32];
+	snprintf(request, sizeof(request), "fs rollback%s %s", later ? " -r" : "", snapshot);
+	snprintf(done, sizeof(done), "rolled %s/%.*s back to %s/%s\n", pool,
+	         (int)(strchr(snapshot, '@') - snapshot), snapshot, pool, snapshot);
+	int status = shale_cmd_remote(dir, pool, request, cmd, done);
+	if (status >= 0)
+		return status;
+	struct pool *p = NULL;
+	if (shale_cmd_import(cmd, dir, pool, false, &p) < 0)
+		return 1;
+	char err[256] = "";
+	int rc = pool_fs_rollback(p, snapshot, later, err, sizeof(err));
+	status = snap_cmd_outcome(cmd, rc, err, done);
+	if (shale_cmd_export(cmd, p) < 0)
+		status = 1;
+	return status;
+}

@@ -333,6 +333,13 @@ SH_MUST_CHECK int pool_snapshot_destroy(struct pool *p, const char *name, char *
  * -EROFS, -EIO; err says why. */
 SH_MUST_CHECK int pool_fs_clone(struct pool *p, const char *snapshot, const char *name, char *err,
                                 size_t err_len);
+/* Rolls file system fs back to its snapshot "fs@snap" (zfs rollback): in one txg, durable on
+ * return, it becomes what the snapshot holds; what it had changed since is freed in the
+ * background. Refused (-ENOTEMPTY, err naming the latest) when later snapshots exist unless
+ * destroy_later, which destroys them first (-EBUSY when one has a clone); refused (-EBUSY) while
+ * the file system is open (exported). -ENOENT, -EINVAL, -EROFS, -EIO; err says why. */
+SH_MUST_CHECK int pool_fs_rollback(struct pool *p, const char *snapshot, bool destroy_later,
+                                   char *err, size_t err_len);
 /* Splits "fs@snap" into fs (POOL_DS_NAME_MAX + 1 bytes) and snap (POOL_SNAP_NAME_MAX + 1),
  * checking both names. 0 or -EINVAL. */
 SH_MUST_CHECK int pool_snap_name_split(const char *full, char *fs, char *snap);

@@ -65,18 +65,27 @@ static struct pool_ds *pool_destroy_find(struct pool *p, uint64_t id)
 	return NULL;
 }
 
+/* Under p_lock: ds's record (rec, POOL_MOS_VAL_MAX bytes; its length into *reclen) put under
+ * "dq/<id>" (the key into qkey, *qlen). */
+static int pool_destroy_put_record(struct pool *p, const struct pool_ds *ds, uint8_t *rec,
+                                   int *reclen, char *qkey, uint32_t *qlen)
+{
+	pool_destroy_key(ds->ds_id, qkey, qlen);
+	*reclen = pool_ds_record_encode(ds, rec, POOL_MOS_VAL_MAX);
+	if (*reclen < 0)
+		return *reclen;
+	int rc = btree_put(p->p_mos, qkey, *qlen, rec, (uint32_t)*reclen, BTREE_PUT_NEW, NULL);
+	return rc == -SH_ENEEDBLOCK ? -EIO : rc;
+}
+
 /* Under p_lock: moves ds's record from "ds/<name>" to "dq/<id>" (the MOS never misses, R9). */
 static int pool_destroy_queue_locked(struct pool *p, struct pool_ds *ds)
 {
 	char dkey[POOL_MOS_KEY_MAX], qkey[POOL_MOS_KEY_MAX];
 	uint32_t qlen;
-	int dlen = snprintf(dkey, sizeof(dkey), "ds/%s", ds->ds_name);
-	pool_destroy_key(ds->ds_id, qkey, &qlen);
+	int dlen = snprintf(dkey, sizeof(dkey), "ds/%s", ds->ds_name), reclen;
 	uint8_t rec[POOL_MOS_VAL_MAX];
-	int reclen = pool_ds_record_encode(ds, rec, sizeof(rec));
-	if (reclen < 0)
-		return reclen;
-	int rc = btree_put(p->p_mos, qkey, qlen, rec, (uint32_t)reclen, BTREE_PUT_NEW, NULL);
+	int rc = pool_destroy_put_record(p, ds, rec, &reclen, qkey, &qlen);
 	if (rc != 0)
 		return rc;
 	rc = btree_delete(p->p_mos, dkey, (uint32_t)dlen, NULL);
@@ -92,6 +101,29 @@ static int pool_destroy_queue_locked(struct pool *p, struct pool_ds *ds)
 		          p->p_name, ds->ds_name);
 	ds->ds_queued = true;
 	ds->ds_record_dirty = false; /* the record just written is current */
+	atomic_fetch_add(&p->p_destroy_queued, 1);
+	return 0;
+}
+
+int pool_destroy_queue_record(struct pool *p, const struct pool_ds *rec_of, const char *was)
+{
+	char qkey[POOL_MOS_KEY_MAX], name[POOL_DS_NAME_MAX + 1];
+	uint32_t qlen;
+	uint8_t rec[POOL_MOS_VAL_MAX];
+	int reclen;
+	int rc = pool_destroy_put_record(p, rec_of, rec, &reclen, qkey, &qlen);
+	if (rc != 0)
+		return rc;
+	snprintf(name, sizeof(name), "rolled-back-%s", was);
+	struct pool_ds *ds;
+	rc = pool_ds_load(p, name, rec, (uint32_t)reclen, &ds);
+	if (rc != 0) {
+		(void)!btree_delete(p->p_mos, qkey, qlen, NULL);
+		return rc;
+	}
+	ds->ds_destroying = true;
+	ds->ds_queued = true;
+	ds->ds_refs = 1; /* the queue's; its owner is attached before its first step */
 	atomic_fetch_add(&p->p_destroy_queued, 1);
 	return 0;
 }
@@ -386,6 +418,8 @@ static void pool_destroy_finish(struct pool *p, struct pool_ds *ds)
 
 bool pool_destroy_step(struct pool *p)
 {
+	/* a tree a rollback queued gets its owner here (attaching may read: not under the lock) */
+	pool_destroy_attach_all(p);
 	struct pool_walk *w = pool_walk_new_cache();
 	struct pool_destroy_bps db = {.db_pool = p};
 	bool changed = false, empty = false;

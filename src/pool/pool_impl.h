@@ -799,6 +799,10 @@ void pool_destroy_key(uint64_t id, char *key, uint32_t *klen);
  * destruction. Their owners are attached by pool_destroy_attach_all, without the lock. */
 int pool_destroy_load_queued(struct pool *p);
 void pool_destroy_attach_all(struct pool *p);
+/* Under p_lock (phase 1 of a rollback): queues for freeing the tree rec_of's record names, as a
+ * destroyed dataset (its record under "dq/<id>", loaded, named after `was`); its owner is
+ * attached before its first step. Returns 0 or -errno (nothing queued). */
+int pool_destroy_queue_record(struct pool *p, const struct pool_ds *rec_of, const char *was);
 /* The sync thread, no lock held: one step of the first queued dataset (frees up to
  * po_destroy_step entries' blocks, or finishes it). Returns true when it changed something (a
  * txg should follow). */

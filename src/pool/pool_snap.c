@@ -83,6 +83,10 @@
  *      waits for the next txg.
  *   S6 (all or none) a request's snapshots are checked first, then made; a failure while
  *      making them undoes the ones made.
+ *   S8 (rollback, phase 1) the later snapshots destroyed (asked for), the file system's dead
+ *      list dropped (its blocks are the snapshot's, and the file system's again), its tree as it
+ *      was queued for freeing as a destroyed dataset whose line ends at the snapshot (S2 keeps
+ *      the snapshot's blocks), its root and REFER the snapshot's; refused while it is open.
  *   S7 (clones) a clone's record names its origin (file system id and txg); its line starts
  *      there (prev_snap_txg = the origin's txg), so what it shares with the origin is dead-listed,
  *      never freed, through it; the origin is not destroyed while a record names it; a clone
@@ -760,7 +764,7 @@ int pool_dl_flush(struct pool *p, struct pool_ds *ds)
 /* ---------------------------------------------------------------------------------------------
  * Requests, made in phase 1 (S3-S6) */
 
-enum pool_snap_op { POOL_SNAP_CREATE, POOL_SNAP_DESTROY };
+enum pool_snap_op { POOL_SNAP_CREATE, POOL_SNAP_DESTROY, POOL_SNAP_ROLLBACK };
 
 struct pool_snap_target {
 	struct pool_ds *st_ds; /* the head, held by the caller */
@@ -774,6 +778,7 @@ struct pool_snap_req {
 	enum pool_snap_op rq_op;
 	struct pool_snap_target *rq_targets;
 	unsigned rq_n;
+	bool rq_recursive; /* rollback: destroy the later snapshots */
 	bool rq_done;
 	int rq_rc;
 	uint64_t rq_txg; /* the txg that made it */
@@ -954,30 +959,29 @@ static int pool_dl_chain_move(struct pool *p, const struct pool_dl_chain *dc, ui
  * left allocated, which a check reports), never a block freed that something references: the
  * record goes first, then S's dead list joins its successor's, then the blocks only S held are
  * queued. */
-static void pool_snap_do_destroy(struct pool *p, struct pool_snap_req *rq)
+static void pool_snap_do_destroy(struct pool *p, struct pool_snap_req *rq, struct pool_ds *ds,
+                                 const char *name)
 {
-	struct pool_snap_target *st = &rq->rq_targets[0];
-	struct pool_ds *ds = st->st_ds;
 	struct pool_snap_rec *recs = NULL;
 	struct pool_dl_chain *chains = NULL;
 	size_t n = 0, nchains = 0, i;
 	char clone[POOL_DS_NAME_MAX + 1];
 	int rc = pool_sn_list(p, ds->ds_id, &recs, &n);
 	if (rc != 0) {
-		pool_snap_req_fail(rq, rc, "%s@%s: %s", ds->ds_name, st->st_name, sh_strerror(rc));
+		pool_snap_req_fail(rq, rc, "%s@%s: %s", ds->ds_name, name, sh_strerror(rc));
 		return;
 	}
-	for (i = 0; i < n && strcmp(recs[i].sr_name, st->st_name) != 0; i++)
+	for (i = 0; i < n && strcmp(recs[i].sr_name, name) != 0; i++)
 		;
 	if (i == n) {
 		pool_snap_req_fail(rq, -ENOENT, "%s@%s: no such snapshot", ds->ds_name,
-		                   st->st_name);
+		                   name);
 		goto out;
 	}
 	const struct pool_snap_rec *s = &recs[i];
 	if (pool_snap_first_clone(p, ds->ds_id, s->sr_txg, clone)) {
 		pool_snap_req_fail(rq, -EBUSY, "%s@%s has dependent clones: %s", ds->ds_name,
-		                   st->st_name, clone);
+		                   name, clone);
 		goto out;
 	}
 	uint64_t prev_txg = i > 0 ? recs[i - 1].sr_txg : ds->ds_origin_txg;
@@ -990,7 +994,7 @@ static void pool_snap_do_destroy(struct pool *p, struct pool_snap_req *rq)
 	rc = btree_delete(p->p_mos, key, klen, NULL);
 	if (rc != 0) {
 		pool_snap_req_fail(rq, rc == -SH_ENEEDBLOCK ? -EIO : rc, "%s@%s: %s", ds->ds_name,
-		                   st->st_name, sh_strerror(rc));
+		                   name, sh_strerror(rc));
 		goto out;
 	}
 	pool_line_remove(ds, s->sr_txg);
@@ -1027,12 +1031,122 @@ static void pool_snap_do_destroy(struct pool *p, struct pool_snap_req *rq)
 	if (rc != 0)
 		log_error("pool %s: snapshot %s@%s destroyed, but moving its dead lists failed (%s): "
 		          "some of its blocks stay allocated",
-		          p->p_name, ds->ds_name, st->st_name, sh_strerror(rc));
+		          p->p_name, ds->ds_name, name, sh_strerror(rc));
 	else
 		log_info("pool %s: snapshot %s@%s destroyed; its blocks are freed in the background",
-		         p->p_name, ds->ds_name, st->st_name);
+		         p->p_name, ds->ds_name, name);
 out:
 	mem_free(chains);
+	mem_free(recs);
+}
+
+/* Phase 1: rolls the file system of rq back to its snapshot (S8). Later snapshots are destroyed
+ * first (with rq_recursive), newest first; then the file system's dead list goes (what it names,
+ * the snapshot holds and the file system holds again: only the chunks are freed); the tree as it
+ * was is queued for freeing like a destroyed dataset whose line ends at the snapshot (only its
+ * blocks born after the snapshot's txg are freed, S2); the file system takes the snapshot's root
+ * and REFER. The new tree is opened before anything changes, and the old one queued before the
+ * file system lets it go, so a failure part way leaves blocks allocated (a leak a check
+ * reports), never a block freed that something references. */
+static void pool_snap_do_rollback(struct pool *p, struct pool_snap_req *rq)
+{
+	struct pool_snap_target *st = &rq->rq_targets[0];
+	struct pool_ds *ds = st->st_ds;
+	struct pool_snap_rec *recs = NULL;
+	size_t n = 0, i;
+	struct btree *tree = NULL;
+	int rc = pool_sn_list(p, ds->ds_id, &recs, &n);
+	if (rc != 0) {
+		pool_snap_req_fail(rq, rc, "%s@%s: %s", ds->ds_name, st->st_name, sh_strerror(rc));
+		return;
+	}
+	for (i = 0; i < n && strcmp(recs[i].sr_name, st->st_name) != 0; i++)
+		;
+	if (i == n) {
+		pool_snap_req_fail(rq, -ENOENT, "%s@%s: no such snapshot", ds->ds_name,
+		                   st->st_name);
+		goto out;
+	}
+	if (ds->ds_refs > 1 || ds->ds_destroying) {
+		pool_snap_req_fail(rq, -EBUSY,
+		                   "%s is in use (exported, or being destroyed): take it out of the "
+		                   "exports and reload them first (SIGHUP)",
+		                   ds->ds_name);
+		goto out;
+	}
+	if (i + 1 < n && !rq->rq_recursive) {
+		pool_snap_req_fail(rq, -ENOTEMPTY,
+		                   "%s@%s: more recent snapshots exist (the latest: %s@%s); -r "
+		                   "destroys them",
+		                   ds->ds_name, st->st_name, ds->ds_name, recs[n - 1].sr_name);
+		goto out;
+	}
+	char clone[POOL_DS_NAME_MAX + 1];
+	for (size_t j = i + 1; j < n; j++) {
+		if (pool_snap_first_clone(p, ds->ds_id, recs[j].sr_txg, clone)) {
+			pool_snap_req_fail(rq, -EBUSY, "%s@%s has dependent clones: %s", ds->ds_name,
+			                   recs[j].sr_name, clone);
+			goto out;
+		}
+	}
+	const struct pool_snap_rec target = recs[i];
+	struct btree_config cfg;
+	pool_ds_config(ds, &cfg);
+	rc = btree_open(&cfg, &target.sr_root, &tree);
+	if (rc != 0) {
+		pool_snap_req_fail(rq, rc, "%s@%s: its tree: %s", ds->ds_name, st->st_name,
+		                   sh_strerror(rc));
+		goto out;
+	}
+	/* 1. the later snapshots, newest first */
+	for (size_t j = n; j-- > i + 1;) {
+		pool_snap_do_destroy(p, rq, ds, recs[j].sr_name);
+		if (rq->rq_rc != 0)
+			goto out;
+	}
+	/* 2. the tree as it is, queued for freeing what the snapshot does not hold */
+	if (!blk_ptr_same_block(&ds->ds_root, &target.sr_root) && !blk_ptr_is_hole(&ds->ds_root)) {
+		struct pool_ds ghost = {
+		    .ds_pool = p,
+		    .ds_id = pool_new_id(p),
+		    .ds_created_txg = p->p_syncing_txg,
+		    .ds_record_bytes = ds->ds_record_bytes,
+		    .ds_compress = pool_ds_compress(ds),
+		    .ds_used_bytes = ds->ds_used_bytes,
+		    .ds_root = ds->ds_root,
+		    .ds_prev_snap_txg = target.sr_txg,
+		};
+		rc = pool_destroy_queue_record(p, &ghost, ds->ds_name);
+		if (rc != 0) {
+			pool_snap_req_fail(rq, rc, "%s@%s: queueing the changes for freeing: %s",
+			                   ds->ds_name, st->st_name, sh_strerror(rc));
+			goto out;
+		}
+	}
+	/* 3. its dead list: the snapshot holds those blocks, and so does the file system again */
+	if (pool_dl_drop_locked(p, ds) != 0)
+		log_error("pool %s: %s: its dead list could not be queued after the rollback; its "
+		          "chunks stay allocated",
+		          p->p_name, ds->ds_name);
+	ds->ds_dl_id = 0;
+	/* 4. the file system becomes the snapshot; its owner's state was of the old tree */
+	if (ds->ds_ops && ds->ds_ops->do_detach)
+		ds->ds_ops->do_detach(ds->ds_owner);
+	ds->ds_ops = NULL;
+	ds->ds_owner = NULL;
+	btree_close(ds->ds_tree);
+	ds->ds_tree = tree;
+	tree = NULL;
+	ds->ds_root = target.sr_root;
+	ds->ds_used_bytes = (int64_t)SH_MIN(target.sr_refer, (uint64_t)INT64_MAX);
+	ds->ds_prev_snap_txg = target.sr_txg;
+	ds->ds_prev_snap_id = target.sr_id;
+	ds->ds_record_dirty = true;
+	rq->rq_rc = 0;
+	log_info("pool %s: %s rolled back to %s@%s", p->p_name, ds->ds_name, ds->ds_name,
+	         st->st_name);
+out:
+	btree_close(tree);
 	mem_free(recs);
 }
 
@@ -1044,8 +1158,10 @@ int pool_snap_sync(struct pool *p, uint64_t txg)
 		int wait = 0;
 		if (rq->rq_op == POOL_SNAP_CREATE)
 			wait = pool_snap_do_create(p, rq, txg);
+		else if (rq->rq_op == POOL_SNAP_DESTROY)
+			pool_snap_do_destroy(p, rq, rq->rq_targets[0].st_ds, rq->rq_targets[0].st_name);
 		else
-			pool_snap_do_destroy(p, rq);
+			pool_snap_do_rollback(p, rq);
 		if (wait) {
 			last = rq;
 			link = &rq->rq_next;
@@ -1155,7 +1271,7 @@ static void pool_snap_targets_close(struct pool_snap_target *targets, unsigned n
 }
 
 static int pool_snap_request(struct pool *p, enum pool_snap_op op, const char *const *names,
-                             unsigned n, char *err, size_t err_len)
+                             unsigned n, bool recursive, char *err, size_t err_len)
 {
 	pool_say(err, err_len, "%s", "");
 	if (p->p_read_only)
@@ -1164,7 +1280,7 @@ static int pool_snap_request(struct pool *p, enum pool_snap_op op, const char *c
 		pool_say(err, err_len, "from 1 to %u snapshots at once", POOL_SNAP_BATCH_MAX);
 		return -EINVAL;
 	}
-	struct pool_snap_req rq = {.rq_op = op, .rq_n = n};
+	struct pool_snap_req rq = {.rq_op = op, .rq_n = n, .rq_recursive = recursive};
 	rq.rq_targets = mem_zalloc(n * sizeof(*rq.rq_targets));
 	if (!rq.rq_targets)
 		return -ENOMEM;
@@ -1184,12 +1300,18 @@ static int pool_snap_request(struct pool *p, enum pool_snap_op op, const char *c
 int pool_snapshot_create(struct pool *p, const char *const *names, unsigned n, char *err,
                          size_t err_len)
 {
-	return pool_snap_request(p, POOL_SNAP_CREATE, names, n, err, err_len);
+	return pool_snap_request(p, POOL_SNAP_CREATE, names, n, false, err, err_len);
 }
 
 int pool_snapshot_destroy(struct pool *p, const char *name, char *err, size_t err_len)
 {
-	return pool_snap_request(p, POOL_SNAP_DESTROY, &name, 1, err, err_len);
+	return pool_snap_request(p, POOL_SNAP_DESTROY, &name, 1, false, err, err_len);
+}
+
+int pool_fs_rollback(struct pool *p, const char *snapshot, bool destroy_later, char *err,
+                     size_t err_len)
+{
+	return pool_snap_request(p, POOL_SNAP_ROLLBACK, &snapshot, 1, destroy_later, err, err_len);
 }
 
 /* ---------------------------------------------------------------------------------------------

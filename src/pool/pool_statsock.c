@@ -257,6 +257,21 @@ static int pool_statsock_list_args(char *words, struct pool_statsock_list *sl,
 	return 0;
 }
 
+/* A change's answer, "ok" or "error: TEXT" (err, else rc's meaning), logged and sent. */
+static int pool_statsock_change_answer(struct pool_statsock *ss, int fd, const char *req, int rc,
+                                       const char *err)
+{
+	char line[512];
+	if (rc == 0 || !err[0])
+		err = rc == 0 ? "done" : sh_strerror(rc);
+	log_info("pool %s: %s: %s", pool_name(ss->ss_pool), req, err);
+	if (rc == 0)
+		snprintf(line, sizeof(line), "ok\n");
+	else
+		snprintf(line, sizeof(line), "error: %s\n", err);
+	return pool_statsock_send(fd, line, strlen(line));
+}
+
 /* "snapshot create FS@NAME..." or "snapshot destroy FS@NAME": "ok" or "error: TEXT" into line. */
 static const char *pool_statsock_snapshot(struct pool_statsock *ss, char *args, char *line,
                                           size_t cap)
@@ -319,13 +334,16 @@ static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *r
 		int rc = sscanf(req + 9, "%130s %65s %c", snapshot, name, &x) == 2
 		             ? pool_fs_clone(ss->ss_pool, snapshot, name, err, sizeof(err))
 		             : -EINVAL;
-		log_info("pool %s: %s: %s", pool_name(ss->ss_pool), req, rc == 0 ? "done" : err);
-		if (rc == 0)
-			answer = "ok\n";
-		else
-			snprintf(line, sizeof(line), "error: %s\n", err[0] ? err : sh_strerror(rc));
-		answer = rc == 0 ? answer : line;
-		return pool_statsock_send(fd, answer, strlen(answer));
+		return pool_statsock_change_answer(ss, fd, req, rc, err);
+	}
+	if (strncmp(req, "fs rollback ", 12) == 0) {
+		char snapshot[POOL_SNAP_FULL_MAX + 2], err[256] = "", x;
+		const char *args = req + 12;
+		bool later = strncmp(args, "-r ", 3) == 0;
+		int rc = sscanf(args + (later ? 3 : 0), "%130s %c", snapshot, &x) == 1
+		             ? pool_fs_rollback(ss->ss_pool, snapshot, later, err, sizeof(err))
+		             : -EINVAL;
+		return pool_statsock_change_answer(ss, fd, req, rc, err);
 	}
 	if (strncmp(req, "snapshot ", 9) == 0) {
 		answer = pool_statsock_snapshot(ss, req + 9, line, sizeof(line));

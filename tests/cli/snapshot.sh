@@ -7,7 +7,10 @@
 # keeps its origin snapshot until it is destroyed itself. Served:
 # files copied in with nfs-cp before the command are in the snapshot's REFER, a file copied in
 # after it is not (the next snapshot's REFER has it); a snapshot is destroyed while served; the
-# snapshots outlive the server, and `shale pool check` is clean. Prints TAP lines. Needs
+# exported file system is not rolled back while served; offline, `fs rollback` refuses without
+# -r when a later snapshot exists, and with -r makes the file system its snapshot: served again,
+# the snapshot's files are there byte-exact and a file written after it is not. The snapshots
+# outlive the server, and `shale pool check` is clean. Prints TAP lines. Needs
 # $SHALE_BIN and nfs-cp.
 set -u
 . "$(dirname "$0")/../lib/tap.sh"
@@ -26,7 +29,7 @@ stop() { kill "$pid" && wait "$pid"; pid=; }
 url() { echo "nfs://127.0.0.1/tank/home/$1$url_q"; }
 # a snapshot's field from `snapshot list -p`: $1 POOL/FS@SNAP, $2 the column (2 USED, 3 REFER)
 field() { S snapshot list "${1%@*}" -p | awk -v n="$1" -v c="$2" '$1 == n { print $c }'; }
-export -f S field
+export -f S field start url
 
 mkdir -p var/pool var/state
 "$SHALE_BIN" pool create tank var/pool/tank0.img --size 256M >/dev/null
@@ -106,9 +109,25 @@ check "destroy of the first while served" bash -c '
 	"$0" snapshot destroy tank/home@served -d var/pool | grep -q "^destroyed tank/home@served$"' "$SHALE_BIN"
 check "the files read back through NFS are whole" \
 	bash -c "nfs-cp '$(url one.bin)' back.bin && cmp one.bin back.bin && nfs-cp '$(url three.bin)' back3.bin && cmp three.bin back3.bin"
+head -c 1000000 /dev/urandom >four.bin
+check "nfs-cp writes a fourth file after tank/home@later" nfs-cp four.bin "$(url four.bin)"
+check "an exported file system is not rolled back while served" bash -c '
+	! "$0" fs rollback tank/home@later -d var/pool 2>err && grep -q "in use" err' "$SHALE_BIN"
 check "the server stops" stop
 check "the snapshot outlives the server; the destroyed one is gone" bash -c '
 	"$0" snapshot list tank/home -d var/pool | grep -q "^tank/home@later " &&
 	! "$0" snapshot list tank/home -d var/pool | grep -q "@served "' "$SHALE_BIN"
+check "fs rollback refuses a missing snapshot and names a later one without -r" bash -c '
+	"$0" snapshot create tank/home@latest -d var/pool >/dev/null &&
+	! "$0" fs rollback tank/home@nosuch -d var/pool 2>/dev/null &&
+	! "$0" fs rollback tank/home@later -d var/pool 2>err && grep -q "tank/home@latest\|home@latest" err' "$SHALE_BIN"
+check "fs rollback -r: the file system is the snapshot again (its REFER), the later one gone" bash -c '
+	"$0" fs rollback -r tank/home@later -d var/pool | grep -q "^rolled tank/home back to tank/home@later$" &&
+	! "$0" snapshot list tank/home -d var/pool | grep -q "@latest " &&
+	[ "$("$0" fs list tank -d var/pool | awk "\$1 == \"tank/home\" { print \$4 }")" = "$(field tank/home@later 3)" ]' "$SHALE_BIN"
+check "served again: the files of the snapshot are there byte-exact, the later one is not" bash -c '
+	start || exit 1
+	nfs-cp "$(url one.bin)" b1.bin && cmp one.bin b1.bin && nfs-cp "$(url three.bin)" b3.bin && cmp three.bin b3.bin &&
+	! nfs-cp "$(url four.bin)" b4.bin 2>/dev/null; rc=$?; kill "$pid"; wait "$pid"; exit $rc'
 check "shale pool check is clean" bash -c '"$0" pool check tank -d var/pool | grep -q " 0 problems"' "$SHALE_BIN"
 tap_finish snapshot

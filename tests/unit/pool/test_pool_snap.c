@@ -4,9 +4,11 @@
  * hold; destroying a snapshot in the middle of a line frees only its own blocks; several
  * snapshots at once are all or none; names are checked; a file system with snapshots is not
  * destroyed; the background freeing goes on across an export and import; a clone shares its
- * origin's blocks, changes apart and frees only its own when destroyed; a random line of
+ * origin's blocks, changes apart and frees only its own when destroyed; a rollback makes the file
+ * system its snapshot and frees what it changed since; a random line of
  * changes, snapshots and destroys keeps every snapshot's contents and leaves a clean check at
- * every step; and power cuts anywhere in such a line (fault leaves, every fault mode; the cuts
+ * every step; and power cuts anywhere in such a line, rollbacks included (fault leaves, every
+ * fault mode; the cuts
  * as in test_pool_crash.c) leave a pool that imports and checks clean, holding every snapshot
  * whose create returned and none whose destroy returned, each with its contents, and whose
  * background freeing then finishes clean. */
@@ -284,6 +286,24 @@ static void finish(struct pool *p, struct kv *kv, struct blk_dev *d)
 	blk_dev_close(d);
 }
 
+/* Closes kv, exports the pool and imports it again with kv reopened; false (reported, the leaf
+ * closed when the import failed) when that cannot be done. */
+static bool reimport(struct pool **p, struct kv **kv, struct blk_dev *d)
+{
+	kv_close(*kv);
+	*kv = NULL;
+	CHECK(pool_export(*p) == 0);
+	struct pool_open_opts o = opts_kv();
+	*p = NULL;
+	CHECK(pool_import_devs(&d, 1, &o, p) == 0);
+	if (!*p) {
+		blk_dev_close(d);
+		return false;
+	}
+	CHECK(kv_open(*p, "kv", kv) == 0);
+	return *kv != NULL;
+}
+
 /* ---- tests ---- */
 
 /* A snapshot keeps its txg's contents while the file system changes; USED and REFER add up; its
@@ -403,16 +423,8 @@ static void test_snap_middle(void)
 	CHECK(j3.si_used_bytes >= i3.si_used_bytes);
 	/* across an export and import with chains still queued: the freeing goes on */
 	CHECK(snap_destroy1(p, "kv@s1") == 0);
-	kv_close(kv);
-	CHECK(pool_export(p) == 0);
-	struct pool_open_opts o = opts_kv();
-	p = NULL;
-	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
-	if (!p) {
-		blk_dev_close(d);
+	if (!reimport(&p, &kv, d))
 		return;
-	}
-	CHECK(kv_open(p, "kv", &kv) == 0);
 	CHECK(free_settle(p));
 	CHECK(snap_count(p, "kv") == 1);
 	CHECK(snap_verify(kv, &sm[2]) == 0);
@@ -529,6 +541,15 @@ static unsigned head_verify(struct kv *kv, const unsigned *ver)
 	return bad;
 }
 
+/* Sets every key to version v (ver, the model, follows). */
+static void set_all(struct kv *kv, unsigned *ver, unsigned v)
+{
+	for (unsigned k = 0; k < NKEYS; k++) {
+		ver[k] = v;
+		CHECK(set_key(kv, k, v) == 0);
+	}
+}
+
 /* A clone shares its origin's blocks, changes apart from it, keeps its origin snapshot from
  * being destroyed, and when destroyed frees only its own blocks. */
 static void test_snap_clone(void)
@@ -539,10 +560,7 @@ static void test_snap_clone(void)
 	if (!p || !kv)
 		return;
 	unsigned ver[NKEYS], cver[NKEYS];
-	for (unsigned k = 0; k < NKEYS; k++) {
-		ver[k] = 1;
-		CHECK(set_key(kv, k, 1) == 0);
-	}
+	set_all(kv, ver, 1);
 	CHECK(snap_create1(p, "kv@origin") == 0);
 	uint64_t used_at_snap = pool_used(p);
 	char err[200];
@@ -594,6 +612,72 @@ static void test_snap_clone(void)
 	finish(p, kv, d);
 }
 
+/* Rollback: the file system becomes the snapshot (its contents, its REFER), what it changed
+ * since is freed in the background; later snapshots are refused unless asked to go; an open
+ * file system is refused. */
+static void test_snap_rollback(void)
+{
+	struct blk_dev *d;
+	struct kv *kv;
+	struct pool *p = new_pool("snapb", &d, &kv);
+	if (!p || !kv)
+		return;
+	unsigned ver[NKEYS], at_snap[NKEYS];
+	set_all(kv, ver, 1);
+	CHECK(snap_create1(p, "kv@good") == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	memcpy(at_snap, ver, sizeof(ver));
+	uint64_t used_at_snap = pool_used(p);
+	/* a mistake: most keys rewritten, some removed */
+	for (unsigned k = 0; k < NKEYS; k++) {
+		ver[k] = k % 4 == 0 ? 0 : 5;
+		CHECK(set_key(kv, k, ver[k]) == 0);
+	}
+	CHECK(snap_create1(p, "kv@bad") == 0);
+	for (unsigned k = 0; k < NKEYS; k += 2)
+		CHECK(set_key(kv, k, 6) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	char err[200];
+	/* open: refused */
+	CHECK(pool_fs_rollback(p, "kv@good", true, err, sizeof(err)) == -EBUSY);
+	kv_close(kv);
+	/* a later snapshot: refused without -r, naming it */
+	CHECK(pool_fs_rollback(p, "kv@good", false, err, sizeof(err)) == -ENOTEMPTY);
+	CHECK(strstr(err, "kv@bad") != NULL);
+	CHECK(snap_count(p, "kv") == 2);
+	CHECK(pool_fs_rollback(p, "kv@nosuch", true, err, sizeof(err)) == -ENOENT);
+	CHECK(pool_fs_rollback(p, "kv@good", true, err, sizeof(err)) == 0);
+	CHECK(snap_count(p, "kv") == 1);
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	if (!kv)
+		return;
+	CHECK(head_verify(kv, at_snap) == 0);
+	struct pool_snap_info si = {0};
+	CHECK(snap_info(p, "kv", "good", &si));
+	CHECK_EQ_U64(ds_info_of(p, "kv").di_refer_bytes, si.si_refer_bytes);
+	CHECK_EQ_U64(si.si_used_bytes, 0);
+	/* the changes' space comes back */
+	for (int i = 0; i < 20000 && pool_destroy_queued(p) > 0; i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(free_settle(p));
+	CHECK(pool_used(p) <= used_at_snap + 64 * 1024);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	/* and it goes on from there */
+	for (unsigned k = 0; k < NKEYS; k += 3) {
+		at_snap[k] = 8;
+		CHECK(set_key(kv, k, 8) == 0);
+	}
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(head_verify(kv, at_snap) == 0);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	/* across an export and import */
+	if (!reimport(&p, &kv, d))
+		return;
+	CHECK(head_verify(kv, at_snap) == 0);
+	CHECK(snap_destroy1(p, "kv@good") == 0);
+	finish(p, kv, d);
+}
+
 /* ---- power cuts ---- */
 
 #define CRASH_ROUNDS 40u
@@ -611,6 +695,7 @@ struct snap_crash_run {
 	uint64_t sc_start_seq;
 	struct crash_snap sc_snaps[CRASH_ROUNDS];
 	unsigned sc_nsnaps;
+	unsigned sc_rollbacks;
 };
 
 static struct pool_open_opts crash_snap_opts(void)
@@ -649,7 +734,29 @@ static bool snap_crash_workload(struct snap_crash_run *sc)
 		for (unsigned i = 0; i < sc->sc_nsnaps; i++)
 			live += sc->sc_snaps[i].cs_destroyed_seq == 0;
 		char full[48];
-		if (live >= 3 || (live > 0 && round % 3 == 2)) {
+		if (live > 0 && round % 7 == 6) {
+			/* roll back to a live one, the later ones destroyed (-r) */
+			unsigned skip = pick % live, i = 0;
+			for (;; i++)
+				if (sc->sc_snaps[i].cs_destroyed_seq == 0 && skip-- == 0)
+					break;
+			snprintf(full, sizeof(full), "kv@%.31s", sc->sc_snaps[i].cs_model.sm_name);
+			uint64_t asked = blk_fault_global_seq();
+			for (unsigned j = i + 1; j < sc->sc_nsnaps; j++)
+				if (sc->sc_snaps[j].cs_destroyed_seq == 0)
+					sc->sc_snaps[j].cs_destroy_asked_seq = asked;
+			kv_close(kv);
+			kv = NULL;
+			char err[200];
+			ok = pool_fs_rollback(p, full, true, err, sizeof(err)) == 0 &&
+			     kv_open(p, "kv", &kv) == 0;
+			uint64_t done = blk_fault_global_seq();
+			for (unsigned j = i + 1; j < sc->sc_nsnaps; j++)
+				if (sc->sc_snaps[j].cs_destroyed_seq == 0)
+					sc->sc_snaps[j].cs_destroyed_seq = done;
+			memcpy(ver, sc->sc_snaps[i].cs_model.sm_ver, sizeof(ver));
+			sc->sc_rollbacks++;
+		} else if (live >= 3 || (live > 0 && round % 3 == 2)) {
 			/* destroy one that lives: its blocks are freed in the background */
 			unsigned skip = pick % live, i = 0;
 			for (;; i++)
@@ -668,9 +775,10 @@ static bool snap_crash_workload(struct snap_crash_run *sc)
 			cs->cs_created_seq = blk_fault_global_seq();
 		}
 	}
-	kv_close(kv);
+	if (kv)
+		kv_close(kv);
 	pool_close(p); /* the crash */
-	return ok;
+	return ok && sc->sc_rollbacks > 0;
 }
 
 /* One image at cut g: imported and checked (crash_cut_import), its snapshots as the line says,
@@ -685,8 +793,8 @@ static bool snap_crash_verify(struct snap_crash_run *sc, uint64_t g, enum blk_fa
 	struct kv *kv = NULL;
 	if (p && kv_open(p, "kv", &kv) != 0)
 		ok = false;
-	if (p && pool_snap_free_queued(p) > 0)
-		(*mid_free)++; /* cut while a destroyed snapshot's blocks were being freed */
+	if (p && (pool_snap_free_queued(p) > 0 || pool_destroy_queued(p) > 0))
+		(*mid_free)++; /* cut while a destroyed snapshot's or rolled-back blocks were freed */
 	for (unsigned i = 0; kv && i < sc->sc_nsnaps; i++) {
 		const struct crash_snap *cs = &sc->sc_snaps[i];
 		struct pool_snap_info si = {0};
@@ -706,6 +814,8 @@ static bool snap_crash_verify(struct snap_crash_run *sc, uint64_t g, enum blk_fa
 	}
 	if (kv) {
 		kv_close(kv);
+		for (int w = 0; w < 20000 && pool_destroy_queued(p) > 0; w++)
+			(void)!pool_txg_wait_synced(p, 0);
 		if (!free_settle(p) || pool_check(p, report_print, NULL) != 0) {
 			printf("#   cut %" PRIu64 " mode %d: after the background freeing\n", g, mode);
 			ok = false;
@@ -736,8 +846,8 @@ static void test_snap_crash(void)
 	CHECKF(failed == 0, "%u of %u images failed", failed, images);
 	CHECKF(mid_free > 0, "no cut fell while a destroyed snapshot's blocks were being freed");
 	printf("#   %u cut points (%zu flush events), %u images in 5 fault modes (%u in the middle "
-	       "of a background free), %u snapshots taken\n",
-	       plan.cp_ncuts, plan.cp_nflush, images, mid_free, sc->sc_nsnaps);
+	       "of a background free), %u snapshots taken, %u rollbacks\n",
+	       plan.cp_ncuts, plan.cp_nflush, images, mid_free, sc->sc_nsnaps, sc->sc_rollbacks);
 	crash_plan_fini(&plan);
 	blk_dev_close(sc->sc_leaf);
 	free(sc);
@@ -751,6 +861,7 @@ int main(void)
 	TAP_RUN(test_snap_random);
 	TAP_RUN(test_snap_atomic);
 	TAP_RUN(test_snap_clone);
+	TAP_RUN(test_snap_rollback);
 	TAP_RUN(test_snap_crash);
 	return tap_finish();
 }
