@@ -26,8 +26,11 @@
  * from slice to slice: a block is named by its pointer, checksum included, and never changes.
  * Between slices the trees change; entries added before the resume key are new blocks, written
  * whole, and the next scrub reads them. A dataset being destroyed is left (its tree is being
- * freed). The scrub checks no tree structure and no allocator (that needs the whole pool at one
- * instant): pool_check does.
+ * freed). After the file systems come their snapshots, oldest first, each slice beginning with a
+ * look that the snapshot still exists (its blocks are live only while it does: a destroy between
+ * slices frees them, and a block freed may be reused, so the walk of a destroyed snapshot
+ * stops), then every dead-list and queued chain's chunks in one slice. The scrub checks no tree
+ * structure and no allocator (that needs the whole pool at one instant): pool_check does.
  *
  * The online resilver. A scrub that ends with no problem, having left no dataset out, clears
  * the stale marks (as a check does), so a served pool's leaf that came back from missing writes
@@ -1098,6 +1101,100 @@ static int pool_scrub_ds(struct pool *p, struct pool_walk *w, struct pool_ds *ds
 	}
 }
 
+/* Under p_lock: whether head_id's snapshot at txg is still the one with id (a destroy between
+ * slices frees its blocks: the scrub leaves it then). */
+static bool pool_scrub_snap_alive(struct pool *p, uint64_t head_id, uint64_t txg, uint64_t id)
+{
+	struct pool_snap_rec *recs;
+	size_t n;
+	bool alive = false;
+	if (pool_sn_list(p, head_id, &recs, &n) != 0)
+		return false;
+	for (size_t i = 0; i < n && !alive; i++)
+		alive = recs[i].sr_txg == txg && recs[i].sr_id == id;
+	mem_free(recs);
+	return alive;
+}
+
+/* The snapshots of head ds, oldest first, a slice at a time as pool_scrub_ds does: each slice
+ * first makes sure its snapshot still exists (its blocks are live only while it does); the data
+ * blocks older than the snapshot before it were verified with that one (w_data_after). Returns
+ * 0, -ECANCELED or -ENOMEM. */
+static int pool_scrub_snapshots(struct pool *p, struct pool_walk *w, struct pool_ds *ds,
+                                const struct pool_scrub_opts *o)
+{
+	struct pool_snap_rec *recs = NULL;
+	size_t n = 0;
+	pool_lock(p);
+	int rc = ds->ds_ops && ds->ds_ops->do_visit_blocks ? pool_sn_list(p, ds->ds_id, &recs, &n)
+	                                                   : 0;
+	pool_unlock(p);
+	if (rc != 0)
+		return rc == -ENOMEM ? rc : 0; /* reported by a check */
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct btree_config cfg;
+		struct btree *t = NULL;
+		pool_ds_config(ds, &cfg);
+		if (btree_open(&cfg, &recs[i].sr_root, &t) != 0) {
+			w->w_partial = true;
+			continue;
+		}
+		struct pool_walk_scan ws = {
+		    .ws_pool = p, .ws_ds = ds, .ws_tree = t, .ws_budget = o->so_slice_bytes};
+		for (;;) {
+			if (atomic_load(&p->p_scrub_cancel)) {
+				rc = -ECANCELED;
+				break;
+			}
+			pool_scrub_lock(p);
+			if (!pool_scrub_snap_alive(p, ds->ds_id, recs[i].sr_txg, recs[i].sr_id)) {
+				pool_unlock(p); /* destroyed meanwhile: its blocks are no longer live */
+				break;
+			}
+			p->p_walk = w;
+			w->w_slice_bytes = 0;
+			w->w_data_after = i > 0 ? recs[i - 1].sr_txg : ds->ds_origin_txg;
+			int src = pool_walk_scan_run(p, &ws);
+			w->w_data_after = 0;
+			(void)pool_walk_verify_batch(p, w); /* reported */
+			p->p_walk = NULL;
+			pool_unlock(p);
+			pool_scrub_progress(p, w);
+			if (src == -ENOMEM) {
+				rc = src;
+				break;
+			}
+			if (src != 0) {
+				w->w_problems++;
+				pool_walk_say(w, "snapshot %s@%s: walking its entries: %s", ds->ds_name,
+				              recs[i].sr_name, sh_strerror(src));
+				break;
+			}
+			if (!ws.ws_paused)
+				break;
+			pool_scrub_pause(o->so_pause_ms);
+		}
+		btree_close(t);
+	}
+	mem_free(recs);
+	return rc;
+}
+
+/* Every dead-list and queued chain's chunks, read and verified in one slice. */
+static int pool_scrub_chains(struct pool *p, struct pool_walk *w)
+{
+	bool countable = true;
+	pool_scrub_lock(p);
+	p->p_walk = w;
+	int rc = pool_check_chains(p, "dl/", &countable);
+	if (rc == 0)
+		rc = pool_check_chains(p, "fq/", &countable);
+	(void)pool_walk_verify_batch(p, w);
+	p->p_walk = NULL;
+	pool_unlock(p);
+	return rc;
+}
+
 int64_t pool_scrub(struct pool *p, const struct pool_scrub_opts *opts, pool_report_fn report,
                    void *arg)
 {
@@ -1118,6 +1215,11 @@ int64_t pool_scrub(struct pool *p, const struct pool_scrub_opts *opts, pool_repo
 	pool_scrub_progress(p, w);
 	for (size_t i = 0; rc == 0 && i < nheld; i++)
 		rc = pool_scrub_ds(p, w, held[i], &o);
+	for (size_t i = 0; rc == 0 && i < nheld; i++)
+		if (!held[i]->ds_queued)
+			rc = pool_scrub_snapshots(p, w, held[i], &o);
+	if (rc == 0)
+		rc = pool_scrub_chains(p, w);
 	pool_lock(p);
 	pool_walk_flush(p, w); /* copies rewritten on stale children */
 	/* The online resilver: every stale child is as good as a current one now (see the
