@@ -422,7 +422,13 @@ static int pool_mos_range(struct pool *p, const char *prefix, uint32_t plen, con
                           void *arg)
 {
 	struct pool_mos_range mr = {prefix, plen, fn, arg};
+	/* From the pinned copy (R9), also while a check's or a scrub's walk is set: those route
+	 * the metadata tree's reads through their own bounded cache, which may have let go of a
+	 * node by now. */
+	struct pool_walk *walk = p->p_walk;
+	p->p_walk = NULL;
 	int rc = btree_scan(p->p_mos, start, slen, after, pool_mos_range_visit, &mr, NULL);
+	p->p_walk = walk;
 	return rc == -SH_ENEEDBLOCK ? -EIO : rc;
 }
 
