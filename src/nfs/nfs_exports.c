@@ -371,18 +371,24 @@ static char *nfs_next_word(char **cursor, bool *bad)
 }
 
 /* A pool's file system: exactly "POOL/FS", each a name of [A-Za-z0-9_.-] (as the pool's own
- * names are), neither "." nor "..". */
+ * names are), neither "." nor ".."; or one of its snapshots, "POOL/FS@SNAP" (SNAP of
+ * [A-Za-z0-9_.:-], up to 64), served read only. */
 static bool nfs_is_dataset_name(const char *word)
 {
 	const char *slash = strchr(word, '/');
 	if (!slash || slash == word || slash[1] == '\0' || strchr(slash + 1, '/'))
 		return false;
+	const char *at = strchr(slash + 1, '@');
+	if (at && (at == slash + 1 || at[1] == '\0' || strchr(at + 1, '@') || strlen(at + 1) > 64))
+		return false;
 	for (const char *p = word; *p; p++) {
-		if (p != slash && !((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-				    *p == '_' || *p == '.' || *p == '-'))
+		bool snap_char = at && p > at && *p == ':';
+		if (p != slash && p != at && !snap_char &&
+		    !((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		      *p == '_' || *p == '.' || *p == '-'))
 			return false;
 	}
-	size_t l1 = (size_t)(slash - word), l2 = strlen(slash + 1);
+	size_t l1 = (size_t)(slash - word), l2 = at ? (size_t)(at - slash - 1) : strlen(slash + 1);
 	if (l1 > 63 || l2 > 64)
 		return false;
 	bool dots1 = (l1 == 1 && word[0] == '.') || (l1 == 2 && word[0] == '.' && word[1] == '.');

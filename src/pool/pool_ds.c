@@ -99,7 +99,7 @@ int pool_ds_record_decode(struct pool_ds *ds, const uint8_t *in, uint32_t len)
 static struct pool_ds *pool_ds_find_loaded(struct pool *p, const char *name)
 {
 	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
-		if (!ds->ds_queued && strcmp(ds->ds_name, name) == 0)
+		if (!ds->ds_queued && !ds->ds_snapshot && strcmp(ds->ds_name, name) == 0)
 			return ds;
 	}
 	return NULL;
@@ -256,6 +256,13 @@ int pool_ds_open(struct pool *p, const char *name, struct pool_ds **ds_out)
 	*ds_out = NULL;
 	if (p->p_read_only)
 		return -EROFS; /* imported read only: nothing may change */
+	if (name && strchr(name, '@')) {
+		/* a snapshot, read only (pool_snap.c) */
+		pool_lock(p);
+		int rc = pool_snap_ds_hold(p, name, ds_out);
+		pool_unlock(p);
+		return rc;
+	}
 	if (!pool_name_valid(name, POOL_DS_NAME_MAX))
 		return -EINVAL;
 	pool_lock(p);
@@ -533,6 +540,8 @@ int pool_ds_rename(struct pool *p, const char *from, const char *to)
 	}
 	if (rc == 0 && ds && (ds->ds_refs > 0 || ds->ds_destroying))
 		rc = -EBUSY; /* open (served), or being destroyed */
+	if (rc == 0 && ds)
+		rc = pool_snap_ds_release_idle(p, ds->ds_id, 0); /* its snapshots' names change */
 	/* the record under the new key (a loaded dataset's as it is in memory), then the old key
 	 * goes: one txg holds both changes (the MOS never misses, R9) */
 	if (rc == 0 && ds)

@@ -378,6 +378,11 @@ struct pool_ds {
 	bool ds_destroying;     /* no opens: being destroyed (queued or about to be) */
 	bool ds_queued;         /* its record is "dq/<id>": freed in steps (pool_destroy.c) */
 	bool ds_destroy_failed; /* queued, but its steps cannot go on (no owner): left as it is */
+	/* A snapshot opened read only (pool_ds_open of "fs@snap", pool_snap.c): ds_name is
+	 * "fs@snap", ds_id the snapshot's id; its file system's id and its txg. Nothing in it
+	 * changes: a free of one of its blocks is refused. */
+	bool ds_snapshot;
+	uint64_t ds_snap_head_id, ds_snap_txg;
 	/* Snapshots (pool_snap.c). The line's latest snapshot (or a clone's origin): its txg (0 when
 	 * none) and id; the head's dead list (0: none yet); a clone's origin (its head's id and its
 	 * txg; 0 when not a clone); the line's bucket boundaries (its snapshots' txgs, ascending,
@@ -710,6 +715,14 @@ int pool_dl_flush(struct pool *p, struct pool_ds *ds);
 int pool_snap_sync(struct pool *p, uint64_t txg);
 /* Under p_lock: loads ds's line (its snapshots' txgs) from the metadata tree. 0, -ENOMEM, -EIO. */
 int pool_snap_load_line(struct pool *p, struct pool_ds *ds);
+/* Whether ds is a snapshot opened read only (any thread: fixed while it is loaded). */
+bool pool_ds_is_snapshot(const struct pool_ds *ds);
+/* Under p_lock: snapshot "fs@snap" loaded read only (a reference taken), or found loaded.
+ * Returns 0, -ENOENT, -EINVAL (a name), -EIO, -ENOMEM. */
+int pool_snap_ds_hold(struct pool *p, const char *full, struct pool_ds **ds_out);
+/* Under p_lock, before a snapshot's record goes (destroy, rollback -r) or its file system is
+ * renamed: -EBUSY when it is open (exported), else its idle loaded copy, if any, is unloaded. */
+int pool_snap_ds_release_idle(struct pool *p, uint64_t head_id, uint64_t txg);
 /* Under p_lock, as ds is queued for destruction: its dead list's chains go to the free queue
  * with their entries kept (a clone's: its origin holds them; S2); only their chunks are freed. */
 int pool_dl_drop_locked(struct pool *p, struct pool_ds *ds);

@@ -698,6 +698,13 @@ int pool_free_block(struct pool *p, struct pool_ds *ds, const struct blk_ptr *bp
 {
 	if (blk_ptr_is_hole(bp))
 		return 0;
+	if (ds && ds->ds_snapshot) {
+		/* nothing in a snapshot changes: a tree or an owner that tries is wrong */
+		p->p_free_errors++;
+		log_ratelimited(LOG_ERROR, "pool %s: a free of a block of snapshot %s refused",
+		                p->p_name, ds->ds_name);
+		return -EROFS;
+	}
 	if (ds && bp->bp_birth_txg <= ds->ds_prev_snap_txg) {
 		/* A snapshot (or the origin) still holds it: dead-listed, not freed (pool_snap.c,
 		 * S1, S2); the head no longer references it. */

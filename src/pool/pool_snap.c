@@ -990,6 +990,13 @@ static void pool_snap_do_destroy(struct pool *p, struct pool_snap_req *rq, struc
 		                   name, clone);
 		goto out;
 	}
+	if (pool_snap_ds_release_idle(p, ds->ds_id, s->sr_txg) != 0) {
+		pool_snap_req_fail(rq, -EBUSY,
+		                   "%s@%s is in use (exported): take it out of the exports and "
+		                   "reload them first (SIGHUP)",
+		                   ds->ds_name, name);
+		goto out;
+	}
 	uint64_t prev_txg = i > 0 ? recs[i - 1].sr_txg : ds->ds_origin_txg;
 	uint64_t prev_id = i > 0 ? recs[i - 1].sr_id : 0;
 	bool next_is_head = i + 1 == n;
@@ -1763,4 +1770,87 @@ int pool_dl_drop_locked(struct pool *p, struct pool_ds *ds)
 	}
 	mem_free(chains);
 	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Snapshots opened read only (an export of POOL/FS@SNAP; later .zfs/snapshot) */
+
+bool pool_ds_is_snapshot(const struct pool_ds *ds)
+{
+	return ds->ds_snapshot;
+}
+
+int pool_snap_ds_hold(struct pool *p, const char *full, struct pool_ds **ds_out)
+{
+	char fs[POOL_DS_NAME_MAX + 1], snap[POOL_SNAP_NAME_MAX + 1];
+	if (pool_snap_name_split(full, fs, snap) != 0)
+		return -EINVAL;
+	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
+		if (ds->ds_snapshot && strcmp(ds->ds_name, full) == 0) {
+			ds->ds_refs++;
+			*ds_out = ds;
+			return 0;
+		}
+	}
+	/* its file system's record, then its own */
+	char key[POOL_MOS_KEY_MAX];
+	int klen = snprintf(key, sizeof(key), "ds/%s", fs);
+	uint8_t rec[POOL_MOS_VAL_MAX];
+	uint32_t vlen;
+	int rc = btree_lookup(p->p_mos, key, (uint32_t)klen, rec, sizeof(rec), &vlen, NULL);
+	if (rc != 0)
+		return rc == -ENOENT ? rc : -EIO;
+	struct pool_ds head = {.ds_pool = p};
+	if (pool_ds_record_decode(&head, rec, vlen) != 0)
+		return -EIO;
+	struct pool_snap_rec sr;
+	rc = pool_sn_find(p, head.ds_id, snap, &sr);
+	if (rc != 0)
+		return rc;
+	struct pool_ds *ds = mem_zalloc(sizeof(*ds));
+	if (!ds)
+		return -ENOMEM;
+	ds->ds_pool = p;
+	snprintf(ds->ds_name, sizeof(ds->ds_name), "%s", full);
+	ds->ds_id = sr.sr_id;
+	ds->ds_created_txg = sr.sr_txg;
+	ds->ds_record_bytes = head.ds_record_bytes;
+	ds->ds_compress = head.ds_compress;
+	ds->ds_used_bytes = (int64_t)SH_MIN(sr.sr_refer, (uint64_t)INT64_MAX);
+	ds->ds_root = sr.sr_root;
+	ds->ds_snapshot = true;
+	ds->ds_snap_head_id = head.ds_id;
+	ds->ds_snap_txg = sr.sr_txg;
+	struct btree_config cfg;
+	pool_ds_config(ds, &cfg);
+	rc = btree_open(&cfg, &ds->ds_root, &ds->ds_tree);
+	if (rc != 0) {
+		mem_free(ds);
+		return rc == -ENOMEM ? rc : -EIO;
+	}
+	ds->ds_next = p->p_datasets;
+	p->p_datasets = ds;
+	ds->ds_refs = 1;
+	*ds_out = ds;
+	return 0;
+}
+
+int pool_snap_ds_release_idle(struct pool *p, uint64_t head_id, uint64_t txg)
+{
+	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
+		if (!ds->ds_snapshot || ds->ds_snap_head_id != head_id ||
+		    (txg != 0 && ds->ds_snap_txg != txg))
+			continue;
+		if (ds->ds_refs > 0)
+			return -EBUSY;
+	}
+	struct pool_ds *ds = p->p_datasets;
+	while (ds) {
+		struct pool_ds *next = ds->ds_next;
+		if (ds->ds_snapshot && ds->ds_snap_head_id == head_id &&
+		    (txg == 0 || ds->ds_snap_txg == txg))
+			pool_ds_unload_locked(p, ds);
+		ds = next;
+	}
+	return 0;
 }

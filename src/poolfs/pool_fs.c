@@ -374,6 +374,7 @@ struct pool_fs {
 	struct pool_ds *pf_ds;
 	struct pfs_owner *pf_owner;
 	uint8_t pf_verf[8];
+	bool pf_read_only; /* a snapshot (POOL/FS@SNAP): every change answers -EROFS */
 
 	pthread_mutex_t pf_lock;     /* the fields below */
 	pthread_cond_t pf_run_cv;
@@ -1931,7 +1932,12 @@ static void *pfs_committer_main(void *arg)
 
 static void pfs_submit(struct fs *fs, struct fs_req *req)
 {
-	pfs_run(pfs_of(fs), req, NULL);
+	struct pool_fs *pf = pfs_of(fs);
+	if (pf->pf_read_only && (fs_op_changes(req->fr_op) || req->fr_op == FS_OP_COMMIT)) {
+		pfs_fail(pf, req, NULL, -EROFS); /* a snapshot: nothing in it changes */
+		return;
+	}
+	pfs_run(pf, req, NULL);
 }
 
 static int pfs_root(struct fs *fs, struct fs_obj_id *root_out)
@@ -2047,8 +2053,12 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 	pool_unlock(p);
 	if (rc != 0)
 		goto out_close;
+	/* A snapshot (POOL/FS@SNAP) is served read only, as it is: never formatted or reaped. */
+	bool read_only = pool_ds_is_snapshot(ds);
 	bool formatted = false;
-	rc = pfs_owner_load_sync(o, true, &formatted);
+	rc = pfs_owner_load_sync(o, !read_only, &formatted);
+	if (rc == -ENOENT && read_only)
+		goto out_close; /* a snapshot of a file system never used */
 	if (rc != 0) {
 		rc = rc == -ENOMEM ? rc : -EIO;
 		goto out_close;
@@ -2068,6 +2078,7 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 	pf->pf_pool = p;
 	pf->pf_ds = ds;
 	pf->pf_owner = o;
+	pf->pf_read_only = read_only;
 	VERIFY(pthread_mutex_init(&pf->pf_lock, NULL) == 0);
 	VERIFY(pthread_cond_init(&pf->pf_run_cv, NULL) == 0);
 	VERIFY(pthread_cond_init(&pf->pf_commit_cv, NULL) == 0);
@@ -2089,7 +2100,8 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 		goto out_free;
 	}
 	*fs_out = &pf->pf_fs;
-	pfs_reap_kick(pf); /* import may have replayed a REMOVE that queued a file */
+	if (!read_only)
+		pfs_reap_kick(pf); /* import may have replayed a REMOVE that queued a file */
 	return 0;
 
 out_free:

@@ -7,7 +7,9 @@
 # keeps its origin snapshot until it is destroyed itself. Served:
 # files copied in with nfs-cp before the command are in the snapshot's REFER, a file copied in
 # after it is not (the next snapshot's REFER has it); a snapshot is destroyed while served; the
-# exported file system is not rolled back while served; offline, `fs rollback` refuses without
+# exported file system is not rolled back while served; an exports line naming a snapshot serves
+# it read only (its files byte-exact, writes refused, the snapshot not destroyed while exported);
+# offline, `fs rollback` refuses without
 # -r when a later snapshot exists, and with -r makes the file system its snapshot: served again,
 # the snapshot's files are there byte-exact and a file written after it is not. The snapshots
 # outlive the server, and `shale pool check` is clean. Prints TAP lines. Needs
@@ -114,6 +116,18 @@ check "nfs-cp writes a fourth file after tank/home@later" nfs-cp four.bin "$(url
 check "an exported file system is not rolled back while served" bash -c '
 	! "$0" fs rollback tank/home@later -d var/pool 2>err && grep -q "in use" err' "$SHALE_BIN"
 check "the server stops" stop
+# a snapshot exported on its own line: served read only
+echo "tank/home@later 127.0.0.1(rw,insecure,no_root_squash)" >var/exports
+check "serve starts with the snapshot tank/home@later exported" start
+surl() { echo "nfs://127.0.0.1/tank/home@later/$1$url_q"; }
+check "its files read byte-exact through NFS" bash -c "nfs-cp '$(surl one.bin)' s1.bin && cmp one.bin s1.bin &&
+	nfs-cp '$(surl three.bin)' s3.bin && cmp three.bin s3.bin"
+check "a file written after it is not in it" bash -c "! nfs-cp '$(surl four.bin)' s4.bin 2>/dev/null"
+check "a write into it is refused (read only)" bash -c "! nfs-cp one.bin '$(surl new.bin)' 2>err && grep -qi 'read-only\|ROFS' err"
+check "an exported snapshot is not destroyed, saying why" bash -c '
+	! "$0" snapshot destroy tank/home@later -d var/pool 2>err && grep -q "in use" err' "$SHALE_BIN"
+check "the server stops again" stop
+echo "tank/home 127.0.0.1(rw,insecure,no_root_squash)" >var/exports
 check "the snapshot outlives the server; the destroyed one is gone" bash -c '
 	"$0" snapshot list tank/home -d var/pool | grep -q "^tank/home@later " &&
 	! "$0" snapshot list tank/home -d var/pool | grep -q "@served "' "$SHALE_BIN"

@@ -114,22 +114,28 @@ static void test_load_file(void)
 }
 
 /* A pool's file system is exported as POOL/FS: clients mount /POOL/FS, and the export says which
- * dataset it is; a host directory says NULL. */
+ * dataset it is; a host directory says NULL. A snapshot is exported as POOL/FS@SNAP. */
 static void test_dataset_exports(void)
 {
-	const char *text = "tank/home 127.0.0.1(rw)\n/srv/data *(ro)\nbig-pool.2/my_fs *(rw)\n";
+	const char *text = "tank/home 127.0.0.1(rw)\n/srv/data *(ro)\nbig-pool.2/my_fs *(rw)\n"
+	                   "tank/home@2026-12-07T10:00 *(ro)\n";
 	struct nfs_exports *xs = NULL;
 	char err[256] = "";
 	CHECKF(nfs_exports_parse(text, strlen(text), &xs, err, sizeof(err)) == 0, "err=%s", err);
 	if (!xs)
 		return;
-	CHECK(nfs_exports_count(xs) == 3);
+	CHECK(nfs_exports_count(xs) == 4);
 	CHECK(strcmp(nfs_exports_path(xs, 0), "/tank/home") == 0);
 	CHECK(nfs_exports_dataset(xs, 0) && strcmp(nfs_exports_dataset(xs, 0), "tank/home") == 0);
 	CHECK(nfs_exports_dataset(xs, 1) == NULL);
 	CHECK(strcmp(nfs_exports_path(xs, 1), "/srv/data") == 0);
 	CHECK(nfs_exports_dataset(xs, 2) && strcmp(nfs_exports_dataset(xs, 2), "big-pool.2/my_fs") == 0);
 	CHECK(nfs_exports_fsid(xs, 0) != nfs_exports_fsid(xs, 2));
+	/* a snapshot: its own export, mounted as /POOL/FS@SNAP */
+	CHECK(nfs_exports_dataset(xs, 3) &&
+	      strcmp(nfs_exports_dataset(xs, 3), "tank/home@2026-12-07T10:00") == 0);
+	CHECK(strcmp(nfs_exports_path(xs, 3), "/tank/home@2026-12-07T10:00") == 0);
+	CHECK(nfs_exports_fsid(xs, 3) != nfs_exports_fsid(xs, 0));
 	nfs_exports_destroy(xs);
 }
 
@@ -147,6 +153,10 @@ static void test_malformed(void)
 		{"/a *(rw)\nrelative *(rw)\n", 2, "neither absolute nor a pool's POOL/FS"},
 		{"/a *(rw)\ntank/home/sub *(rw)\n", 2, "neither absolute nor a pool's POOL/FS"},
 		{"tank/.. *(rw)\n", 1, "neither absolute nor a pool's POOL/FS"},
+		{"tank/home@ *(ro)\n", 1, "neither absolute nor a pool's POOL/FS"},
+		{"tank/@snap *(ro)\n", 1, "neither absolute nor a pool's POOL/FS"},
+		{"tank/home@a@b *(ro)\n", 1, "neither absolute nor a pool's POOL/FS"},
+		{"tank:x/home *(ro)\n", 1, "neither absolute nor a pool's POOL/FS"},
 		{"tank/home *(rw)\n/tank/home *(ro)\n", 2, "duplicate export of /tank/home"},
 		{"/a *(rw)\n\n*(rw)\n", 3, "missing export path"},
 		{"/a *(rw)\n/a/ *(ro)\n", 2, "duplicate export of /a (first on line 1)"},
