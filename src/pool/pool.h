@@ -488,6 +488,8 @@ struct pool_status {
 	uint64_t ps_total_bytes, ps_free_bytes, ps_avail_bytes;
 	uint64_t ps_dirty_bytes;
 	uint64_t ps_datasets;
+	uint64_t ps_snapshots;          /* of every file system */
+	unsigned ps_snap_free_queued;   /* dead-list chains of destroyed snapshots being freed */
 	uint64_t ps_free_errors; /* frees the allocator refused (a sign of a damaged tree) */
 	/* The datasets in memory (being served, or just used), up to POOL_STATUS_DS_MAX. */
 	unsigned ps_nloaded;

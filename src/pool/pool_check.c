@@ -1435,14 +1435,21 @@ static bool pool_status_vdev_faulted(const struct pool_status_vdev *sv)
 	return false;
 }
 
+/* Counts the metadata tree's keys that start with cc_prefix (3 bytes: "ds/", "sn/"). */
+struct pool_count {
+	const char *cc_prefix;
+	uint64_t cc_n;
+};
+
 static bool pool_count_visit(void *arg, const void *key, uint32_t klen, const void *val,
                              uint32_t vlen)
 {
 	(void)val;
 	(void)vlen;
-	if (klen < 3 || memcmp(key, "ds/", 3) != 0)
+	struct pool_count *cc = arg;
+	if (klen < 3 || memcmp(key, cc->cc_prefix, 3) != 0)
 		return false;
-	(*(uint64_t *)arg)++;
+	cc->cc_n++;
 	return true;
 }
 
@@ -1493,8 +1500,13 @@ void pool_status(struct pool *p, struct pool_status *st)
 			sd->sd_has_stats = true;
 		}
 	}
-	if (btree_scan(p->p_mos, "ds/", 3, false, pool_count_visit, &st->ps_datasets, NULL) != 0)
-		st->ps_datasets = 0; /* the MOS is pinned (R9): only a damaged tree fails here */
+	struct pool_count ds_count = {"ds/", 0}, sn_count = {"sn/", 0};
+	/* the MOS is pinned (R9): only a damaged tree fails here */
+	if (btree_scan(p->p_mos, "ds/", 3, false, pool_count_visit, &ds_count, NULL) == 0)
+		st->ps_datasets = ds_count.cc_n;
+	if (btree_scan(p->p_mos, "sn/", 3, false, pool_count_visit, &sn_count, NULL) == 0)
+		st->ps_snapshots = sn_count.cc_n;
+	st->ps_snap_free_queued = atomic_load(&p->p_fq_queued);
 	pool_unlock(p);
 	st->ps_total_bytes = total;
 	st->ps_free_bytes = free_now + freeing;
@@ -1652,7 +1664,12 @@ int pool_status_print(struct pool *p, FILE *out)
 		        st->ps_log_stats.is_records, st->ps_log_stats.is_flushes,
 		        st->ps_log_stats.is_records_per_flush, st->ps_log_stats.is_full,
 		        st->ps_log_replayed);
-	fprintf(out, "datasets: %" PRIu64 " (%u in memory)\n", st->ps_datasets, st->ps_nloaded);
+	fprintf(out, "datasets: %" PRIu64 " (%u in memory); %" PRIu64 " snapshot%s", st->ps_datasets,
+	        st->ps_nloaded, st->ps_snapshots, st->ps_snapshots == 1 ? "" : "s");
+	if (st->ps_snap_free_queued > 0)
+		fprintf(out, "; %u chain%s of blocks only destroyed snapshots held, being freed",
+		        st->ps_snap_free_queued, st->ps_snap_free_queued == 1 ? "" : "s");
+	fputc('\n', out);
 	for (unsigned i = 0; i < st->ps_nloaded; i++) {
 		const struct pool_status_ds *sd = &st->ps_loaded[i];
 		if (sd->sd_destroying) {

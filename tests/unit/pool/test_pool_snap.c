@@ -273,6 +273,22 @@ static struct pool *new_pool(const char *name, struct blk_dev **dev_out, struct 
 	return p;
 }
 
+/* Whether `shale pool status`'s text holds what. */
+static bool status_says(struct pool *p, const char *what)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	if (!out)
+		return false;
+	int rc = pool_status_print(p, out);
+	bool found = fclose(out) == 0 && rc == 0 && text && strstr(text, what) != NULL;
+	if (!found && text)
+		printf("#   status: %s\n", text);
+	free(text);
+	return found;
+}
+
 /* Every snapshot is destroyed already: once the freeing has settled, the file system holds no
  * snapshot space and the check is clean; then the pool is exported. */
 static void finish(struct pool *p, struct kv *kv, struct blk_dev *d)
@@ -408,8 +424,12 @@ static void test_snap_middle(void)
 	struct pool_ds_info di = ds_info_of(p, "kv");
 	CHECK(di.di_snap_bytes >= i1.si_used_bytes + i2.si_used_bytes + i3.si_used_bytes);
 	CHECK(pool_check(p, report_print, NULL) == 0);
+	CHECK(status_says(p, "(1 in memory); 3 snapshots\n"));
 	uint64_t before = pool_used(p);
 	CHECK(snap_destroy1(p, "kv@s2") == 0);
+	CHECK(status_says(p, "2 snapshots; 1 chain of blocks only destroyed snapshots held, being "
+	                     "freed") ||
+	      pool_snap_free_queued(p) == 0); /* the chain may be freed already */
 	CHECK(free_settle(p));
 	uint64_t after = pool_used(p);
 	CHECK(before - after >= i2.si_used_bytes);
