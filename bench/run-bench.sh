@@ -198,6 +198,17 @@ if [ "$inside" -eq 0 ]; then
 	mkdir -p "$work" "$results" || die "cannot create $work or $results"
 	work=$(cd "$work" && pwd)
 	results=$(cd "$results" && pwd)
+	# A namespace other than the host's may only choose congestion controls the host allows
+	# (net.ipv4.tcp_allowed_congestion_control); add the run's to that list when the kernel
+	# has it (the host's own default is not changed).
+	if [ "$tcp_cc" != inherit ]; then
+		allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control 2>/dev/null)
+		if ! grep -qw -- "$tcp_cc" <<<"$allowed" &&
+			grep -qw -- "$tcp_cc" /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null; then
+			sysctl -qw net.ipv4.tcp_allowed_congestion_control="$allowed $tcp_cc" ||
+				die "cannot allow TCP congestion control $tcp_cc for the run's namespace"
+		fi
+	fi
 	exec unshare -n -m --propagation private "$0" "${orig_args[@]}" --inside \
 		--shale "$shale" --work "$work" --results "$results"
 fi
