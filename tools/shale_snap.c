@@ -195,6 +195,42 @@ static int snap_cmd_list(const char *dir, const char *target, bool exact)
 	return status;
 }
 
+/* The options after the verb (argv[0] is the verb): -d DIR, and the flag letter `flag` (0: none)
+ * into *flag_set. Returns the index of the first operand, or -1 (a usage error, reported with
+ * usage) or -2 (help asked for and printed). */
+static int snap_cmd_options(int argc, char **argv, char flag, const char **dir, bool *flag_set,
+                            void (*usage)(FILE *out))
+{
+	static const struct option longopts[] = {
+		{"dir", required_argument, NULL, 'd'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	char spec[8] = "d:h";
+	if (flag) {
+		spec[3] = flag;
+		spec[4] = '\0';
+	}
+	*dir = POOL_CMD_DEFAULT_DIR;
+	*flag_set = false;
+	optind = 1;
+	int opt;
+	while ((opt = getopt_long(argc, argv, spec, longopts, NULL)) != -1) {
+		if (opt == 'd') {
+			*dir = optarg;
+		} else if (opt == 'h') {
+			usage(stdout);
+			return -2;
+		} else if (flag && opt == flag) {
+			*flag_set = true;
+		} else {
+			usage(stderr);
+			return -1;
+		}
+	}
+	return optind;
+}
+
 int shale_snapshot_main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -213,65 +249,43 @@ int shale_snapshot_main(int argc, char **argv)
 		snap_cmd_usage(stderr);
 		return 2;
 	}
-	static const struct option longopts[] = {
-		{"dir", required_argument, NULL, 'd'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *dir = POOL_CMD_DEFAULT_DIR;
-	bool exact = false;
-	int opt;
+	const char *dir;
+	bool exact;
+	int first = snap_cmd_options(argc - 1, argv + 1, list ? 'p' : 0, &dir, &exact, snap_cmd_usage);
+	if (first < 0)
+		return first == -2 ? 0 : 2;
 	argc--;
 	argv++;
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "d:ph", longopts, NULL)) != -1) {
-		switch (opt) {
-		case 'd': dir = optarg; break;
-		case 'p':
-			if (!list) {
-				snap_cmd_usage(stderr);
-				return 2;
-			}
-			exact = true;
-			break;
-		case 'h': snap_cmd_usage(stdout); return 0;
-		default: snap_cmd_usage(stderr); return 2;
-		}
-	}
 	if (list) {
-		if (argc - optind > 1) {
+		if (argc - first > 1) {
 			snap_cmd_usage(stderr);
 			return 2;
 		}
-		return snap_cmd_list(dir, optind < argc ? argv[optind] : NULL, exact);
+		return snap_cmd_list(dir, first < argc ? argv[first] : NULL, exact);
 	}
-	return snap_cmd_change(create, dir, argc - optind, argv + optind);
+	return snap_cmd_change(create, dir, argc - first, argv + first);
+}
+
+static void clone_cmd_usage(FILE *out)
+{
+	fprintf(out, "usage: shale fs clone POOL/FS@SNAP POOL/NEW [-d DIR]\n");
 }
 
 int shale_fs_clone_main(int argc, char **argv)
 {
 	const char *cmd = "shale fs clone";
-	static const struct option longopts[] = {
-		{"dir", required_argument, NULL, 'd'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *dir = POOL_CMD_DEFAULT_DIR;
-	int opt;
+	const char *dir;
+	bool unused;
+	int first = snap_cmd_options(argc - 1, argv + 1, 0, &dir, &unused, clone_cmd_usage);
+	if (first < 0)
+		return first == -2 ? 0 : 2;
 	argc--;
 	argv++;
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "d:", longopts, NULL)) != -1) {
-		if (opt != 'd') {
-			fprintf(stderr, "usage: shale fs clone POOL/FS@SNAP POOL/NEW [-d DIR]\n");
-			return 2;
-		}
-		dir = optarg;
-	}
 	char pool[POOL_NAME_MAX + 1], new_pool[POOL_NAME_MAX + 1];
 	const char *snapshot, *name;
-	if (argc - optind != 2 || !snap_cmd_split_pool(argv[optind], pool, &snapshot) ||
-	    !snap_cmd_split_pool(argv[optind + 1], new_pool, &name) || !strchr(snapshot, '@')) {
-		fprintf(stderr, "usage: shale fs clone POOL/FS@SNAP POOL/NEW [-d DIR]\n");
+	if (argc - first != 2 || !snap_cmd_split_pool(argv[first], pool, &snapshot) ||
+	    !snap_cmd_split_pool(argv[first + 1], new_pool, &name) || !strchr(snapshot, '@')) {
+		clone_cmd_usage(stderr);
 		return 2;
 	}
 	if (strcmp(pool, new_pool) != 0) {
@@ -296,35 +310,26 @@ int shale_fs_clone_main(int argc, char **argv)
 	return status;
 }
 
+static void rollback_cmd_usage(FILE *out)
+{
+	fprintf(out, "usage: shale fs rollback [-r] POOL/FS@SNAP [-d DIR]\n");
+}
+
 int shale_fs_rollback_main(int argc, char **argv)
 {
 	const char *cmd = "shale fs rollback";
-	static const struct option longopts[] = {
-		{"dir", required_argument, NULL, 'd'},
-		{"recursive", no_argument, NULL, 'r'},
-		{NULL, 0, NULL, 0},
-	};
-	const char *dir = POOL_CMD_DEFAULT_DIR;
-	bool later = false;
-	int opt;
+	const char *dir;
+	bool later;
+	int first = snap_cmd_options(argc - 1, argv + 1, 'r', &dir, &later, rollback_cmd_usage);
+	if (first < 0)
+		return first == -2 ? 0 : 2;
 	argc--;
 	argv++;
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "d:r", longopts, NULL)) != -1) {
-		if (opt == 'd') {
-			dir = optarg;
-		} else if (opt == 'r') {
-			later = true;
-		} else {
-			fprintf(stderr, "usage: shale fs rollback [-r] POOL/FS@SNAP [-d DIR]\n");
-			return 2;
-		}
-	}
 	char pool[POOL_NAME_MAX + 1];
 	const char *snapshot;
-	if (argc - optind != 1 || !snap_cmd_split_pool(argv[optind], pool, &snapshot) ||
+	if (argc - first != 1 || !snap_cmd_split_pool(argv[first], pool, &snapshot) ||
 	    !strchr(snapshot, '@')) {
-		fprintf(stderr, "usage: shale fs rollback [-r] POOL/FS@SNAP [-d DIR]\n");
+		rollback_cmd_usage(stderr);
 		return 2;
 	}
 	char request[POOL_SNAP_FULL_MAX + 32];
