@@ -266,6 +266,48 @@ int shale_snapshot_main(int argc, char **argv)
 	return snap_cmd_change(create, dir, argc - first, argv + first);
 }
 
+/* A change on pool: asked of the server holding it, else made on the pool imported here by
+ * op(p, arg, err, err_len); done is printed on success. Returns the exit status. */
+static int snap_cmd_run(const char *cmd, const char *dir, const char *pool, const char *request,
+                        const char *done, int (*op)(struct pool *p, void *arg, char *err,
+                                                    size_t err_len),
+                        void *arg)
+{
+	int status = shale_cmd_remote(dir, pool, request, cmd, done);
+	if (status >= 0)
+		return status;
+	struct pool *p = NULL;
+	if (shale_cmd_import(cmd, dir, pool, false, &p) < 0)
+		return 1;
+	char err[256] = "";
+	int rc = op(p, arg, err, sizeof(err));
+	status = snap_cmd_outcome(cmd, rc, err, done);
+	if (shale_cmd_export(cmd, p) < 0)
+		status = 1;
+	return status;
+}
+
+struct clone_args {
+	const char *ca_snapshot, *ca_name;
+};
+
+static int clone_op(struct pool *p, void *arg, char *err, size_t err_len)
+{
+	const struct clone_args *ca = arg;
+	return pool_fs_clone(p, ca->ca_snapshot, ca->ca_name, err, err_len);
+}
+
+struct rollback_args {
+	const char *ra_snapshot;
+	bool ra_later;
+};
+
+static int rollback_op(struct pool *p, void *arg, char *err, size_t err_len)
+{
+	const struct rollback_args *ra = arg;
+	return pool_fs_rollback(p, ra->ra_snapshot, ra->ra_later, err, err_len);
+}
+
 static void clone_cmd_usage(FILE *out)
 {
 	fprintf(out, "usage: shale fs clone POOL/FS@SNAP POOL/NEW [-d DIR]\n");
@@ -296,18 +338,8 @@ int shale_fs_clone_main(int argc, char **argv)
 	char done[POOL_NAME_MAX + POOL_SNAP_FULL_MAX + POOL_DS_NAME_MAX + 32];
 	snprintf(request, sizeof(request), "fs clone %s %s", snapshot, name);
 	snprintf(done, sizeof(done), "cloned %s/%s from %s/%s\n", pool, name, pool, snapshot);
-	int status = shale_cmd_remote(dir, pool, request, cmd, done);
-	if (status >= 0)
-		return status;
-	struct pool *p = NULL;
-	if (shale_cmd_import(cmd, dir, pool, false, &p) < 0)
-		return 1;
-	char err[256] = "";
-	int rc = pool_fs_clone(p, snapshot, name, err, sizeof(err));
-	status = snap_cmd_outcome(cmd, rc, err, done);
-	if (shale_cmd_export(cmd, p) < 0)
-		status = 1;
-	return status;
+	struct clone_args ca = {snapshot, name};
+	return snap_cmd_run(cmd, dir, pool, request, done, clone_op, &ca);
 }
 
 static void rollback_cmd_usage(FILE *out)
@@ -337,16 +369,6 @@ int shale_fs_rollback_main(int argc, char **argv)
 	snprintf(request, sizeof(request), "fs rollback%s %s", later ? " -r" : "", snapshot);
 	snprintf(done, sizeof(done), "rolled %s/%.*s back to %s/%s\n", pool,
 	         (int)(strchr(snapshot, '@') - snapshot), snapshot, pool, snapshot);
-	int status = shale_cmd_remote(dir, pool, request, cmd, done);
-	if (status >= 0)
-		return status;
-	struct pool *p = NULL;
-	if (shale_cmd_import(cmd, dir, pool, false, &p) < 0)
-		return 1;
-	char err[256] = "";
-	int rc = pool_fs_rollback(p, snapshot, later, err, sizeof(err));
-	status = snap_cmd_outcome(cmd, rc, err, done);
-	if (shale_cmd_export(cmd, p) < 0)
-		status = 1;
-	return status;
+	struct rollback_args ra = {snapshot, later};
+	return snap_cmd_run(cmd, dir, pool, request, done, rollback_op, &ra);
 }
