@@ -362,6 +362,51 @@ SH_MUST_CHECK int zpl_lookup_name(struct zpl *z, const struct fs_obj_id *dir, co
                                   uint32_t *nlink_out, struct blk_ptr *missing_out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Differences between two states of a file system (zpl_diff.c, as zfs diff; the theory is there)
+ *
+ * Each state is a tree read into a struct zpl_diff_side, in steps, under the caller's lock for
+ * that tree; zpl_diff then compares two sides read whole. */
+
+struct zpl_diff_side;
+
+/* An empty side: 0 and *out, or -ENOMEM. Destroy with zpl_diff_side_destroy (NULL: a no-op). */
+SH_MUST_CHECK int zpl_diff_side_create(struct zpl_diff_side **out);
+void zpl_diff_side_destroy(struct zpl_diff_side *side);
+
+/* Reads up to max_records more records (0: no bound) of the file system in tree into side, from
+ * where its last call stopped; every call must name the same tree. Returns 0 with *done_out true
+ * when the tree has been read to its end (an unformatted tree reads as a file system with no
+ * objects), false when the step's bound stopped it (call again); -SH_ENEEDBLOCK with
+ * *missing_out (the records read so far stay read: load the block and call again); -EIO (a
+ * record that does not decode); -ENOMEM (side is then of no further use but to destroy). */
+SH_MUST_CHECK int zpl_diff_side_read(struct zpl_diff_side *side, struct btree *tree,
+                                     uint32_t max_records, bool *done_out,
+                                     struct blk_ptr *missing_out);
+
+/* What changed about one path (zfs diff's letters). */
+enum zpl_diff_kind {
+	ZPL_DIFF_REMOVED = '-',
+	ZPL_DIFF_RENAMED = 'R',  /* zde_path -> zde_new_path: the same object */
+	ZPL_DIFF_MODIFIED = 'M', /* contents or attributes; a directory: its entries */
+	ZPL_DIFF_CREATED = '+',
+};
+struct zpl_diff_entry {
+	enum zpl_diff_kind zde_kind;
+	const char *zde_path;     /* "/" then the names from the root down ("/" is the root) */
+	const char *zde_new_path; /* ZPL_DIFF_RENAMED only, else NULL */
+};
+/* Called per entry in path order; the strings live during the call. A non-zero return stops the
+ * walk, and zpl_diff returns it. */
+typedef int (*zpl_diff_fn)(void *arg, const struct zpl_diff_entry *entry);
+
+/* Compares two sides read to their end (from: the older state), calling fn per difference (the
+ * rules are at the top of zpl_diff.c). Both sides remember what it learns of their names, so
+ * comparing them again costs less. Returns 0, fn's value, -ENOMEM, or -EINVAL (a side not read
+ * to its end). */
+SH_MUST_CHECK int zpl_diff(struct zpl_diff_side *from, struct zpl_diff_side *to, zpl_diff_fn fn,
+                           void *arg);
+
+/* ---------------------------------------------------------------------------------------------
  * Test hooks */
 
 /* Replaces the directory-name hash (NULL restores XXH3_64bits with the dataset's salt), so a test
