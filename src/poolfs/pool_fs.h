@@ -27,6 +27,18 @@ SH_MUST_CHECK int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsi
  * -EIO, -ENOMEM. */
 SH_MUST_CHECK int pool_fs_attach(void *arg, struct pool_ds *ds);
 
+/* `shale fs diff` (zfs diff; a pool_fs_diff_fn for struct pool_open_opts.po_fs_diff): prints to
+ * out, a line per path in path order, what changed from snapshot `from` ("fs@snap") to `to`
+ * ("fs@snap" of the same file system, "fs" itself, or NULL: from's file system as it is):
+ * "M\t/path" (modified), "+\t/path" (created), "-\t/path" (removed), "R\t/old -> /new"
+ * (renamed). The rules are in zpl_diff.c, the reading in pool_fs_diff.c. Blocking (both trees
+ * are read whole, the pool lock taken a step at a time): not on an event loop or the blk engine
+ * thread. Returns 0; or -EINVAL (a name), -EXDEV (not of one file system), -ENOENT (no such
+ * snapshot or file system), -EBUSY (being destroyed), -EIO, -ENOMEM or out's error, with err
+ * (err_len bytes) saying why in a sentence. */
+SH_MUST_CHECK int pool_fs_diff(struct pool *p, const char *from, const char *to, FILE *out,
+                               char *err, size_t err_len);
+
 /* Counters since pool_fs_open, for tests and status. */
 struct pool_fs_stats {
 	uint64_t ps_restarts;      /* runs that stopped on a block not in memory and started again */
