@@ -250,6 +250,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(verb, "fs") == 0) {
 		log_set_level(LOG_WARN);
+		if (argc > 2 && strcmp(argv[2], "diff") == 0)
+			return shale_fs_diff_main(argc - 1, argv + 1); /* with the snapshot verbs */
 		return shale_fs_main(argc - 1, argv + 1);
 	}
 	if (strcmp(verb, "snapshot") == 0) {

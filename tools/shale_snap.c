@@ -5,6 +5,9 @@
  *   shale snapshot list [POOL[/FS]] [-p] [-d DIR]     NAME, USED, REFER, CREATION
  *   shale snapshot destroy POOL/FS@NAME [-d DIR]
  *
+ * and the file-system verbs made of snapshots: shale fs clone, shale fs rollback and shale fs
+ * diff POOL/FS@SNAP [POOL/FS@LATER | POOL/FS] (zfs diff: pool_fs_diff prints the lines).
+ *
  * As `shale fs`: a pool a server holds is asked through its status socket (pool_statsock.c),
  * and the server makes the change on the live pool; a pool nobody holds is imported, changed and
  * exported. Every name of one create is in one pool. */
@@ -14,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "poolfs/pool_fs.h"
 #include "shale_pool.h"
 
 static void snap_cmd_usage(FILE *out)
@@ -371,4 +375,84 @@ int shale_fs_rollback_main(int argc, char **argv)
 	         (int)(strchr(snapshot, '@') - snapshot), snapshot, pool, snapshot);
 	struct rollback_args ra = {snapshot, later};
 	return snap_cmd_run(cmd, dir, pool, request, done, rollback_op, &ra);
+}
+
+static void diff_cmd_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shale fs diff POOL/FS@SNAP [POOL/FS@LATER | POOL/FS] [-d DIR]\n"
+		"  what changed from the snapshot to the other one, or to the file system as it is\n"
+		"  (the default), a path a line in path order: M modified, + created, - removed,\n"
+		"  R renamed (R /old -> /new)\n");
+}
+
+/* The differences as the server holding pool answers them ("ok" then the lines): printed, and
+ * the exit status returned; -1 when nobody serves the pool. */
+static int diff_cmd_remote(const char *cmd, const char *dir, const char *pool, const char *request)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *mem = open_memstream(&text, &len);
+	if (!mem)
+		return -1;
+	int rc = pool_statsock_request(dir, pool, request, mem);
+	if (fclose(mem) != 0 && rc == 0)
+		rc = -ENOMEM;
+	int status = -1;
+	if (rc == 0 && text && strncmp(text, "ok\n", 3) == 0) {
+		status = fwrite(text + 3, 1, len - 3, stdout) == len - 3 ? 0 : 1;
+	} else if (rc == 0) {
+		const char *answer = text ? text : "";
+		bool error = strncmp(answer, "error: ", 7) == 0;
+		fprintf(stderr, "%s: %s%s", cmd, error ? "" : "unexpected answer from the server: ",
+		        answer + (error ? 7 : 0));
+		status = 1;
+	}
+	free(text); /* open_memstream's buffer comes from malloc */
+	return status;
+}
+
+int shale_fs_diff_main(int argc, char **argv)
+{
+	const char *cmd = "shale fs diff";
+	const char *dir;
+	bool unused;
+	int first = snap_cmd_options(argc - 1, argv + 1, 0, &dir, &unused, diff_cmd_usage);
+	if (first < 0)
+		return first == -2 ? 0 : 2;
+	argc--;
+	argv++;
+	int n = argc - first;
+	char pool[POOL_NAME_MAX + 1], to_pool[POOL_NAME_MAX + 1];
+	const char *from, *to = NULL;
+	if ((n != 1 && n != 2) || !snap_cmd_split_pool(argv[first], pool, &from) ||
+	    !strchr(from, '@') || (n == 2 && !snap_cmd_split_pool(argv[first + 1], to_pool, &to))) {
+		diff_cmd_usage(stderr);
+		return 2;
+	}
+	if (to && strcmp(pool, to_pool) != 0) {
+		fprintf(stderr, "%s: %s and %s are not of one file system (nor one pool)\n", cmd,
+		        argv[first], argv[first + 1]);
+		return 1;
+	}
+	char request[2 * POOL_SNAP_FULL_MAX + 32];
+	snprintf(request, sizeof(request), "fs diff %s%s%s", from, to ? " " : "", to ? to : "");
+	int status = diff_cmd_remote(cmd, dir, pool, request);
+	if (status >= 0)
+		return status;
+	/* Nobody serves it: imported here (not read only: the log is replayed, so the file system
+	 * as it is has every acknowledged change, and a read-only pool opens no dataset) */
+	struct pool *p = NULL;
+	if (shale_cmd_import(cmd, dir, pool, false, &p) < 0)
+		return 1;
+	char err[512] = "";
+	int rc = pool_fs_diff(p, from, to, stdout, err, sizeof(err));
+	status = 0;
+	if (rc != 0) {
+		fprintf(stderr, "%s: %s\n", cmd, err[0] ? err : sh_strerror(rc));
+		status = 1;
+	}
+	if (shale_cmd_export(cmd, p) < 0)
+		status = 1;
+	return status;
 }

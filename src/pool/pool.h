@@ -82,6 +82,14 @@ int pool_compress_from_name(const char *name, bool allow_default);
  * lock and read blocks synchronously (pool_block_read_sync). */
 typedef int (*pool_attach_fn)(void *arg, struct pool_ds *ds);
 
+/* `shale fs diff` (zfs diff), for the status socket's "fs diff" (pool_statsock.c) while a process
+ * holds the pool: the layer that knows the file systems' format does it (pool_fs_diff,
+ * poolfs/pool_fs.h), the pool only carries it. Prints to out what changed from snapshot from
+ * ("fs@snap") to to ("fs@snap", "fs", or NULL: from's file system as it is); returns 0, or a
+ * negative errno with err (err_len bytes) saying why. */
+typedef int (*pool_fs_diff_fn)(struct pool *p, const char *from, const char *to, FILE *out,
+                               char *err, size_t err_len);
+
 struct pool_open_opts {
 	/* 0: POOL_ARC_MAX_DEFAULT. Bounds the pool's cached blocks plus its dirty data, the buffers
 	 * of the txg being written and the intent log's blocks (pool.c, memory model). */
@@ -103,6 +111,7 @@ struct pool_open_opts {
 	uint32_t po_destroy_step;
 	pool_attach_fn po_attach;       /* may be NULL */
 	void *po_attach_arg;
+	pool_fs_diff_fn po_fs_diff;     /* may be NULL: the status socket then refuses "fs diff" */
 	/* pool_import only: read the pool without writing to it (`shale pool status` and `list` of
 	 * a pool no server holds). The leaves are opened read only; the intent log's records are
 	 * counted (pool_status: ps_log_unreplayed) and left for the next import to replay, so

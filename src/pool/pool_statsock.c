@@ -11,7 +11,9 @@
  * pool_statsock_fs_change) change the pool's file systems as `shale fs` does on a pool nobody
  * serves (durable before the answer; a property set is seen by the file system's next request;
  * a file system the server has open, being exported, is neither destroyed nor renamed), each
- * answered "ok" or "error: TEXT"; anything else gets "error: unknown request". Then the
+ * answered "ok" or "error: TEXT"; "fs diff FS@SNAP [FS@SNAP|FS]" gets "ok" and then zfs diff's
+ * lines, made by the layer that knows the file systems (po_fs_diff: the pool only carries it),
+ * or "error: TEXT"; anything else gets "error: unknown request". Then the
  * connection is closed. A request not complete within 2 s counts as "status". The socket path is
  * derived from the leaf directory and the pool name, so the command finds it from the same -d DIR
  * it uses to find the leaves. A change runs on this thread and waits for its txg: other clients
@@ -300,6 +302,38 @@ static const char *pool_statsock_snapshot(struct pool_statsock *ss, char *args, 
 	return line;
 }
 
+/* "fs diff FROM [TO]" (args: what follows "fs diff "): "ok" then the differences, from the
+ * holder's po_fs_diff, or "error: TEXT". The answer is made whole before it is sent: a failure
+ * half-way is an error, never a short list. */
+static int pool_statsock_fs_diff(struct pool_statsock *ss, int fd, const char *args)
+{
+	char from[POOL_SNAP_FULL_MAX + 2], to[POOL_SNAP_FULL_MAX + 2], err[512] = "", x;
+	pool_fs_diff_fn diff = ss->ss_pool->p_opts.po_fs_diff;
+	int n = sscanf(args, "%130s %130s %c", from, to, &x);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = NULL;
+	int rc = 0;
+	if (!diff)
+		rc = -ENOTSUP, snprintf(err, sizeof(err), "this process does not compare file systems");
+	else if (n != 1 && n != 2)
+		rc = -EINVAL, snprintf(err, sizeof(err), "the request does not parse");
+	else if (!(out = open_memstream(&text, &len)))
+		rc = -ENOMEM;
+	if (out) {
+		fputs("ok\n", out);
+		rc = diff(ss->ss_pool, from, n == 2 ? to : NULL, out, err, sizeof(err));
+		if (fclose(out) != 0 && rc == 0)
+			rc = -ENOMEM;
+	}
+	if (rc == 0)
+		rc = pool_statsock_send(fd, text, len);
+	else
+		rc = pool_statsock_change_answer(ss, fd, "fs diff", rc, err);
+	free(text); /* open_memstream's buffer comes from malloc */
+	return rc;
+}
+
 static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *req);
 
 static int pool_statsock_serve(struct pool_statsock *ss, int fd)
@@ -336,6 +370,8 @@ static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *r
 		             : -EINVAL;
 		return pool_statsock_change_answer(ss, fd, req, rc, err);
 	}
+	if (strncmp(req, "fs diff ", 8) == 0)
+		return pool_statsock_fs_diff(ss, fd, req + 8);
 	if (strncmp(req, "fs rollback ", 12) == 0) {
 		char snapshot[POOL_SNAP_FULL_MAX + 2], err[256] = "", x;
 		const char *args = req + 12;
@@ -482,10 +518,17 @@ int pool_statsock_request(const char *dir, const char *name, const char *request
 	}
 	struct timeval tv = {.tv_sec = 10};
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	char line[200];
-	int n_line = snprintf(line, sizeof(line), "%s\n", request);
-	if (n_line < 0 || (size_t)n_line >= sizeof(line) ||
-	    send(fd, line, (size_t)n_line, MSG_NOSIGNAL) != n_line) {
+	/* as long as the request is ("fs diff" names two snapshots of up to POOL_SNAP_FULL_MAX) */
+	size_t line_cap = strlen(request) + 2;
+	char *line = mem_alloc(line_cap);
+	if (!line) {
+		close(fd);
+		return -ENOMEM;
+	}
+	int n_line = snprintf(line, line_cap, "%s\n", request);
+	bool sent = n_line > 0 && send(fd, line, (size_t)n_line, MSG_NOSIGNAL) == n_line;
+	mem_free(line);
+	if (!sent) {
 		close(fd);
 		return -EIO;
 	}

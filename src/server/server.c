@@ -77,6 +77,7 @@ static int server_pool_get(const struct server_config *config, struct server_poo
 	struct pool_open_opts opts = {
 		.po_arc_max_bytes = config->sc_arc_max_bytes,
 		.po_attach = pool_fs_attach,
+		.po_fs_diff = pool_fs_diff, /* `shale fs diff` through the status socket */
 	};
 	char err[512] = "";
 	const char *dir = config->sc_pool_dir ? config->sc_pool_dir : SERVER_POOL_DIR_DEFAULT;
