@@ -2,8 +2,8 @@
  * its results, attributes, wcc data and errors, POSIX permissions, sparse and large files, dirty
  * data and zpl_sync, directories of 100,000 entries (1,000,000 with ZPL_TEST_BIG=1), forced hash
  * collisions, READDIR under concurrent change, log records replayed into a second dataset that
- * must come out identical, zpl_check on sound and damaged trees, and hostile records and tree
- * contents.
+ * must come out identical, zpl_check on sound and damaged trees, hostile records and tree
+ * contents, and zpl_diff over a tree whose entries no longer hang together.
  *
  * Blocks live in an in-memory store that can forget every image it holds (a cold cache): the
  * operation then misses and the test loads the named block and runs it again, exactly as the pool
@@ -3180,6 +3180,102 @@ COLD(test_permissions)
 COLD(test_collisions)
 COLD(test_check_damage)
 
+/* zpl_diff: a side read in steps of one record is the side read at once; a rename is one "R";
+ * and a tree whose entries no longer hang together (what a live file system read between its
+ * changes can look like: a directory cycle cut off from the root, an entry naming no inode)
+ * is compared without looping, what the root no longer reaches removed. */
+static struct zpl_diff_side *t_diff_side(struct tenv *e, uint32_t step)
+{
+	struct zpl_diff_side *s = NULL;
+	VERIFY(zpl_diff_side_create(&s) == 0);
+	ms_forget(&e->e_st); /* every node missed once */
+	for (bool done = false; !done;) {
+		struct blk_ptr missing;
+		int rc = zpl_diff_side_read(s, e->e_tree, step, &done, &missing);
+		if (rc == -SH_ENEEDBLOCK)
+			VERIFY(ms_load(&e->e_st, &missing) == 0);
+		else
+			VERIFY(rc == 0);
+	}
+	return s;
+}
+
+struct t_diff_text {
+	char dt_text[1024];
+	size_t dt_len;
+};
+
+static int t_diff_line(void *arg, const struct zpl_diff_entry *de)
+{
+	struct t_diff_text *t = arg;
+	int n = snprintf(t->dt_text + t->dt_len, sizeof(t->dt_text) - t->dt_len, "%c\t%s%s%s\n",
+	                 (char)de->zde_kind, de->zde_path, de->zde_new_path ? " -> " : "",
+	                 de->zde_new_path ? de->zde_new_path : "");
+	VERIFY(n > 0 && (size_t)n < sizeof(t->dt_text) - t->dt_len);
+	t->dt_len += (size_t)n;
+	return 0;
+}
+
+static bool t_diff_is(struct zpl_diff_side *from, struct zpl_diff_side *to, const char *want)
+{
+	struct t_diff_text t = {.dt_len = 0};
+	t.dt_text[0] = '\0';
+	int rc = zpl_diff(from, to, t_diff_line, &t);
+	if (rc == 0 && strcmp(t.dt_text, want) == 0)
+		return true;
+	printf("#   zpl_diff: %d\n#   got:\n%s#   want:\n%s", rc, t.dt_text, want);
+	return false;
+}
+
+/* Puts a raw entry (dir, key hash) -> child named name, behind the zpl's back. */
+static void plant_dirent(struct tenv *e, uint64_t dir, uint64_t hash, uint64_t child,
+                         uint8_t type, const char *name)
+{
+	uint8_t key[17], val[10 + FS_NAME_MAX];
+	for (int i = 0; i < 8; i++) {
+		key[i] = (uint8_t)(dir >> (56 - 8 * i));
+		key[9 + i] = (uint8_t)(hash >> (56 - 8 * i));
+		val[i] = (uint8_t)(child >> (8 * i));
+	}
+	key[8] = 2;
+	size_t len = strlen(name);
+	val[8] = type;
+	val[9] = (uint8_t)len;
+	memcpy(val + 10, name, len);
+	VERIFY(btree_put(e->e_tree, key, 17, val, (uint32_t)(10 + len), BTREE_PUT_NEW, NULL) == 0);
+}
+
+static void test_diff(void)
+{
+	struct tenv *e = env_new();
+	struct fs_obj_id root = t_root(e), a, b;
+	CHECK(t_mkdir(e, &root, "a", 0755, &a) == 0);
+	CHECK(t_mkdir(e, &a, "b", 0755, &b) == 0);
+	CHECK(t_create(e, &b, "f", 0644, NULL) == 0);
+	CHECK(t_create(e, &root, "g", 0644, NULL) == 0);
+	struct zpl_diff_side *one = t_diff_side(e, 1), *whole = t_diff_side(e, 0);
+	CHECK(t_diff_is(one, whole, ""));
+	CHECK(t_rename(e, &root, "g", &a, "g2") == 0);
+	struct zpl_diff_side *renamed = t_diff_side(e, 3);
+	CHECK(t_diff_is(one, renamed, "M\t/\nM\t/a\nR\t/g -> /a/g2\n"));
+	CHECK(t_diff_is(whole, renamed, "M\t/\nM\t/a\nR\t/g -> /a/g2\n"));
+	/* a and b name each other, the root names neither; an entry names no inode */
+	uint8_t key[17];
+	find_dirent(e, &root, "a", key);
+	VERIFY(btree_delete(e->e_tree, key, 17, NULL) == 0);
+	plant_dirent(e, id_objid(&b), 1ull << 16, id_objid(&a), FS_DIR, "a");
+	plant_dirent(e, id_objid(&root), 3ull << 16, 1ull << 40, FS_REG, "nobody");
+	zpl_cache_forget(e->e_z);
+	struct zpl_diff_side *cut = t_diff_side(e, 0);
+	CHECK(t_diff_is(renamed, cut, "-\t/a\n-\t/a/b\n-\t/a/b/f\n-\t/a/g2\n"));
+	CHECK(t_diff_is(cut, renamed, "+\t/a\n+\t/a/b\n+\t/a/b/f\n+\t/a/g2\n"));
+	zpl_diff_side_destroy(cut);
+	zpl_diff_side_destroy(renamed);
+	zpl_diff_side_destroy(whole);
+	zpl_diff_side_destroy(one);
+	env_free(e);
+}
+
 int main(void)
 {
 	TAP_RUN(test_format_open);
@@ -3229,5 +3325,6 @@ int main(void)
 	TAP_RUN(test_permissions_cold);
 	TAP_RUN(test_collisions_cold);
 	TAP_RUN(test_check_damage_cold);
+	TAP_RUN(test_diff);
 	return tap_finish();
 }
