@@ -12,6 +12,7 @@
  *   shale fs rollback [-r] NAME/FS@SNAP [-d DIR] (tools/shale_snap.c)
  *   shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]
  *   shale fs set quota=SIZE|none NAME/FS [-d DIR]
+ *   shale fs set snapdir=hidden|visible NAME/FS [-d DIR]
  *
  * Model: there is no resident daemon holding pools between commands. Each command finds the pool's
  * leaves (the files in DIR, default ./var/pool, whose labels name the pool; or the leaves given to
@@ -91,6 +92,8 @@ static void fs_cmd_usage(FILE *out)
 		"      later snapshots (refused without it); not while exported\n"
 		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
 		"  shale fs set quota=SIZE|none NAME/FS [-d DIR]   the most it may hold\n"
+		"  shale fs set snapdir=hidden|visible NAME/FS [-d DIR]   whether the root lists\n"
+		"      .zfs (it is there either way: .zfs/snapshot/NAME is each snapshot)\n"
 		"      (suffix K, M, G, T); over it, writes and creates fail with\n"
 		"      NFS3ERR_DQUOT; df shows it as the size\n"
 		"  shale fs destroy NAME/FS [-d DIR]\n"
@@ -808,7 +811,7 @@ int shale_fs_main(int argc, char **argv)
 	}
 	/* set: PROPERTY=VALUE comes before the file system, as in zfs set */
 	enum pool_compress set_compress = POOL_COMPRESS_DEFAULT;
-	bool set_quota = false;
+	bool set_quota = false, set_snapdir = false, snapdir_visible = false;
 	uint64_t quota_bytes = 0;
 	if (set) {
 		if (optind + 2 != argc) {
@@ -832,9 +835,12 @@ int shale_fs_main(int argc, char **argv)
 		} else if (strncmp(pv, "compression=", 12) == 0 &&
 			   pool_compress_from_name(pv + 12, false) >= 0) {
 			set_compress = (enum pool_compress)pool_compress_from_name(pv + 12, false);
+		} else if (strcmp(pv, "snapdir=hidden") == 0 || strcmp(pv, "snapdir=visible") == 0) {
+			set_snapdir = true;
+			snapdir_visible = strcmp(pv + 8, "visible") == 0;
 		} else {
-			fprintf(stderr, "shale fs set: the property is compression=off|lz4|zstd or "
-					"quota=SIZE|none\n");
+			fprintf(stderr, "shale fs set: the property is compression=off|lz4|zstd, "
+					"quota=SIZE|none or snapdir=hidden|visible\n");
 			return 2;
 		}
 	}
@@ -903,12 +909,15 @@ int shale_fs_main(int argc, char **argv)
 			if (set_quota)
 				snprintf(request, sizeof(request), "fs set %s quota %" PRIu64, ds,
 					 quota_bytes);
+			else if (set_snapdir)
+				snprintf(request, sizeof(request), "fs set %s snapdir %s", ds,
+					 snapdir_visible ? "visible" : "hidden");
 			else
 				snprintf(request, sizeof(request), "fs set %s compression %s", ds,
 					 pool_compress_name(set_compress));
 			snprintf(done_line, sizeof(done_line), "set %s on %s/%s%s\n",
 				 argv[optind - 1], pool_name_buf, ds,
-				 set_quota ? "" : " (blocks written from now on)");
+				 set_quota || set_snapdir ? "" : " (blocks written from now on)");
 		}
 		int remote = shale_cmd_remote(dir, pool_name_buf, request, cmd,
 					   list ? NULL : done_line);
@@ -941,6 +950,10 @@ int shale_fs_main(int argc, char **argv)
 			status = 1;
 			rc = 0;
 		}
+	} else if (set && set_snapdir) {
+		rc = pool_ds_set_snapdir(p, ds, snapdir_visible);
+		if (rc == 0)
+			printf("set %s on %s/%s\n", argv[optind - 1], pool_name_buf, ds);
 	} else if (set) {
 		rc = pool_ds_set_compress(p, ds, set_compress);
 		if (rc == 0)

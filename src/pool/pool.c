@@ -968,6 +968,7 @@ struct pool *pool_alloc(const struct pool_open_opts *opts)
 	                                                : p->p_opts.po_compress);
 	VERIFY(pthread_mutex_init(&p->p_lock, NULL) == 0);
 	VERIFY(pthread_mutex_init(&p->p_state_lock, NULL) == 0);
+	VERIFY(pthread_mutex_init(&p->p_snap_users_lock, NULL) == 0);
 	pthread_condattr_t ca;
 	VERIFY(pthread_condattr_init(&ca) == 0);
 	VERIFY(pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0);
@@ -1029,6 +1030,7 @@ void pool_free_all(struct pool *p)
 	mem_free(p->p_log_frame);
 	pthread_cond_destroy(&p->p_state_cv);
 	pthread_mutex_destroy(&p->p_state_lock);
+	pthread_mutex_destroy(&p->p_snap_users_lock);
 	pthread_mutex_destroy(&p->p_lock);
 	mem_free(p);
 }

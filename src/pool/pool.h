@@ -385,6 +385,34 @@ SH_MUST_CHECK int pool_ds_list_print_types(struct pool *p, enum pool_list_types 
 /* Dead-list chains waiting to be freed in the background (0 when none). */
 unsigned pool_snap_free_queued(struct pool *p);
 
+/* Something above the pool that opens snapshots of a file system of its own accord (the
+ * .zfs/snapshot directory of a served file system, pool_fs.c) and must let go of one before it
+ * is destroyed. Before the destroy of a snapshot of file system su_head_id (its dataset id), with
+ * no pool lock held, su_release(su_arg, txg) is called with the snapshot's txg: it closes what it
+ * holds of it and returns 0, or -EBUSY when it cannot in time (the destroy then fails, nothing
+ * changed). From the call until the destroy ends, the snapshot cannot be opened (pool_ds_open
+ * answers -ENOENT), so nothing reopens it in between. su is the caller's until removed;
+ * pool_snap_user_remove waits for a call in progress. */
+struct pool_snap_user {
+	uint64_t su_head_id;
+	int (*su_release)(void *arg, uint64_t txg);
+	void *su_arg;
+	struct pool_snap_user *su_next;
+};
+void pool_snap_user_add(struct pool *p, struct pool_snap_user *su);
+void pool_snap_user_remove(struct pool *p, struct pool_snap_user *su);
+
+/* One snapshot of a file system as .zfs/snapshot lists it. */
+struct pool_snap_entry {
+	uint64_t se_txg; /* the snapshot's txg: unique within its file system, never reused */
+	uint64_t se_creation_ns;
+	char se_name[POOL_SNAP_NAME_MAX + 1];
+};
+/* The snapshots of file system head_id (its dataset id), by txg, into *out (mem_free it; NULL
+ * when none). Cheap: no space figures. 0, -ENOMEM, -EIO. */
+SH_MUST_CHECK int pool_snap_entries(struct pool *p, uint64_t head_id,
+                                    struct pool_snap_entry **out, size_t *n_out);
+
 /* Limits what dataset `name` may hold (zfs set quota; 0 removes the limit): its allocated bytes
  * plus the data it has dirty. A change that would take it over the limit fails with -EDQUOT
  * (removes and truncations still work), and FSSTAT reports the limit as the file system's size.
@@ -416,6 +444,12 @@ SH_MUST_CHECK int pool_ds_rename(struct pool *p, const char *from, const char *t
  * cannot change: a file's blocks are laid out by it. Returns 0, -EINVAL, -ENOENT, -EBUSY (being
  * destroyed), -EIO. */
 SH_MUST_CHECK int pool_ds_set_compress(struct pool *p, const char *name, enum pool_compress c);
+/* Sets whether the root of file system name lists its .zfs directory (zfs set snapdir=visible;
+ * hidden, the default, leaves it out of READDIR, while LOOKUP still finds it), durable on
+ * return. 0, -EINVAL (a snapshot), -ENOENT, -EBUSY, -EROFS, -EIO. */
+SH_MUST_CHECK int pool_ds_set_snapdir(struct pool *p, const char *name, bool visible);
+/* Whether ds's root lists .zfs (any thread). */
+bool pool_ds_snapdir_visible(const struct pool_ds *ds);
 
 /* ---------------------------------------------------------------------------------------------
  * Space, status, check */

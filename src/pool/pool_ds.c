@@ -330,6 +330,34 @@ int pool_ds_set_compress(struct pool *p, const char *name, enum pool_compress c)
 	return rc;
 }
 
+int pool_ds_set_snapdir(struct pool *p, const char *name, bool visible)
+{
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
+	if (strchr(name, '@'))
+		return -EINVAL; /* a property of a file system, not of its snapshots */
+	struct pool_ds *ds = NULL;
+	int rc = pool_ds_open(p, name, &ds);
+	if (rc == 0) {
+		pool_lock(p);
+		/* Read without the lock by the file system's requests (pool_ds_snapdir_visible). */
+		uint64_t flags = ds->ds_flags & ~(uint64_t)POOL_DS_F_SNAPDIR_VISIBLE;
+		if (visible)
+			flags |= POOL_DS_F_SNAPDIR_VISIBLE;
+		__atomic_store_n(&ds->ds_flags, flags, __ATOMIC_RELAXED);
+		ds->ds_record_dirty = true; /* the next txg writes the record */
+		pool_ds_rele_locked(ds);
+		pool_unlock(p);
+		rc = pool_txg_wait_synced(p, 0);
+	}
+	return rc;
+}
+
+bool pool_ds_snapdir_visible(const struct pool_ds *ds)
+{
+	return (__atomic_load_n(&ds->ds_flags, __ATOMIC_RELAXED) & POOL_DS_F_SNAPDIR_VISIBLE) != 0;
+}
+
 /* What counts against a dataset's quota: its allocated bytes as of the last txg plus its owner's
  * dirty data, which the next txg writes. Under p_lock. */
 static uint64_t pool_ds_charged_locked(const struct pool_ds *ds)

@@ -447,6 +447,12 @@ struct pool {
 	uint64_t p_next_ds_id;
 	/* Snapshot creates and destroys waiting for phase 1 (pool_snap.c), oldest first. */
 	struct pool_snap_req *p_snap_reqs, *p_snap_reqs_tail;
+	/* Snapshots being destroyed: none of them may be opened meanwhile (pool_snap_ds_hold). */
+	struct pool_snap_doom *p_snap_dooms;
+	/* Who holds snapshots open of its own accord (.zfs/snapshot), asked to let go of one
+	 * before its destroy; the lock is held while they are asked (pool_snap.c). */
+	pthread_mutex_t p_snap_users_lock;
+	struct pool_snap_user *p_snap_users;
 	struct pool_ds *p_datasets; /* loaded datasets */
 	uint64_t p_log_next_lsn;    /* the LSN the next pool_log_append gets */
 	uint64_t p_log_lsn_at_sync; /* p_log_next_lsn when the last sync started */
@@ -696,6 +702,11 @@ void pool_scrub_stop(struct pool *p);
 
 /* pool_snap.c */
 #define POOL_DS_F_SNAPDIR_VISIBLE 1u /* .zfs is listed in the root's READDIR */
+/* A snapshot being destroyed (under p_lock, on p_snap_dooms while its destroy runs). */
+struct pool_snap_doom {
+	uint64_t sd_head_id, sd_txg;
+	struct pool_snap_doom *sd_next;
+};
 /* The kills of one bucket not written yet (rule S1). */
 struct pool_dl_kills {
 	uint64_t dk_key;

@@ -1283,6 +1283,98 @@ static void pool_snap_targets_close(struct pool_snap_target *targets, unsigned n
 		pool_ds_close(targets[i].st_ds);
 }
 
+void pool_snap_user_add(struct pool *p, struct pool_snap_user *su)
+{
+	pthread_mutex_lock(&p->p_snap_users_lock);
+	su->su_next = p->p_snap_users;
+	p->p_snap_users = su;
+	pthread_mutex_unlock(&p->p_snap_users_lock);
+}
+
+void pool_snap_user_remove(struct pool *p, struct pool_snap_user *su)
+{
+	pthread_mutex_lock(&p->p_snap_users_lock);
+	struct pool_snap_user **link = &p->p_snap_users;
+	while (*link && *link != su)
+		link = &(*link)->su_next;
+	if (*link)
+		*link = su->su_next;
+	pthread_mutex_unlock(&p->p_snap_users_lock);
+}
+
+/* Before the destroy of snapshot name of head ds: dooms it (none may open it from now on) and
+ * asks its users to let go of it. Returns 0 (*doomed says whether doom went on the pool's list,
+ * for pool_snap_undoom), or -EBUSY with err saying why. */
+static int pool_snap_doom(struct pool *p, struct pool_ds *ds, const char *name,
+                          struct pool_snap_doom *doom, bool *doomed, char *err, size_t err_len)
+{
+	struct pool_snap_rec sr;
+	*doomed = false;
+	pool_lock(p);
+	int rc = pool_sn_find(p, ds->ds_id, name, &sr);
+	if (rc == 0) {
+		doom->sd_head_id = ds->ds_id;
+		doom->sd_txg = sr.sr_txg;
+		doom->sd_next = p->p_snap_dooms;
+		p->p_snap_dooms = doom;
+		*doomed = true;
+	}
+	pool_unlock(p);
+	if (rc != 0)
+		return 0; /* the destroy itself says what is wrong */
+	pthread_mutex_lock(&p->p_snap_users_lock);
+	for (struct pool_snap_user *su = p->p_snap_users; rc == 0 && su; su = su->su_next)
+		if (su->su_head_id == ds->ds_id)
+			rc = su->su_release(su->su_arg, sr.sr_txg);
+	pthread_mutex_unlock(&p->p_snap_users_lock);
+	if (rc != 0)
+		pool_say(err, err_len,
+		         "%s@%s is being read over NFS (.zfs/snapshot) and could not be let go of: "
+		         "try again",
+		         ds->ds_name, name);
+	return rc;
+}
+
+static void pool_snap_undoom(struct pool *p, struct pool_snap_doom *doom)
+{
+	pool_lock(p);
+	struct pool_snap_doom **link = &p->p_snap_dooms;
+	while (*link && *link != doom)
+		link = &(*link)->sd_next;
+	if (*link)
+		*link = doom->sd_next;
+	pool_unlock(p);
+}
+
+int pool_snap_entries(struct pool *p, uint64_t head_id, struct pool_snap_entry **out,
+                      size_t *n_out)
+{
+	struct pool_snap_rec *recs = NULL;
+	size_t n = 0;
+	*out = NULL;
+	*n_out = 0;
+	pool_lock(p);
+	int rc = pool_sn_list(p, head_id, &recs, &n);
+	pool_unlock(p);
+	if (rc != 0 || n == 0)
+		goto out;
+	struct pool_snap_entry *ents = mem_alloc(n * sizeof(*ents));
+	if (!ents) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		ents[i].se_txg = recs[i].sr_txg;
+		ents[i].se_creation_ns = recs[i].sr_creation_ns;
+		memcpy(ents[i].se_name, recs[i].sr_name, sizeof(ents[i].se_name));
+	}
+	*out = ents;
+	*n_out = n;
+out:
+	mem_free(recs);
+	return rc;
+}
+
 static int pool_snap_request(struct pool *p, enum pool_snap_op op, const char *const *names,
                              unsigned n, bool recursive, char *err, size_t err_len)
 {
@@ -1298,6 +1390,11 @@ static int pool_snap_request(struct pool *p, enum pool_snap_op op, const char *c
 	if (!rq.rq_targets)
 		return -ENOMEM;
 	int rc = pool_snap_targets(p, names, n, rq.rq_targets, err, err_len);
+	struct pool_snap_doom doom;
+	bool doomed = false;
+	if (rc == 0 && op == POOL_SNAP_DESTROY)
+		rc = pool_snap_doom(p, rq.rq_targets[0].st_ds, rq.rq_targets[0].st_name, &doom,
+		                    &doomed, err, err_len);
 	if (rc == 0) {
 		rc = pool_snap_run(p, &rq);
 		if (rq.rq_done && rq.rq_rc != 0)
@@ -1305,6 +1402,8 @@ static int pool_snap_request(struct pool *p, enum pool_snap_op op, const char *c
 		else if (rc != 0)
 			pool_say(err, err_len, "%s", sh_strerror(rc));
 	}
+	if (doomed)
+		pool_snap_undoom(p, &doom);
 	pool_snap_targets_close(rq.rq_targets, n);
 	mem_free(rq.rq_targets);
 	return rc;
@@ -1807,6 +1906,9 @@ int pool_snap_ds_hold(struct pool *p, const char *full, struct pool_ds **ds_out)
 	rc = pool_sn_find(p, head.ds_id, snap, &sr);
 	if (rc != 0)
 		return rc;
+	for (const struct pool_snap_doom *d = p->p_snap_dooms; d; d = d->sd_next)
+		if (d->sd_head_id == head.ds_id && d->sd_txg == sr.sr_txg)
+			return -ENOENT; /* being destroyed: as good as gone */
 	struct pool_ds *ds = mem_zalloc(sizeof(*ds));
 	if (!ds)
 		return -ENOMEM;

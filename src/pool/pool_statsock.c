@@ -140,7 +140,8 @@ static int pool_statsock_u64(const char *text, uint64_t *out)
 }
 
 /* One "fs ..." change (req: what follows "fs "): "set FS quota BYTES", "set FS compression
- * off|lz4|zstd", "create FS RECORD_BYTES default|off|lz4|zstd" (0: the pool's record size),
+ * off|lz4|zstd", "set FS snapdir hidden|visible", "create FS RECORD_BYTES
+ * default|off|lz4|zstd" (0: the pool's record size),
  * "destroy FS" (the name goes at once, the blocks are freed in the background) or "rename FS
  * NEW". Returns 0 or a negative errno, -EINVAL for a request that does not parse. fs receives
  * the file system's name. */
@@ -155,6 +156,11 @@ static int pool_statsock_fs_change(struct pool_statsock *ss, const char *req,
 		uint64_t bytes;
 		int rc = pool_statsock_u64(b, &bytes);
 		return rc != 0 ? rc : pool_ds_set_quota(p, fs, bytes);
+	}
+	if (n == 4 && strcmp(verb, "set") == 0 && strcmp(a, "snapdir") == 0) {
+		bool visible = strcmp(b, "visible") == 0;
+		return visible || strcmp(b, "hidden") == 0 ? pool_ds_set_snapdir(p, fs, visible)
+		                                           : -EINVAL;
 	}
 	if (n == 4 && strcmp(verb, "set") == 0 && strcmp(a, "compression") == 0) {
 		int c = pool_compress_from_name(b, false);
