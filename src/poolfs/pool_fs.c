@@ -224,6 +224,7 @@
 #include <string.h>
 
 #include "poolfs/pool_fs.h"
+#include "poolfs/pool_fs_snapdir.h"
 #include "pool/pool_impl.h"
 #include "zpl/zpl.h"
 
@@ -375,6 +376,7 @@ struct pool_fs {
 	struct pfs_owner *pf_owner;
 	uint8_t pf_verf[8];
 	bool pf_read_only; /* a snapshot (POOL/FS@SNAP): every change answers -EROFS */
+	struct pfs_snapdir *pf_snapdir; /* .zfs (pool_fs_snapdir.c); NULL for a snapshot */
 
 	pthread_mutex_t pf_lock;     /* the fields below */
 	pthread_cond_t pf_run_cv;
@@ -1930,9 +1932,19 @@ static void *pfs_committer_main(void *arg)
 /* ---------------------------------------------------------------------------------------------
  * struct fs_ops */
 
+/* A request of the file system itself, .zfs aside (pfs_snapdir's way back in). */
+static void pfs_head_run(struct fs *fs, struct fs_req *req)
+{
+	pfs_run(pfs_of(fs), req, NULL);
+}
+
 static void pfs_submit(struct fs *fs, struct fs_req *req)
 {
 	struct pool_fs *pf = pfs_of(fs);
+	if (pf->pf_snapdir && pfs_snapdir_claims(pf->pf_snapdir, req)) {
+		pfs_snapdir_submit(pf->pf_snapdir, req); /* .zfs and the snapshots in it */
+		return;
+	}
 	if (pf->pf_read_only && (fs_op_changes(req->fr_op) || req->fr_op == FS_OP_COMMIT)) {
 		pfs_fail(pf, req, NULL, -EROFS); /* a snapshot: nothing in it changes */
 		return;
@@ -2003,6 +2015,7 @@ static void pfs_destroy(struct fs *fs)
 	while (pf->pf_reap_busy)
 		pthread_cond_wait(&pf->pf_reap_cv, &pf->pf_lock);
 	pthread_mutex_unlock(&pf->pf_lock);
+	pfs_snapdir_destroy(pf->pf_snapdir);
 	pfs_stop_threads(pf, true, true);
 	VERIFY(pf->pf_runq == NULL && pf->pf_commitq == NULL);
 	pool_ds_close(pf->pf_ds);
@@ -2098,6 +2111,17 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 	if (rc != 0) {
 		pfs_stop_threads(pf, true, false);
 		goto out_free;
+	}
+	if (!read_only) {
+		struct fs_obj_id root;
+		pool_lock(p);
+		zpl_root(o->po_zpl, &root);
+		pool_unlock(p);
+		rc = pfs_snapdir_create(p, ds, &pf->pf_fs, &root, pfs_head_run, &pf->pf_snapdir);
+		if (rc != 0) {
+			pfs_stop_threads(pf, true, true);
+			goto out_free;
+		}
 	}
 	*fs_out = &pf->pf_fs;
 	if (!read_only)

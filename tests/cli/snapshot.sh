@@ -113,6 +113,19 @@ check "the files read back through NFS are whole" \
 	bash -c "nfs-cp '$(url one.bin)' back.bin && cmp one.bin back.bin && nfs-cp '$(url three.bin)' back3.bin && cmp three.bin back3.bin"
 head -c 1000000 /dev/urandom >four.bin
 check "nfs-cp writes a fourth file after tank/home@later" nfs-cp four.bin "$(url four.bin)"
+check ".zfs/snapshot lists the snapshots through NFS (libnfs)" bash -c "
+	nfs-ls '$(url .zfs/snapshot)' >ls.out && grep -q ' later\$' ls.out && ! grep -q ' served\$' ls.out"
+check "a file of .zfs/snapshot/later reads byte-exact, one written after it is not there" bash -c "
+	nfs-cp '$(url .zfs/snapshot/later/three.bin)' z3.bin && cmp three.bin z3.bin &&
+	! nfs-cp '$(url .zfs/snapshot/later/four.bin)' z4.bin 2>/dev/null"
+check "a write into .zfs/snapshot/later is refused (read only)" bash -c "
+	! nfs-cp one.bin '$(url .zfs/snapshot/later/new.bin)' 2>err && grep -qi 'read-only\|ROFS' err"
+check "the root lists .zfs only with snapdir=visible" bash -c '
+	nfs-ls "$1" >ls0 && ! grep -q " \.zfs\$" ls0 &&
+	"$0" fs set snapdir=visible tank/home -d var/pool | grep -q "^set snapdir=visible" &&
+	nfs-ls "$1" >ls1 && grep -q " \.zfs\$" ls1 &&
+	"$0" fs set snapdir=hidden tank/home -d var/pool >/dev/null &&
+	nfs-ls "$1" >ls2 && ! grep -q " \.zfs\$" ls2' "$SHALE_BIN" "nfs://127.0.0.1/tank/home$url_q"
 check "an exported file system is not rolled back while served" bash -c '
 	! "$0" fs rollback tank/home@later -d var/pool 2>err && grep -q "in use" err' "$SHALE_BIN"
 check "the server stops" stop

@@ -20,6 +20,10 @@
 #   kcexport2=PATH  a second export, mounted at /mnt2 (kcmode full and eio)
 #   kcspace=own     the space the file system reports is the server's alone (a pool): phase 1
 #                   also checks that a removed large file's space comes back (KC_SPACE=own)
+#   kcsnap=1        after phase 2, the snapshot checks (Shale's pool): the host takes and
+#                   destroys snapshots when asked ("# snap host STEP COMMAND" on the console,
+#                   answered by the file .kc-snap-STEP in the export's root) while the guest
+#                   browses .zfs/snapshot
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
 mount -t proc proc /proc
@@ -37,6 +41,7 @@ EXPORT=
 EXPORT2=
 OPTS=vers=3,nolock
 MODE=phases
+SNAP=
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	kcexport=*) EXPORT=${w#kcexport=} ;;
@@ -44,6 +49,7 @@ for w in $(cat /proc/cmdline); do
 	kcopts=*) OPTS=${w#kcopts=} ;;
 	kcmode=*) MODE=${w#kcmode=} ;;
 	kcspace=*) export KC_SPACE=${w#kcspace=} ;;
+	kcsnap=*) SNAP=${w#kcsnap=} ;;
 	esac
 done
 
@@ -155,6 +161,120 @@ if [ $rc -eq 0 ]; then
 	echo "# kclient: phase2 exit $?"
 	umount /mnt
 	tap $? "umount after phase 2"
+fi
+
+# ---- snapshots: .zfs/snapshot as users browse it (kcsnap=1) ----
+# Asks the host to run `shale COMMAND` on the served pool and waits for its marker, looked for
+# through /mnt3, a mount without a lookup cache (a name looked up on /mnt would be remembered as
+# missing; /mnt's caches are what the checks below are about).
+snap_host() { # $1: step, the rest: the command
+	step=$1
+	shift
+	echo "# snap host $step $*"
+	i=0
+	while [ $i -lt 120 ]; do
+		[ -e "/mnt3/.kc-snap-$step" ] && return 0
+		sleep 1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# Waits up to 90 s for `ls DIR` to show (want=1) or not show (want=0) NAME; says how long.
+snap_wait_listed() { # $1: dir, $2: name, $3: want
+	i=0
+	while [ $i -lt 90 ]; do
+		if ls "$1" | grep -qx "$2"; then got=1; else got=0; fi
+		[ "$got" = "$3" ] && return 0
+		sleep 1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+snapshots() {
+	mkdir -p /mnt3
+	mount -t nfs -o "$OPTS,nosharecache,lookupcache=none" "10.0.2.2:$EXPORT" /mnt3
+	tap $? "snapshots: a second mount without a lookup cache, for the host's markers"
+	mount -t nfs -o "$OPTS" "10.0.2.2:$EXPORT" /mnt
+	tap $? "snapshots: mount"
+	S=/mnt/st
+	mkdir -p $S/sub/deeper && dd if=/dev/urandom of=$S/big bs=1M count=6 2>/dev/null &&
+		echo hello >$S/small && chmod 0640 $S/small && ln -s small $S/link &&
+		ln $S/small $S/hard && echo deep >$S/sub/deeper/file && touch $S/sub/empty &&
+		chown 1234:567 $S/sub/empty && truncate -s 3M $S/sparse
+	rc=$?
+	i=0
+	while [ $i -lt 300 ]; do
+		echo "$i" >$S/sub/f$i || rc=1
+		i=$((i + 1))
+	done
+	sync
+	tap $rc "snapshots: a tree of files, a symlink, a hard link, a sparse file, 300 small files"
+	(cd /mnt && find st | sort) >/tmp/snap.list
+	(cd /mnt && find st -type f | sort | xargs sha256sum) >/tmp/snap.sums
+	snap_host 1 snapshot create tank/home@kc1
+	tap $? "snapshots: the host took tank/home@kc1 (shale snapshot create on the served pool)"
+	# the file system changes on after it
+	dd if=/dev/urandom of=$S/big bs=1M count=2 conv=notrunc 2>/dev/null &&
+		rm $S/small $S/hard && rm -r $S/sub/deeper && echo new >$S/added
+	tap $? "snapshots: the file system changed after the snapshot"
+	sync
+	if ls -a /mnt | grep -qx .zfs; then rc=1; else rc=0; fi
+	tap $rc "snapshots: .zfs is not in the root's listing (snapdir=hidden)"
+	[ -d /mnt/.zfs/snapshot ]
+	tap $? "snapshots: .zfs/snapshot is there by name"
+	[ "$(ls /mnt/.zfs/snapshot)" = kc1 ]
+	tap $? "snapshots: ls .zfs/snapshot says kc1"
+	(cd /mnt/.zfs/snapshot/kc1 && find st | sort) >/tmp/snap.list2
+	cmp -s /tmp/snap.list /tmp/snap.list2
+	tap $? "snapshots: find in kc1 lists every path as it was ($(wc -l </tmp/snap.list) paths)"
+	(cd /mnt/.zfs/snapshot/kc1 && sha256sum -c /tmp/snap.sums >/tmp/snap.c1 2>&1)
+	tap $? "snapshots: every file of kc1 reads back byte-exact"
+	cp -a /mnt/.zfs/snapshot/kc1/st /tmp/ && (cd /tmp && sha256sum -c /tmp/snap.sums >/dev/null)
+	tap $? "snapshots: cp -a out of kc1, every copied file byte-exact"
+	[ "$(stat -c %a /tmp/st/small)" = 640 ] && [ "$(readlink /tmp/st/link)" = small ] &&
+		[ "$(stat -c %h /mnt/.zfs/snapshot/kc1/st/small)" = 2 ] &&
+		[ "$(stat -c %u:%g /tmp/st/sub/empty)" = 1234:567 ] &&
+		[ "$(stat -c %s /tmp/st/sparse)" = 3145728 ]
+	tap $? "snapshots: modes, owners, sizes, a symlink and a hard link as they were"
+	rm -rf /tmp/st
+	if touch /mnt/.zfs/snapshot/kc1/st/new 2>/tmp/snap.err; then rc=1; else rc=0; fi
+	[ $rc -eq 0 ] && grep -qi "read-only" /tmp/snap.err
+	tap $? "snapshots: a change inside kc1 fails: $(cat /tmp/snap.err)"
+	[ "$(stat -c %d /mnt)" != "$(stat -c %d /mnt/.zfs/snapshot/kc1)" ]
+	tap $? "snapshots: kc1 is a file system of its own (the client mounted it by itself)"
+	[ ! -e $S/small ] && [ "$(cat $S/added)" = new ]
+	tap $? "snapshots: the file system itself is as changed"
+	# A snapshot taken after the directory was listed shows in the next listing.
+	snap_host 2 snapshot create tank/home@kc2
+	tap $? "snapshots: the host took tank/home@kc2"
+	snap_wait_listed /mnt/.zfs/snapshot kc2 1
+	tap $? "snapshots: kc2 shows in .zfs/snapshot, listed before it was taken (${i}s)"
+	[ "$(cat /mnt/.zfs/snapshot/kc2/st/added)" = new ] && [ ! -e /mnt/.zfs/snapshot/kc2/st/small ]
+	tap $? "snapshots: kc2 holds the changes made after kc1"
+	# Destroyed while a file of it is open: its reads say the handle is stale.
+	exec 3</mnt/.zfs/snapshot/kc1/st/big
+	snap_host 3 snapshot destroy tank/home@kc1
+	tap $? "snapshots: the host destroyed kc1 while a file of it was open here"
+	echo 3 >/proc/sys/vm/drop_caches
+	if cat <&3 >/dev/null 2>/tmp/snap.err; then rc=1; else rc=0; fi
+	exec 3<&-
+	[ $rc -eq 0 ] && grep -qi "stale" /tmp/snap.err
+	tap $? "snapshots: a read of kc1's open file after its destroy: $(cat /tmp/snap.err)"
+	snap_wait_listed /mnt/.zfs/snapshot kc1 0
+	tap $? "snapshots: kc1 leaves the listing of .zfs/snapshot (${i}s)"
+	# The snapshots' mounts go first (the client made them), then the file system's.
+	for m in $(grep ' /mnt/.zfs/snapshot/' /proc/mounts | cut -d' ' -f2); do
+		umount "$m" 2>/dev/null || umount -l "$m"
+	done
+	umount /mnt
+	tap $? "snapshots: umount"
+	umount /mnt3
+}
+
+if [ "$SNAP" = 1 ]; then
+	snapshots
 fi
 
 # The same export once more with the portmapper and MOUNT asked over UDP (this kernel refuses

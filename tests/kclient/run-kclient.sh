@@ -496,6 +496,8 @@ kcmode=
 # packet capture grows on the same file system), so the guest also checks that a removed large
 # file's space comes back.
 [ "$backend" = pool ] && kcmode="$kcmode kcspace=own"
+# The pool's ordinary run also browses snapshots the host takes meanwhile (snap_host_step).
+[ "$backend" = pool ] && [ "$crash" -eq 0 ] && [ -z "$mode" ] && kcmode="$kcmode kcsnap=1"
 # The crash run: once the guest has seen crash_after operations complete, the server is killed
 # with SIGKILL (no chance to write anything more) and started again at once, on the same pool;
 # the guest's hard mount retries what was in flight. Called from the console loop below.
@@ -555,6 +557,22 @@ arm_faults() {
 	nfs-cp "$work/armed" "nfs://127.0.0.1${guest_export2}/armed" >"$work/armed.log" 2>&1 ||
 		sed 's/^/# nfs-cp: /' "$work/armed.log"
 }
+# The snapshot checks (guest-init.sh, kcsnap=1): "STEP COMMAND" from the guest's "# snap host"
+# line; runs `shale COMMAND` on the served pool (through its status socket), says how it went,
+# then writes the marker .kc-snap-STEP into the export's root for the guest to find.
+snap_host_step() {
+	local step=${1%% *} cmd=${1#* }
+	# shellcheck disable=SC2086 # the command's words
+	if "$shale" $cmd -d "$pool_dir" >"$work/snap-$step.log" 2>&1; then
+		echo "ok - host: shale $cmd"
+	else
+		echo "not ok - host: shale $cmd"
+		sed 's/^/# /' "$work/snap-$step.log"
+	fi
+	echo "$step" >"$work/snap-marker"
+	nfs-cp "$work/snap-marker" "nfs://127.0.0.1${guest_export}/.kc-snap-$step" \
+		>"$work/snap-marker.log" 2>&1 || sed 's/^/# nfs-cp: /' "$work/snap-marker.log"
+}
 console="$work/console.log"
 start=$(date +%s)
 # A kernel that panics while booting under TCG, before the guest has run a single check, is an
@@ -584,6 +602,7 @@ for attempt in 1 2; do
 				crash_server "while its UNSTABLE WRITEs wait for their COMMIT" | tee -a "$console"
 				;;
 			"# eio arm"*) arm_faults | tee -a "$console" ;;
+			"# snap host "*) snap_host_step "${line#\# snap host }" | tee -a "$console" ;;
 			"# "*) printf '%s\n' "$line" ;;
 			esac
 		done

@@ -4,6 +4,7 @@
  * cache misses with a tiny ARC, the REMOVE of a file whose extent leaves outgrow the cache,
  * ENOSPC on a small pool, a file system's quota (EDQUOT), the dirty-data throttle, and concurrent
  * clients. */
+#include <stdatomic.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -1547,6 +1548,202 @@ out:
 	pool_done(p, d);
 }
 
+static bool names_have(char (*names)[32], unsigned n, const char *name)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return true;
+	return false;
+}
+
+struct destroy_arg {
+	struct pool *da_pool;
+	const char *da_name;
+	int da_rc;
+	char da_err[200];
+	atomic_bool da_done;
+};
+
+static void *destroy_main(void *arg)
+{
+	struct destroy_arg *da = arg;
+	da->da_rc = pool_snapshot_destroy(da->da_pool, da->da_name, da->da_err,
+	                                  sizeof(da->da_err));
+	atomic_store(&da->da_done, true);
+	return NULL;
+}
+
+/* .zfs/snapshot: every snapshot browsed through the file system itself, read only; the
+ * directory's listing and attributes follow the snapshots; a destroyed snapshot's handles are
+ * stale; handles stay valid across an export and import. */
+static void test_snapdir(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_fs(0);
+	struct pool *p = pool_new(d, &o);
+	struct fs *fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	static uint8_t a[40 * KIB], b[40 * KIB], got[40 * KIB];
+	fill(a, sizeof(a), 11);
+	fill(b, sizeof(b), 12);
+	struct fs_obj_id root, f, dir, zfs, sdir, s1root, sf, sdd, up, s2f;
+	struct fs_attr at, at2;
+	char names[64][32];
+	unsigned n = 0;
+	char err[200];
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "f", NULL, 0, &f) == 0);
+	CHECK(op_write(fs, &f, 0, a, sizeof(a), FS_UNSTABLE, NULL) == 0);
+	CHECK(op_create(fs, FS_OP_MKDIR, &root, "d", NULL, 0, &dir) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &dir, "g", NULL, 0, NULL) == 0);
+	const char *s1 = "fs@s1";
+	CHECK(pool_snapshot_create(p, &s1, 1, err, sizeof(err)) == 0);
+	CHECK(op_write(fs, &f, 0, b, sizeof(b), FS_FILE_SYNC, NULL) == 0);
+	CHECK(op_remove(fs, FS_OP_REMOVE, &dir, "g") == 0);
+
+	/* hidden by default: not listed, but found */
+	CHECK(op_readdir_all(fs, &root, true, names, 64, &n) == 0 && n == 2 &&
+	      !names_have(names, n, ".zfs"));
+	CHECK(op_lookup(fs, &root, ".zfs", &zfs, &at) == 0 && at.fa_type == FS_DIR &&
+	      at.fa_fsid == 77 && (at.fa_mode & 0222) == 0);
+	CHECK(op_lookup(fs, &zfs, "snapshot", &sdir, &at) == 0 && at.fa_type == FS_DIR &&
+	      at.fa_size == 1);
+	CHECK(op_readdir_all(fs, &zfs, true, names, 64, &n) == 0 && n == 1 &&
+	      strcmp(names[0], "snapshot") == 0);
+	CHECK(op_readdir_all(fs, &sdir, false, names, 64, &n) == 0 && n == 1 &&
+	      strcmp(names[0], "s1") == 0);
+	CHECK(op_lookup(fs, &sdir, "s1", &s1root, &at) == 0 && at.fa_type == FS_DIR &&
+	      at.fa_fsid != 77 && s1root.foi_len == 24);
+	CHECK(op_lookup(fs, &sdir, "nope", NULL, NULL) == -ENOENT);
+	/* the snapshot as it was */
+	uint32_t got_n = 0;
+	CHECK(op_lookup(fs, &s1root, "f", &sf, &at) == 0 && at.fa_size == sizeof(a) &&
+	      at.fa_fsid != 77);
+	CHECK(op_read(fs, &sf, 0, sizeof(got), got, &got_n, NULL) == 0 && got_n == sizeof(a) &&
+	      memcmp(got, a, sizeof(a)) == 0);
+	CHECK(op_lookup(fs, &s1root, "d", &sdd, NULL) == 0);
+	CHECK(op_lookup(fs, &sdd, "g", NULL, NULL) == 0);
+	CHECK(op_readdir_all(fs, &s1root, true, names, 64, &n) == 0 && n == 2 &&
+	      names_have(names, n, "f") && names_have(names, n, "d"));
+	/* the file system as it is */
+	CHECK(op_read(fs, &f, 0, sizeof(got), got, NULL, NULL) == 0 &&
+	      memcmp(got, b, sizeof(b)) == 0);
+	CHECK(op_lookup(fs, &dir, "g", NULL, NULL) == -ENOENT);
+	/* read only, and .zfs cannot be made */
+	CHECK(op_write(fs, &sf, 0, b, 4096, FS_FILE_SYNC, NULL) == -EROFS);
+	CHECK(op_create(fs, FS_OP_CREATE, &s1root, "x", NULL, 0, NULL) == -EROFS);
+	CHECK(op_create(fs, FS_OP_MKDIR, &sdir, "s9", NULL, 0, NULL) == -EROFS);
+	CHECK(op_remove(fs, FS_OP_REMOVE, &s1root, "f") == -EROFS);
+	CHECK(op_setattr(fs, &sf, 0, -1, NULL) == -EROFS);
+	CHECK(op_create(fs, FS_OP_MKDIR, &root, ".zfs", NULL, 0, NULL) == -EEXIST);
+	CHECK(op_link(fs, &f, &sdd, "h") == -EXDEV);
+	/* up: the snapshot's root, .zfs/snapshot, .zfs, the root */
+	CHECK(op_lookup(fs, &s1root, "..", &up, NULL) == 0 && up.foi_len == sdir.foi_len &&
+	      memcmp(up.foi_bytes, sdir.foi_bytes, sdir.foi_len) == 0);
+	CHECK(op_lookup(fs, &sdir, "..", &up, NULL) == 0 && up.foi_len == zfs.foi_len &&
+	      memcmp(up.foi_bytes, zfs.foi_bytes, zfs.foi_len) == 0);
+	CHECK(op_lookup(fs, &zfs, "..", &up, &at) == 0 && up.foi_len == root.foi_len &&
+	      memcmp(up.foi_bytes, root.foi_bytes, root.foi_len) == 0 && at.fa_type == FS_DIR);
+	CHECK(op_lookup(fs, &sdd, "..", &up, NULL) == 0 && up.foi_len == s1root.foi_len &&
+	      memcmp(up.foi_bytes, s1root.foi_bytes, s1root.foi_len) == 0);
+
+	/* a new snapshot changes the directory's attributes */
+	CHECK(op_getattr(fs, &sdir, &at) == 0);
+	const char *s2 = "fs@s2";
+	CHECK(pool_snapshot_create(p, &s2, 1, err, sizeof(err)) == 0);
+	CHECK(op_getattr(fs, &sdir, &at2) == 0 && at2.fa_size == 2 &&
+	      (at2.fa_mtime.ft_sec != at.fa_mtime.ft_sec ||
+	       at2.fa_mtime.ft_nsec != at.fa_mtime.ft_nsec));
+	CHECK(op_lookup(fs, &sdir, "s2", &up, NULL) == 0);
+	CHECK(op_lookup(fs, &up, "f", &s2f, NULL) == 0);
+	CHECK(op_read(fs, &s2f, 0, sizeof(got), got, NULL, NULL) == 0 &&
+	      memcmp(got, b, sizeof(b)) == 0);
+
+	/* visible: listed once, wherever the pages fall */
+	CHECK(pool_ds_set_snapdir(p, "fs", true) == 0);
+	CHECK(op_readdir_all(fs, &root, true, names, 64, &n) == 0 && n == 3 &&
+	      names_have(names, n, ".zfs"));
+	CHECK(op_readdir_all(fs, &root, false, names, 64, &n) == 0 && n == 3);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "more1", NULL, 0, NULL) == 0);
+	for (int i = 0; i < 12; i++) {
+		char nm[16];
+		snprintf(nm, sizeof(nm), "e%02d", i);
+		CHECK(op_create(fs, FS_OP_CREATE, &root, nm, NULL, 0, NULL) == 0);
+	}
+	CHECK(op_readdir_all(fs, &root, true, names, 64, &n) == 0 && n == 16 &&
+	      names_have(names, n, ".zfs"));
+	CHECK(pool_ds_set_snapdir(p, "fs", false) == 0);
+	CHECK(op_readdir_all(fs, &root, false, names, 64, &n) == 0 && n == 15);
+
+	/* more snapshots than are kept open: each browsed, the listing paged */
+	for (int i = 3; i <= 40; i++) {
+		char nm[32];
+		snprintf(nm, sizeof(nm), "fs@s%d", i);
+		const char *one = nm;
+		CHECK(pool_snapshot_create(p, &one, 1, err, sizeof(err)) == 0);
+	}
+	unsigned readable = 0;
+	for (int i = 2; i <= 40; i++) {
+		char nm[16];
+		struct fs_obj_id r, ff;
+		snprintf(nm, sizeof(nm), "s%d", i);
+		if (op_lookup(fs, &sdir, nm, &r, NULL) == 0 && op_lookup(fs, &r, "f", &ff, NULL) == 0 &&
+		    op_read(fs, &ff, 0, sizeof(got), got, NULL, NULL) == 0 &&
+		    memcmp(got, b, sizeof(b)) == 0)
+			readable++;
+	}
+	CHECK(readable == 39);
+	CHECK(op_readdir_all(fs, &sdir, false, names, 64, &n) == 0 && n == 40);
+
+	/* a destroyed snapshot: its handles are stale, its name gone, at once; the destroy waits
+	 * for a READ buffer a reader holds (here let go of 200 ms later) */
+	struct call held;
+	call_init(&held, fs, FS_OP_READ, &sf);
+	held.c_req.u.read.rd_count = 4096;
+	CHECK(call_run(&held) == 0 && held.c_req.u.read.rd_buf.fb_len == 4096);
+	struct destroy_arg da = {.da_pool = p, .da_name = s1};
+	pthread_t destroyer;
+	CHECK(pthread_create(&destroyer, NULL, destroy_main, &da) == 0);
+	usleep(200000);
+	CHECK(!atomic_load(&da.da_done)); /* waiting for the buffer */
+	held.c_req.u.read.rd_buf.fb_release(held.c_req.u.read.rd_buf.fb_release_arg);
+	call_fini(&held);
+	pthread_join(destroyer, NULL);
+	CHECKF(da.da_rc == 0, "%s", da.da_err);
+	CHECK(op_getattr(fs, &sf, &at) == -ESTALE);
+	CHECK(op_getattr(fs, &s1root, &at) == -ESTALE);
+	CHECK(op_lookup(fs, &sdir, "s1", NULL, NULL) == -ENOENT);
+	CHECK(op_readdir_all(fs, &sdir, false, names, 64, &n) == 0 && n == 39 &&
+	      !names_have(names, n, "s1"));
+	/* a bad handle */
+	struct fs_obj_id bad = s2f;
+	bad.foi_len = 23;
+	CHECK(op_getattr(fs, &bad, &at) == -SH_EBADHANDLE);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	fs_destroy(fs);
+	CHECK(pool_export(p) == 0);
+
+	/* across an export and import: the same handles */
+	p = NULL;
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out_dev;
+	fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	CHECK(op_read(fs, &s2f, 0, sizeof(got), got, NULL, NULL) == 0 &&
+	      memcmp(got, b, sizeof(b)) == 0);
+	CHECK(op_getattr(fs, &sf, &at) == -ESTALE);
+	fs_destroy(fs);
+out:
+	pool_done(p, d);
+	return;
+out_dev:
+	blk_dev_close(d);
+}
+
 int main(void)
 {
 	TAP_RUN(test_every_op);
@@ -1569,5 +1766,6 @@ int main(void)
 	TAP_RUN(test_indirect_bad_block);
 	TAP_RUN(test_sealed_sync);
 	TAP_RUN(test_snapshot_served);
+	TAP_RUN(test_snapdir);
 	return tap_finish();
 }
