@@ -386,6 +386,10 @@ static void diff_cmd_usage(FILE *out)
 		"  R renamed (R /old -> /new)\n");
 }
 
+/* How long the server may work on a diff before its answer: it reads both trees whole first
+ * (minutes for millions of files read from disk). */
+#define DIFF_CMD_WAIT_S 3600u
+
 /* The differences as the server holding pool answers them ("ok" then the lines): printed, and
  * the exit status returned; -1 when nobody serves the pool. */
 static int diff_cmd_remote(const char *cmd, const char *dir, const char *pool, const char *request)
@@ -395,7 +399,7 @@ static int diff_cmd_remote(const char *cmd, const char *dir, const char *pool, c
 	FILE *mem = open_memstream(&text, &len);
 	if (!mem)
 		return -1;
-	int rc = pool_statsock_request(dir, pool, request, mem);
+	int rc = pool_statsock_request_wait(dir, pool, request, DIFF_CMD_WAIT_S, mem);
 	if (fclose(mem) != 0 && rc == 0)
 		rc = -ENOMEM;
 	int status = -1;

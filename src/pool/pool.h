@@ -560,6 +560,12 @@ SH_MUST_CHECK int pool_status_remote(const char *dir, const char *name, FILE *ou
  * (-ENOENT or -ECONNREFUSED: nobody serves the pool there). */
 SH_MUST_CHECK int pool_statsock_request(const char *dir, const char *name, const char *request,
                                         FILE *out);
+/* pool_statsock_request waiting up to wait_s seconds (instead of POOL_STATSOCK_WAIT_S) for each
+ * part of the answer, for a request the holder takes long to answer ("fs diff" reads two trees
+ * whole before its first byte). A holder that dies closes the connection: no wait runs out. */
+#define POOL_STATSOCK_WAIT_S 10u
+SH_MUST_CHECK int pool_statsock_request_wait(const char *dir, const char *name,
+                                             const char *request, unsigned wait_s, FILE *out);
 SH_MUST_CHECK int pool_status_socket_path(const char *dir, const char *name, char *out,
                                           size_t cap);
 

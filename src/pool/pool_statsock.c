@@ -507,6 +507,12 @@ int pool_status_remote(const char *dir, const char *name, FILE *out)
 
 int pool_statsock_request(const char *dir, const char *name, const char *request, FILE *out)
 {
+	return pool_statsock_request_wait(dir, name, request, POOL_STATSOCK_WAIT_S, out);
+}
+
+int pool_statsock_request_wait(const char *dir, const char *name, const char *request,
+                               unsigned wait_s, FILE *out)
+{
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	struct sockaddr_un sa;
 	int rc = pool_status_socket_path(dir, name, path, sizeof(path));
@@ -522,7 +528,7 @@ int pool_statsock_request(const char *dir, const char *name, const char *request
 		close(fd);
 		return rc;
 	}
-	struct timeval tv = {.tv_sec = 10};
+	struct timeval tv = {.tv_sec = wait_s};
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	/* as long as the request is ("fs diff" names two snapshots of up to POOL_SNAP_FULL_MAX) */
 	size_t line_cap = strlen(request) + 2;
