@@ -349,6 +349,13 @@ SH_MUST_CHECK int pool_fs_clone(struct pool *p, const char *snapshot, const char
  * the file system is open (exported). -ENOENT, -EINVAL, -EROFS, -EIO; err says why. */
 SH_MUST_CHECK int pool_fs_rollback(struct pool *p, const char *snapshot, bool destroy_later,
                                    char *err, size_t err_len);
+/* Promotes clone fs (zfs promote): in one txg, durable on return, the snapshots of its origin's
+ * file system up to its origin snapshot become its own (their names kept), the origin's file
+ * system becomes a clone of that snapshot, and every other clone of those snapshots depends on
+ * fs; the former origin can then be destroyed. Refused: -EINVAL (not a clone, a name), -EEXIST
+ * (fs has a snapshot named as one that would move: err names both), -EBUSY (either file system,
+ * or a snapshot that would move, is open: exported), -ENOENT, -EROFS, -EIO; err says why. */
+SH_MUST_CHECK int pool_fs_promote(struct pool *p, const char *fs, char *err, size_t err_len);
 /* Splits "fs@snap" into fs (POOL_DS_NAME_MAX + 1 bytes) and snap (POOL_SNAP_NAME_MAX + 1),
  * checking both names. 0 or -EINVAL. */
 SH_MUST_CHECK int pool_snap_name_split(const char *full, char *fs, char *snap);

@@ -92,11 +92,42 @@
  *      never freed, through it; the origin is not destroyed while a record names it; a clone
  *      being destroyed queues its dead list's chains with their entries kept (the origin holds
  *      them: only the chunks are freed).
+ *   S9 (promote, phase 1) the origin's snapshots up to the clone's origin move to the clone and
+ *      the origin becomes the clone of that snapshot, as below; refused while either is open.
+ *
+ * Promote (zfs promote). Let H be a file system with snapshots S1 < ... < Sn and C a clone of
+ * Sk, with snapshots C1 < ... < Cm. C's line reads Sk, C1..Cm, C and H's S1..Sn, H; after the
+ * promote C's reads S1..Sk, C1..Cm, C and H's Sk+1..Sn, H with H's origin Sk: every snapshot and
+ * file system keeps its predecessor, so every dead list keeps its meaning (D1 included). What
+ * changes, all in phase 1 of one txg (a crash sees all of it or none):
+ *   P1 The records sn/<H>/<txg> with txg <= Sk.txg become sn/<C>/<txg> (their bytes as they
+ *      are: name, id, dead list, REFER); a name C has already is refused (-EEXIST) first.
+ *   P2 C takes H's origin (none when H was no clone); H's origin is (C, Sk.txg); every other
+ *      file system whose origin is one of S1..Sk names C instead (its txg unchanged).
+ *   P3 The buckets. C's kills before the promote were bucketed by its old line, whose first
+ *      boundary was Sk.txg: every block older than that went to bucket 0, whatever its birth.
+ *      C's line now has S1..Sk-1 (and H's origin) below Sk, and USED of Sk (dl(C1)'s buckets
+ *      from Sk-1.txg on) or a later destroy of one of them needs those blocks in the buckets of
+ *      their births. So the chains of C's dead lists (C1..Cm and C's own) with keys below
+ *      Sk.txg are read and their entries written again into chains keyed by the new line; the
+ *      old chains go to the free queue with their entries kept (only their chunks are freed).
+ *      This is the one part whose cost is not a constant: one read of each such chunk, under
+ *      the lock (R2's exception, as a check), which only blocks the origin's line had before
+ *      the clone and the clone has since let go of fill. It is skipped when nothing lies below
+ *      Sk on the new line. A chain written in this very txg (C's last kills) is not on disk
+ *      yet: the promote then waits for the next txg, as S5 does.
+ *      H's dead lists keep theirs: keys below Sk.txg are blocks Sk holds, below H's new origin,
+ *      which the space figures and destroys of H's line leave alone as they do a clone's.
+ *   P4 The loaded lines (ds_snap_txgs) of both are built before anything changes and swapped
+ *      in at the end; a snapshot of H being moved that is loaded read only is let go of first
+ *      (-EBUSY while exported).
+ * After it, H can be destroyed once its own later snapshots are: its tree frees what was born
+ * after Sk (S2 with prev_snap_txg = Sk.txg), its dead list what Sk+1..Sn alone held.
  *
  * Concurrency. Everything here runs under p_lock: kills from the owners' operations and the
  * sync's tree writes, flushes and requests in phase 1, listings from any thread. The free queue's
  * steps run on the sync thread like destroy steps (R2's exception: they read chunks
- * synchronously under the lock, one chunk per step).
+ * synchronously under the lock, one chunk per step); a promote reads the chunks it re-keys (P3).
  *
  * ------------------------------------------------------------------------------------------------
  * ON-DISK FORMATS (integers little-endian; the keys' numbers are 16 lower-case hex digits)
@@ -590,18 +621,26 @@ void pool_snap_ds_fini(struct pool_ds *ds)
 	ds->ds_kill_mem = 0;
 }
 
-/* The bucket a block born in txg birth goes to: the latest boundary of the line before it. */
-static uint64_t pool_line_bucket(const struct pool_ds *ds, uint64_t birth)
+/* How many of a line's n boundaries (ascending) lie before a block born in txg birth: the
+ * block's bucket is the last of those (bounds[i - 1]), or 0 when i is 0. */
+static uint32_t pool_bucket_index(const uint64_t *bounds, uint32_t n, uint64_t birth)
 {
-	uint32_t lo = 0, hi = ds->ds_nsnap_txgs; /* the first boundary >= birth is at hi */
+	uint32_t lo = 0, hi = n; /* the first boundary >= birth is at hi */
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
-		if (ds->ds_snap_txgs[mid] < birth)
+		if (bounds[mid] < birth)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo == 0 ? 0 : ds->ds_snap_txgs[lo - 1];
+	return lo;
+}
+
+/* The bucket a block born in txg birth goes to: the latest boundary of the line before it. */
+static uint64_t pool_line_bucket(const struct pool_ds *ds, uint64_t birth)
+{
+	uint32_t i = pool_bucket_index(ds->ds_snap_txgs, ds->ds_nsnap_txgs, birth);
+	return i == 0 ? 0 : ds->ds_snap_txgs[i - 1];
 }
 
 int pool_dl_kill(struct pool_ds *ds, const struct blk_ptr *bp)
@@ -770,10 +809,10 @@ int pool_dl_flush(struct pool *p, struct pool_ds *ds)
 /* ---------------------------------------------------------------------------------------------
  * Requests, made in phase 1 (S3-S6) */
 
-enum pool_snap_op { POOL_SNAP_CREATE, POOL_SNAP_DESTROY, POOL_SNAP_ROLLBACK };
+enum pool_snap_op { POOL_SNAP_CREATE, POOL_SNAP_DESTROY, POOL_SNAP_ROLLBACK, POOL_SNAP_PROMOTE };
 
 struct pool_snap_target {
-	struct pool_ds *st_ds; /* the head, held by the caller */
+	struct pool_ds *st_ds; /* the head, held by the caller (promote: the clone, then its origin) */
 	char st_name[POOL_SNAP_NAME_MAX + 1];
 	/* create: the head's fields before its snapshot, for an undo (S6) */
 	uint64_t st_undo_prev_txg, st_undo_prev_id, st_undo_dl_id;
@@ -1163,6 +1202,8 @@ out:
 	mem_free(recs);
 }
 
+static int pool_snap_do_promote(struct pool *p, struct pool_snap_req *rq, uint64_t txg);
+
 int pool_snap_sync(struct pool *p, uint64_t txg)
 {
 	struct pool_snap_req **link = &p->p_snap_reqs, *last = NULL;
@@ -1173,6 +1214,8 @@ int pool_snap_sync(struct pool *p, uint64_t txg)
 			wait = pool_snap_do_create(p, rq, txg);
 		else if (rq->rq_op == POOL_SNAP_DESTROY)
 			pool_snap_do_destroy(p, rq, rq->rq_targets[0].st_ds, rq->rq_targets[0].st_name);
+		else if (rq->rq_op == POOL_SNAP_PROMOTE)
+			wait = pool_snap_do_promote(p, rq, txg);
 		else
 			pool_snap_do_rollback(p, rq);
 		if (wait) {
@@ -1852,22 +1895,537 @@ int pool_fs_clone(struct pool *p, const char *snapshot, const char *name, char *
 	return rc == -SH_ENEEDBLOCK ? -EIO : rc;
 }
 
+/* Under p_lock: chain dc of a dead list goes to the free queue with its entries kept (something
+ * else holds them: a clone's origin, S2, or the chains a promote copied them to, P3); only its
+ * chunks are freed. */
+static int pool_dl_chain_retire(struct pool *p, const struct pool_dl_chain *dc)
+{
+	struct pool_dl_chain queued = *dc;
+	queued.dc_flags = 0;
+	int rc = pool_dl_chain_put(p, &queued, true);
+	if (rc != 0)
+		return rc;
+	rc = pool_dl_chain_delete(p, dc, false);
+	if (rc != 0) {
+		(void)!pool_dl_chain_delete(p, &queued, true);
+		return rc;
+	}
+	atomic_fetch_add(&p->p_fq_queued, 1);
+	return 0;
+}
+
 int pool_dl_drop_locked(struct pool *p, struct pool_ds *ds)
 {
 	struct pool_dl_chain *chains = NULL;
 	size_t n = 0;
 	int rc = pool_dl_list(p, ds->ds_dl_id, 0, &chains, &n);
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		/* to the free queue, its entries kept: an origin holds them (S2) */
-		struct pool_dl_chain queued = chains[i];
-		queued.dc_flags = 0;
-		rc = pool_dl_chain_put(p, &queued, true);
-		if (rc == 0)
-			rc = pool_dl_chain_delete(p, &chains[i], false);
-		if (rc == 0)
-			atomic_fetch_add(&p->p_fq_queued, 1);
-	}
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = pool_dl_chain_retire(p, &chains[i]); /* an origin holds the entries (S2) */
 	mem_free(chains);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Promote (S9; P1-P4 in the theory) */
+
+/* A promote of clone C (rq_targets[0]) whose origin is H's snapshot Sk (H: rq_targets[1]). */
+struct pool_promote {
+	struct pool_ds *pm_clone, *pm_origin;
+	struct pool_snap_rec *pm_orecs, *pm_crecs; /* H's and C's snapshots, ascending */
+	size_t pm_on, pm_cn;
+	size_t pm_moved; /* pm_orecs[0 .. pm_moved) move to C; Sk is the last */
+	uint64_t pm_txg; /* Sk's */
+	/* The new lines (P4), of which only ds_snap_txgs is used; C's first pm_nbounds boundaries
+	 * are those up to Sk's txg, by which P3 re-keys. */
+	struct pool_ds pm_cline, pm_oline;
+	uint32_t pm_nbounds;
+	/* Other file systems whose origin is a snapshot that moves (P2), by name. */
+	char (*pm_clones)[POOL_DS_NAME_MAX + 1];
+	size_t pm_nclones, pm_clones_cap;
+	int pm_clones_err;
+};
+
+static void pool_promote_fini(struct pool_promote *pm)
+{
+	mem_free(pm->pm_orecs);
+	mem_free(pm->pm_crecs);
+	mem_free(pm->pm_cline.ds_snap_txgs);
+	mem_free(pm->pm_oline.ds_snap_txgs);
+	mem_free(pm->pm_clones);
+}
+
+/* Phase 1: rq's promote checked (S9's refusals, P1's names, P4's snapshots let go of) and its
+ * snapshot lists into *pm. False when it is refused: rq failed, saying why. */
+static bool pool_promote_check(struct pool *p, struct pool_snap_req *rq, struct pool_promote *pm)
+{
+	struct pool_ds *c = rq->rq_targets[0].st_ds, *h = rq->rq_targets[1].st_ds;
+	pm->pm_clone = c;
+	pm->pm_origin = h;
+	if (c->ds_origin_head_id == 0) {
+		pool_snap_req_fail(rq, -EINVAL, "%s is not a clone", c->ds_name);
+		return false;
+	}
+	if (c->ds_origin_head_id != h->ds_id) {
+		pool_snap_req_fail(rq, -EAGAIN, "%s: its origin changed meanwhile: try again",
+		                   c->ds_name);
+		return false;
+	}
+	if (c->ds_refs > 1 || c->ds_destroying || h->ds_refs > 1 || h->ds_destroying) {
+		const struct pool_ds *busy = c->ds_refs > 1 || c->ds_destroying ? c : h;
+		pool_snap_req_fail(rq, -EBUSY,
+		                   "%s is in use (exported, or being destroyed): take it out of the "
+		                   "exports and reload them first (SIGHUP)",
+		                   busy->ds_name);
+		return false;
+	}
+	int rc = pool_sn_list(p, h->ds_id, &pm->pm_orecs, &pm->pm_on);
+	if (rc == 0)
+		rc = pool_sn_list(p, c->ds_id, &pm->pm_crecs, &pm->pm_cn);
+	if (rc != 0) {
+		pool_snap_req_fail(rq, rc, "%s: %s", c->ds_name, sh_strerror(rc));
+		return false;
+	}
+	size_t k = 0;
+	while (k < pm->pm_on && pm->pm_orecs[k].sr_txg != c->ds_origin_txg)
+		k++;
+	if (k == pm->pm_on) {
+		pool_snap_req_fail(rq, -EIO, "%s: its origin (txg %" PRIu64 ") is not a snapshot of %s",
+		                   c->ds_name, c->ds_origin_txg, h->ds_name);
+		return false;
+	}
+	pm->pm_moved = k + 1;
+	pm->pm_txg = c->ds_origin_txg;
+	for (size_t i = 0; i < pm->pm_moved; i++) {
+		const char *name = pm->pm_orecs[i].sr_name;
+		for (size_t j = 0; j < pm->pm_cn; j++) {
+			if (strcmp(name, pm->pm_crecs[j].sr_name) == 0) {
+				pool_snap_req_fail(rq, -EEXIST,
+				                   "%s@%s of its origin conflicts with %s@%s: destroy "
+				                   "one of them first",
+				                   h->ds_name, name, c->ds_name, name);
+				return false;
+			}
+		}
+		if (pool_snap_ds_release_idle(p, h->ds_id, pm->pm_orecs[i].sr_txg) != 0) {
+			pool_snap_req_fail(rq, -EBUSY,
+			                   "%s@%s is in use (exported): take it out of the exports and "
+			                   "reload them first (SIGHUP)",
+			                   h->ds_name, name);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Phase 1: the lines both will have (P4) into pm_cline and pm_oline. 0 or -ENOMEM. */
+static int pool_promote_lines(struct pool_promote *pm)
+{
+	const struct pool_ds *h = pm->pm_origin;
+	int rc = 0;
+	if (h->ds_origin_txg != 0)
+		rc = pool_line_add(&pm->pm_cline, h->ds_origin_txg);
+	for (size_t i = 0; rc == 0 && i < pm->pm_moved; i++)
+		rc = pool_line_add(&pm->pm_cline, pm->pm_orecs[i].sr_txg);
+	pm->pm_nbounds = pm->pm_cline.ds_nsnap_txgs;
+	for (size_t i = 0; rc == 0 && i < pm->pm_cn; i++)
+		rc = pool_line_add(&pm->pm_cline, pm->pm_crecs[i].sr_txg);
+	if (rc == 0)
+		rc = pool_line_add(&pm->pm_oline, pm->pm_txg);
+	for (size_t i = pm->pm_moved; rc == 0 && i < pm->pm_on; i++)
+		rc = pool_line_add(&pm->pm_oline, pm->pm_orecs[i].sr_txg);
+	return rc;
+}
+
+/* Phase 1 (P3): the chains of C's dead lists (its snapshots' and its own) keyed below Sk's txg,
+ * grouped by dead list, into *out (mem_free). Returns 1 when one of them was written in this txg
+ * (not on disk yet: the promote waits for the next), else 0 or an error. */
+static int pool_promote_low_chains(struct pool *p, const struct pool_promote *pm, uint64_t txg,
+                                   struct pool_dl_chain **out, size_t *n_out)
+{
+	struct pool_dl_chain *low = NULL;
+	size_t n = 0, cap = 0;
+	int rc = pm->pm_clone->ds_nkills > 0 ? 1 : 0;
+	for (size_t i = 0; rc == 0 && i <= pm->pm_cn; i++) {
+		uint64_t dl = i < pm->pm_cn ? pm->pm_crecs[i].sr_dl_id : pm->pm_clone->ds_dl_id;
+		struct pool_dl_chain *ch;
+		size_t nch;
+		rc = pool_dl_list(p, dl, 0, &ch, &nch);
+		for (size_t j = 0; rc == 0 && j < nch && ch[j].dc_bucket < pm->pm_txg; j++) {
+			struct pool_dl_chain *slot = NULL;
+			if (ch[j].dc_head.bp_birth_txg >= txg)
+				rc = 1;
+			else if (!(slot = pool_vec_push(&low, &n, &cap, sizeof(*slot))))
+				rc = -ENOMEM;
+			else
+				*slot = ch[j];
+		}
+		mem_free(ch);
+	}
+	if (rc != 0) {
+		mem_free(low);
+		return rc;
+	}
+	*out = low;
+	*n_out = n;
+	return 0;
+}
+
+/* P3's work on one dead list: the entries of its chains keyed below Sk, by the bucket of the new
+ * line each goes to (bucket i: the boundary rk_bounds[i - 1], bucket 0: key 0), each bucket's
+ * new chain with the entries not written yet (a chunk at most), and every chunk written. */
+struct pool_rekey_bucket {
+	struct pool_dl_chain rb_chain; /* dc_seq 0: not started */
+	struct blk_ptr *rb_bps;        /* POOL_DL_CHUNK_MAX, allocated on first use */
+	uint32_t rb_n;
+};
+
+struct pool_rekey {
+	struct pool *rk_pool;
+	uint64_t rk_dl_id;
+	const uint64_t *rk_bounds;
+	uint32_t rk_nbounds;
+	struct pool_walk *rk_walk;            /* the chunks are read through its cache */
+	struct pool_rekey_bucket *rk_buckets; /* rk_nbounds + 1 */
+	struct blk_ptr *rk_written;           /* freed again when the dead list cannot change */
+	size_t rk_nwritten, rk_written_cap;
+};
+
+/* Phase 1: bucket b's pending entries as one chunk on its chain, started if need be. */
+static int pool_rekey_write(struct pool_rekey *rk, uint32_t b)
+{
+	struct pool_rekey_bucket *rb = &rk->rk_buckets[b];
+	if (rb->rb_n == 0)
+		return 0;
+	struct blk_ptr *written = pool_vec_push(&rk->rk_written, &rk->rk_nwritten,
+	                                        &rk->rk_written_cap, sizeof(*written));
+	if (!written)
+		return -ENOMEM;
+	if (rb->rb_chain.dc_seq == 0) {
+		rb->rb_chain.dc_dl_id = rk->rk_dl_id;
+		rb->rb_chain.dc_bucket = b == 0 ? 0 : rk->rk_bounds[b - 1];
+		rb->rb_chain.dc_seq = pool_new_id(rk->rk_pool);
+	}
+	int rc = pool_dl_write_chunk(rk->rk_pool, &rb->rb_chain, rb->rb_bps, rb->rb_n);
+	if (rc != 0) {
+		rk->rk_nwritten--;
+		return rc;
+	}
+	*written = rb->rb_chain.dc_head;
+	rb->rb_n = 0;
+	return 0;
+}
+
+static int pool_rekey_add(struct pool_rekey *rk, const struct blk_ptr *bp)
+{
+	uint32_t b = pool_bucket_index(rk->rk_bounds, rk->rk_nbounds, bp->bp_birth_txg);
+	struct pool_rekey_bucket *rb = &rk->rk_buckets[b];
+	if (!rb->rb_bps) {
+		rb->rb_bps = mem_alloc(POOL_DL_CHUNK_MAX * sizeof(*rb->rb_bps));
+		if (!rb->rb_bps)
+			return -ENOMEM;
+	}
+	rb->rb_bps[rb->rb_n++] = *bp;
+	return rb->rb_n == POOL_DL_CHUNK_MAX ? pool_rekey_write(rk, b) : 0;
+}
+
+/* Under p_lock: every entry of chain dc into rk's buckets. */
+static int pool_rekey_chain(struct pool_rekey *rk, const struct pool_dl_chain *dc)
+{
+	struct pool *p = rk->rk_pool;
+	struct blk_ptr at = dc->dc_head;
+	int rc = 0;
+	while (rc == 0 && !blk_ptr_is_hole(&at)) {
+		struct pool_dl_chunk ck;
+		void *hold;
+		/* The walk's cache for this read only: set, it would route the metadata tree's
+		 * reads through it too (pool_mos_range), and the entries change that tree. */
+		struct pool_walk *saved = p->p_walk;
+		p->p_walk = rk->rk_walk;
+		rc = pool_dl_chunk_read(p, &at, &ck, &hold);
+		p->p_walk = saved;
+		if (rc != 0)
+			break;
+		for (uint32_t i = 0; rc == 0 && i < ck.ck_n; i++) {
+			struct blk_ptr bp;
+			rc = pool_dl_chunk_entry(p, &ck, i, &bp);
+			if (rc == 0)
+				rc = pool_rekey_add(rk, &bp);
+		}
+		at = ck.ck_prev;
+		pool_walk_release(p, hold);
+	}
+	return rc;
+}
+
+/* Phase 1 (P3): dead list dl_id's chains low (n, keyed below Sk) re-keyed by the
+ * new line's first nbounds boundaries: their entries read and written into new chains, then the
+ * old chains queued with their entries kept, then the new ones recorded. A failure before the
+ * old chains go frees what was written and leaves the dead list as it was; keys below Sk's are
+ * valid on either line, so a dead list done stays done when a later one fails. A failure after
+ * leaves entries on no chain: blocks that stay allocated (a leak a check reports), never one
+ * listed twice. */
+static int pool_promote_rekey(struct pool *p, struct pool_walk *w, uint64_t dl_id,
+                              const struct pool_dl_chain *low, size_t n, const uint64_t *bounds,
+                              uint32_t nbounds)
+{
+	struct pool_rekey rk = {.rk_pool = p, .rk_dl_id = dl_id, .rk_bounds = bounds,
+	                        .rk_nbounds = nbounds, .rk_walk = w};
+	rk.rk_buckets = mem_zalloc((nbounds + 1u) * sizeof(*rk.rk_buckets));
+	int rc = rk.rk_buckets ? 0 : -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = pool_rekey_chain(&rk, &low[i]);
+	for (uint32_t b = 0; rc == 0 && b <= nbounds; b++)
+		rc = pool_rekey_write(&rk, b);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = pool_dl_chain_retire(p, &low[i]);
+	if (rc != 0) {
+		for (size_t i = 0; i < rk.rk_nwritten; i++)
+			(void)!pool_free_block(p, NULL, &rk.rk_written[i]); /* a refusal is logged */
+	}
+	for (uint32_t b = 0; rc == 0 && b <= nbounds; b++)
+		if (rk.rk_buckets[b].rb_chain.dc_seq != 0)
+			rc = pool_dl_chain_put(p, &rk.rk_buckets[b].rb_chain, false);
+	for (uint32_t b = 0; rk.rk_buckets && b <= nbounds; b++)
+		mem_free(rk.rk_buckets[b].rb_bps);
+	mem_free(rk.rk_buckets);
+	mem_free(rk.rk_written);
+	return rc;
+}
+
+/* Phase 1 (P3): every low chain of C's dead lists re-keyed, a dead list at a time, through a
+ * walk's cache of its own. */
+static int pool_promote_rekey_all(struct pool *p, const struct pool_promote *pm,
+                                  const struct pool_dl_chain *low, size_t n)
+{
+	if (n == 0)
+		return 0;
+	struct pool_walk *w = pool_walk_new_cache();
+	if (!w)
+		return -ENOMEM;
+	int rc = 0;
+	for (size_t i = 0, j; rc == 0 && i < n; i = j) {
+		for (j = i; j < n && low[j].dc_dl_id == low[i].dc_dl_id; j++)
+			;
+		rc = pool_promote_rekey(p, w, low[i].dc_dl_id, low + i, j - i,
+		                        pm->pm_cline.ds_snap_txgs, pm->pm_nbounds);
+	}
+	pool_walk_free(w);
+	return rc;
+}
+
+static bool pool_promote_clones_visit(void *arg, const void *key, uint32_t klen, const void *val,
+                                      uint32_t vlen)
+{
+	struct pool_promote *pm = arg;
+	uint64_t head = 0, txg = 0;
+	if (!pool_ds_record_origin(val, vlen, &head, &txg) || head != pm->pm_origin->ds_id ||
+	    txg > pm->pm_txg || klen - 3 > POOL_DS_NAME_MAX)
+		return true;
+	char(*name)[POOL_DS_NAME_MAX + 1] =
+	    pool_vec_push(&pm->pm_clones, &pm->pm_nclones, &pm->pm_clones_cap, sizeof(*name));
+	if (!name) {
+		pm->pm_clones_err = -ENOMEM;
+		return false;
+	}
+	memcpy(*name, (const char *)key + 3, klen - 3);
+	(*name)[klen - 3] = '\0';
+	if (strcmp(*name, pm->pm_clone->ds_name) == 0)
+		pm->pm_nclones--; /* C itself: its origin is set apart */
+	return true;
+}
+
+/* Phase 1 (P2): the names of the other file systems whose origin is a snapshot that moves. */
+static int pool_promote_clones_find(struct pool *p, struct pool_promote *pm)
+{
+	int rc = pool_mos_range(p, "ds/", 3, "ds/", 3, false, pool_promote_clones_visit, pm);
+	return rc != 0 ? rc : pm->pm_clones_err;
+}
+
+/* Phase 1 (P2): the file system called name (not loaded) names C as its origin, in its record. */
+static int pool_promote_clone_record(struct pool *p, const char *name, uint64_t clone_id)
+{
+	char key[POOL_MOS_KEY_MAX];
+	int klen = snprintf(key, sizeof(key), "ds/%s", name);
+	uint8_t rec[POOL_MOS_VAL_MAX];
+	uint32_t vlen;
+	struct pool_ds tmp = {.ds_pool = p};
+	int rc = btree_lookup(p->p_mos, key, (uint32_t)klen, rec, sizeof(rec), &vlen, NULL);
+	if (rc == 0)
+		rc = pool_ds_record_decode(&tmp, rec, vlen);
+	if (rc == 0) {
+		tmp.ds_origin_head_id = clone_id;
+		int reclen = pool_ds_record_encode(&tmp, rec, sizeof(rec));
+		rc = reclen < 0 ? reclen
+		                : btree_put(p->p_mos, key, (uint32_t)klen, rec, (uint32_t)reclen,
+		                            BTREE_PUT_REPLACE, NULL);
+	}
+	return rc == -SH_ENEEDBLOCK || rc == -EOVERFLOW ? -EIO : rc;
+}
+
+/* Phase 1 (P2): every other file system whose origin moves names C: a loaded one (a clone being
+ * destroyed too) in memory, its record written with the others at the end of phase 1; the rest
+ * in their records. A failure is logged: the record then names a snapshot H no longer has. */
+static void pool_promote_clones_set(struct pool *p, const struct pool_promote *pm)
+{
+	const struct pool_ds *c = pm->pm_clone, *h = pm->pm_origin;
+	for (struct pool_ds *ds = p->p_datasets; ds; ds = ds->ds_next) {
+		if (ds != c && !ds->ds_snapshot && ds->ds_origin_head_id == h->ds_id &&
+		    ds->ds_origin_txg <= pm->pm_txg) {
+			ds->ds_origin_head_id = c->ds_id;
+			ds->ds_record_dirty = true;
+		}
+	}
+	for (size_t i = 0; i < pm->pm_nclones; i++) {
+		bool loaded = false;
+		for (const struct pool_ds *ds = p->p_datasets; ds && !loaded; ds = ds->ds_next)
+			loaded = !ds->ds_queued && !ds->ds_snapshot &&
+			         strcmp(ds->ds_name, pm->pm_clones[i]) == 0;
+		int rc = loaded ? 0 : pool_promote_clone_record(p, pm->pm_clones[i], c->ds_id);
+		if (rc != 0)
+			log_error("pool %s: %s: its origin could not be moved to %s: %s", p->p_name,
+			          pm->pm_clones[i], c->ds_name, sh_strerror(rc));
+	}
+}
+
+/* Under p_lock: snapshot record txg of head from_id becomes head to_id's, its bytes as they are. */
+static int pool_sn_move(struct pool *p, uint64_t from_id, uint64_t to_id, uint64_t txg)
+{
+	char from[POOL_MOS_KEY_MAX], to[POOL_MOS_KEY_MAX];
+	uint32_t flen = pool_sn_key(from_id, txg, from), tlen = pool_sn_key(to_id, txg, to), vlen;
+	uint8_t val[POOL_MOS_VAL_MAX];
+	int rc = btree_lookup(p->p_mos, from, flen, val, sizeof(val), &vlen, NULL);
+	if (rc == 0)
+		rc = btree_put(p->p_mos, to, tlen, val, vlen, BTREE_PUT_NEW, NULL);
+	if (rc == 0) {
+		rc = btree_delete(p->p_mos, from, flen, NULL);
+		if (rc != 0)
+			(void)!btree_delete(p->p_mos, to, tlen, NULL);
+	}
+	return rc == -SH_ENEEDBLOCK || rc == -EOVERFLOW ? -EIO : rc;
+}
+
+/* Phase 1 (P1): H's snapshots up to Sk become C's; all or none. */
+static int pool_promote_records(struct pool *p, const struct pool_promote *pm)
+{
+	uint64_t h = pm->pm_origin->ds_id, c = pm->pm_clone->ds_id;
+	size_t moved = 0;
+	int rc = 0;
+	for (; rc == 0 && moved < pm->pm_moved; moved++) {
+		rc = pool_sn_move(p, h, c, pm->pm_orecs[moved].sr_txg);
+		if (rc != 0)
+			break;
+	}
+	while (rc != 0 && moved-- > 0) {
+		if (pool_sn_move(p, c, h, pm->pm_orecs[moved].sr_txg) != 0)
+			log_error("pool %s: %s@%s: moving it back to %s failed: its record names %s",
+			          p->p_name, pm->pm_clone->ds_name, pm->pm_orecs[moved].sr_name,
+			          pm->pm_origin->ds_name, pm->pm_clone->ds_name);
+	}
+	return rc;
+}
+
+/* Swaps the line (ds_snap_txgs) of ds and of line. */
+static void pool_line_swap(struct pool_ds *ds, struct pool_ds *line)
+{
+	uint64_t *txgs = ds->ds_snap_txgs;
+	uint32_t n = ds->ds_nsnap_txgs, cap = ds->ds_snap_txgs_cap;
+	ds->ds_snap_txgs = line->ds_snap_txgs;
+	ds->ds_nsnap_txgs = line->ds_nsnap_txgs;
+	ds->ds_snap_txgs_cap = line->ds_snap_txgs_cap;
+	line->ds_snap_txgs = txgs;
+	line->ds_nsnap_txgs = n;
+	line->ds_snap_txgs_cap = cap;
+}
+
+/* Phase 1: promotes the clone of rq (S9): checks, builds the new lines, re-keys C's dead lists
+ * (P3), moves the records (P1), then the origins (P2) and the lines (P4), which cannot fail.
+ * Returns 1 when it must wait for the next txg (P3), else 0 with rq_rc set. */
+static int pool_snap_do_promote(struct pool *p, struct pool_snap_req *rq, uint64_t txg)
+{
+	struct pool_promote pm = {0};
+	struct pool_dl_chain *low = NULL;
+	size_t nlow = 0;
+	int wait = 0;
+	if (!pool_promote_check(p, rq, &pm))
+		goto out;
+	struct pool_ds *c = pm.pm_clone, *h = pm.pm_origin;
+	int rc = pool_promote_lines(&pm);
+	if (rc == 0)
+		rc = pool_promote_clones_find(p, &pm);
+	if (rc == 0 && pm.pm_nbounds > 1) /* else every old block stays in bucket 0 */
+		rc = pool_promote_low_chains(p, &pm, txg, &low, &nlow);
+	if (rc == 1) {
+		wait = 1;
+		goto out;
+	}
+	if (rc == 0) {
+		rc = pool_promote_rekey_all(p, &pm, low, nlow);
+		if (rc != 0)
+			log_error("pool %s: promoting %s: re-keying its dead lists: %s", p->p_name,
+			          c->ds_name, sh_strerror(rc));
+	}
+	if (rc == 0)
+		rc = pool_promote_records(p, &pm);
+	if (rc != 0) {
+		pool_snap_req_fail(rq, rc, "%s: %s", c->ds_name, sh_strerror(rc));
+		goto out;
+	}
+	pool_promote_clones_set(p, &pm);
+	c->ds_origin_head_id = h->ds_origin_head_id;
+	c->ds_origin_txg = h->ds_origin_txg;
+	h->ds_origin_head_id = c->ds_id;
+	h->ds_origin_txg = pm.pm_txg;
+	c->ds_record_dirty = true;
+	h->ds_record_dirty = true;
+	pool_line_swap(c, &pm.pm_cline);
+	pool_line_swap(h, &pm.pm_oline);
+	rq->rq_rc = 0;
+	log_info("pool %s: %s promoted: %zu snapshot%s of %s moved to it (%zu chains re-keyed); %s "
+	         "is now a clone of %s@%s",
+	         p->p_name, c->ds_name, pm.pm_moved, pm.pm_moved == 1 ? "" : "s", h->ds_name, nlow,
+	         h->ds_name, c->ds_name, pm.pm_orecs[pm.pm_moved - 1].sr_name);
+out:
+	mem_free(low);
+	pool_promote_fini(&pm);
+	return wait;
+}
+
+int pool_fs_promote(struct pool *p, const char *clone, char *err, size_t err_len)
+{
+	pool_say(err, err_len, "%s", "");
+	if (p->p_read_only)
+		return -EROFS; /* imported read only: nothing may change */
+	if (!pool_name_valid(clone, POOL_DS_NAME_MAX)) {
+		pool_say(err, err_len, "'%s' is not a valid file system name", clone);
+		return -EINVAL;
+	}
+	/* the clone, then its origin's file system, held until the request is made */
+	struct pool_snap_target targets[2];
+	memset(targets, 0, sizeof(targets));
+	int rc = pool_ds_open(p, clone, &targets[0].st_ds);
+	if (rc != 0) {
+		pool_say(err, err_len, "%s: %s", clone,
+		         rc == -ENOENT ? "no such file system" : sh_strerror(rc));
+		return rc;
+	}
+	pool_lock(p);
+	uint64_t origin_id = targets[0].st_ds->ds_origin_head_id;
+	rc = origin_id == 0 ? -EINVAL : pool_ds_hold_by_id(p, origin_id, &targets[1].st_ds);
+	pool_unlock(p);
+	if (rc == -EINVAL)
+		pool_say(err, err_len, "%s is not a clone", clone);
+	else if (rc != 0)
+		pool_say(err, err_len, "%s: its origin: %s", clone, sh_strerror(rc));
+	if (rc == 0) {
+		struct pool_snap_req rq = {.rq_op = POOL_SNAP_PROMOTE, .rq_targets = targets,
+		                           .rq_n = 2};
+		rc = pool_snap_run(p, &rq);
+		if (rq.rq_done && rq.rq_rc != 0)
+			pool_say(err, err_len, "%s", rq.rq_err);
+		else if (rc != 0)
+			pool_say(err, err_len, "%s", sh_strerror(rc));
+	}
+	pool_snap_targets_close(targets, 2);
 	return rc;
 }
 

@@ -699,6 +699,233 @@ static void test_snap_rollback(void)
 	finish(p, kv, d);
 }
 
+/* Sets the keys from, from + step, ... of kv's file system to version v (ver, its model,
+ * follows), then makes the changes durable. */
+static void rewrite(struct pool *p, struct kv *kv, unsigned *ver, unsigned from, unsigned step,
+                    unsigned v)
+{
+	for (unsigned k = from; k < NKEYS; k += step) {
+		ver[k] = v;
+		CHECK(set_key(kv, k, v) == 0);
+	}
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+}
+
+/* Snapshot fs@sm_name, its model the file system's (ver). */
+static void snap_take(struct pool *p, const char *fs, struct snap_model *sm, const unsigned *ver)
+{
+	char full[80];
+	snprintf(full, sizeof(full), "%s@%.31s", fs, sm->sm_name);
+	CHECK(snap_create1(p, full) == 0);
+	memcpy(sm->sm_ver, ver, sizeof(sm->sm_ver));
+	sm->sm_live = true;
+}
+
+static int promote1(struct pool *p, const char *fs, char *err, size_t err_len)
+{
+	int rc = pool_fs_promote(p, fs, err, err_len);
+	if (rc != 0)
+		printf("#   promote %s: %s\n", fs, err);
+	return rc;
+}
+
+/* Every snapshot of sms (n) through the file system kv's, as its model says. */
+static unsigned snaps_verify(struct kv *kv, struct snap_model *const *sms, unsigned n)
+{
+	unsigned bad = 0;
+	for (unsigned i = 0; i < n; i++)
+		bad += snap_verify(kv, sms[i]);
+	return bad;
+}
+
+/* Promote: the clone takes its origin's snapshots up to its origin, with their contents, and
+ * its origin becomes its clone; every USED and REFER stays what the walks find (pool_check);
+ * clones of moved snapshots read on and depend on the clone; refusals change nothing; back and
+ * forth; a clone of a clone; then the former origin and its later snapshots go, each destroy
+ * freeing what its USED said, and the check stays clean (nothing leaked, nothing freed twice). */
+static void test_snap_promote(void)
+{
+	struct blk_dev *d;
+	struct kv *kv, *ckv = NULL, *dkv = NULL;
+	struct pool *p = new_pool("snapp", &d, &kv);
+	if (!p || !kv)
+		return;
+	static struct snap_model s[5] = {{.sm_name = "s1"}, {.sm_name = "s2"}, {.sm_name = "s3"},
+	                                 {.sm_name = "s4"}, {.sm_name = "s5"}};
+	static struct snap_model c[2] = {{.sm_name = "c1"}, {.sm_name = "c2"}};
+	static unsigned ver[NKEYS], cver[NKEYS], dver[NKEYS];
+	char err[200];
+	/* kv: s1, s2, s3, each after a third of the keys changed */
+	set_all(kv, ver, 1);
+	snap_take(p, "kv", &s[0], ver);
+	rewrite(p, kv, ver, 0, 3, 2);
+	snap_take(p, "kv", &s[1], ver);
+	rewrite(p, kv, ver, 1, 3, 3);
+	snap_take(p, "kv", &s[2], ver);
+	/* cl, a clone of s3, lets go of blocks of every era of kv's line, then c1 and c2 */
+	CHECK(pool_fs_clone(p, "kv@s3", "cl", err, sizeof(err)) == 0);
+	CHECK(kv_open(p, "cl", &ckv) == 0);
+	if (!ckv)
+		return;
+	memcpy(cver, ver, sizeof(ver));
+	rewrite(p, ckv, cver, 0, 3, 10);
+	rewrite(p, ckv, cver, 1, 5, 11);
+	snap_take(p, "cl", &c[0], cver);
+	rewrite(p, ckv, cver, 2, 4, 12);
+	snap_take(p, "cl", &c[1], cver);
+	rewrite(p, ckv, cver, 0, 7, 13);
+	/* kv goes on: s4, s5 and changes of its own */
+	rewrite(p, kv, ver, 2, 3, 4);
+	snap_take(p, "kv", &s[3], ver);
+	rewrite(p, kv, ver, 0, 2, 5);
+	snap_take(p, "kv", &s[4], ver);
+	rewrite(p, kv, ver, 0, 5, 6);
+	/* clones of s1 (never opened), s2 (open through the promote) and s4 (does not move) */
+	CHECK(pool_fs_clone(p, "kv@s1", "d1", err, sizeof(err)) == 0);
+	CHECK(pool_fs_clone(p, "kv@s2", "d2", err, sizeof(err)) == 0);
+	CHECK(pool_fs_clone(p, "kv@s4", "e4", err, sizeof(err)) == 0);
+	CHECK(kv_open(p, "d2", &dkv) == 0);
+	if (!dkv)
+		return;
+	memcpy(dver, s[1].sm_ver, sizeof(dver));
+	rewrite(p, dkv, dver, 3, 6, 20);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+
+	/* refusals, each changing nothing */
+	CHECK(pool_fs_promote(p, "kv", err, sizeof(err)) == -EINVAL);
+	CHECK(strstr(err, "not a clone") != NULL);
+	CHECK(pool_fs_promote(p, "nosuch", err, sizeof(err)) == -ENOENT);
+	CHECK(pool_fs_promote(p, "bad/name", err, sizeof(err)) == -EINVAL);
+	CHECK(pool_fs_promote(p, "cl", err, sizeof(err)) == -EBUSY); /* cl is open */
+	CHECK(strstr(err, "cl is in use") != NULL);
+	kv_close(ckv);
+	ckv = NULL;
+	CHECK(pool_fs_promote(p, "cl", err, sizeof(err)) == -EBUSY); /* kv is open */
+	CHECK(strstr(err, "kv is in use") != NULL);
+	kv_close(kv);
+	kv = NULL;
+	CHECK(snap_create1(p, "cl@s2") == 0);
+	CHECK(pool_fs_promote(p, "cl", err, sizeof(err)) == -EEXIST);
+	CHECK(strstr(err, "kv@s2") != NULL && strstr(err, "cl@s2") != NULL);
+	CHECK(snap_destroy1(p, "cl@s2") == 0);
+	CHECK(snap_count(p, "kv") == 5 && snap_count(p, "cl") == 2);
+
+	/* the promote */
+	CHECK(promote1(p, "cl", err, sizeof(err)) == 0);
+	CHECK(snap_count(p, "kv") == 2 && snap_count(p, "cl") == 5);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	CHECK(kv_open(p, "kv", &kv) == 0 && kv_open(p, "cl", &ckv) == 0);
+	if (!kv || !ckv)
+		return;
+	struct snap_model *cl_line[] = {&s[0], &s[1], &s[2], &c[0], &c[1]};
+	struct snap_model *kv_line[] = {&s[3], &s[4]};
+	CHECK(snaps_verify(ckv, cl_line, 5) == 0);
+	CHECK(snaps_verify(kv, kv_line, 2) == 0);
+	CHECK(head_verify(ckv, cver) == 0 && head_verify(kv, ver) == 0);
+	CHECK(head_verify(dkv, dver) == 0);
+	/* the moved snapshots' clones and kv depend on cl now */
+	CHECK(pool_snapshot_destroy(p, "cl@s1", err, sizeof(err)) == -EBUSY);
+	CHECK(strstr(err, "d1") != NULL);
+	CHECK(pool_snapshot_destroy(p, "cl@s2", err, sizeof(err)) == -EBUSY);
+	CHECK(strstr(err, "d2") != NULL);
+	CHECK(pool_snapshot_destroy(p, "cl@s3", err, sizeof(err)) == -EBUSY);
+	CHECK(strstr(err, "kv") != NULL);
+	CHECK(pool_snapshot_destroy(p, "kv@s1", err, sizeof(err)) == -ENOENT);
+	/* both go on changing */
+	rewrite(p, kv, ver, 1, 4, 7);
+	rewrite(p, ckv, cver, 3, 4, 14);
+	rewrite(p, dkv, dver, 0, 9, 21);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+
+	/* back, and forth again */
+	kv_close(kv);
+	kv_close(ckv);
+	kv = ckv = NULL;
+	CHECK(promote1(p, "kv", err, sizeof(err)) == 0);
+	CHECK(snap_count(p, "kv") == 5 && snap_count(p, "cl") == 2);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	CHECK(kv_open(p, "kv", &kv) == 0);
+	if (!kv)
+		return;
+	struct snap_model *kv_all[] = {&s[0], &s[1], &s[2], &s[3], &s[4]};
+	CHECK(snaps_verify(kv, kv_all, 5) == 0);
+	kv_close(kv);
+	kv = NULL;
+	CHECK(promote1(p, "cl", err, sizeof(err)) == 0);
+	CHECK(snap_count(p, "kv") == 2 && snap_count(p, "cl") == 5);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+
+	/* a clone of a clone: n2 of n1@n, n1 of cl@c2; n2 takes n1@n and n1's origin */
+	static struct snap_model n = {.sm_name = "n"};
+	static unsigned nver[NKEYS];
+	struct kv *nkv = NULL;
+	CHECK(pool_fs_clone(p, "cl@c2", "n1", err, sizeof(err)) == 0);
+	CHECK(kv_open(p, "n1", &nkv) == 0);
+	if (!nkv)
+		return;
+	memcpy(nver, c[1].sm_ver, sizeof(nver));
+	rewrite(p, nkv, nver, 1, 2, 30);
+	snap_take(p, "n1", &n, nver);
+	kv_close(nkv);
+	nkv = NULL;
+	CHECK(pool_fs_clone(p, "n1@n", "n2", err, sizeof(err)) == 0);
+	CHECK(promote1(p, "n2", err, sizeof(err)) == 0);
+	CHECK(snap_count(p, "n1") == 0 && snap_count(p, "n2") == 1);
+	CHECK(pool_snapshot_destroy(p, "cl@c2", err, sizeof(err)) == -EBUSY);
+	CHECK(strstr(err, "n2") != NULL);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	CHECK(kv_open(p, "n2", &nkv) == 0);
+	if (!nkv)
+		return;
+	CHECK(snap_verify(nkv, &n) == 0 && head_verify(nkv, nver) == 0);
+	kv_close(nkv);
+	CHECK(pool_ds_destroy(p, "n1") == 0); /* the former origin, without snapshots now */
+
+	/* the former origin goes: e4 first (a clone of s4), then s5, s4 and kv itself */
+	CHECK(pool_ds_destroy(p, "e4") == 0);
+	CHECK(pool_ds_destroy(p, "kv") == -ENOTEMPTY);
+	for (unsigned i = 5; i-- > 3;) {
+		struct pool_snap_info si = {0};
+		CHECK(snap_info(p, "kv", s[i].sm_name, &si));
+		CHECK(free_settle(p));
+		uint64_t before = pool_used(p);
+		char full[40];
+		snprintf(full, sizeof(full), "kv@%s", s[i].sm_name);
+		CHECK(snap_destroy1(p, full) == 0);
+		CHECK(free_settle(p));
+		uint64_t after = pool_used(p);
+		CHECK(before - after >= si.si_used_bytes);
+		CHECK(before - after <= si.si_used_bytes + 64 * 1024);
+	}
+	CHECK(pool_ds_destroy(p, "kv") == 0);
+	for (int i = 0; i < 20000 && pool_destroy_queued(p) > 0; i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(free_settle(p));
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	CHECK(kv_open(p, "cl", &ckv) == 0);
+	if (!ckv)
+		return;
+	CHECK(snaps_verify(ckv, cl_line, 5) == 0);
+	CHECK(head_verify(ckv, cver) == 0 && head_verify(dkv, dver) == 0);
+	/* and everything else: cl's snapshots once their clones are gone */
+	kv_close(dkv);
+	CHECK(pool_ds_destroy(p, "d1") == 0 && pool_ds_destroy(p, "d2") == 0);
+	CHECK(pool_ds_destroy(p, "n2") == -ENOTEMPTY);
+	CHECK(snap_destroy1(p, "n2@n") == 0 && pool_ds_destroy(p, "n2") == 0);
+	const char *cl_names[] = {"cl@s2", "cl@c2", "cl@s1", "cl@s3", "cl@c1"};
+	for (unsigned i = 0; i < 5; i++)
+		CHECK(snap_destroy1(p, cl_names[i]) == 0);
+	for (int i = 0; i < 20000 && pool_destroy_queued(p) > 0; i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(free_settle(p));
+	CHECK_EQ_U64(ds_info_of(p, "cl").di_snap_bytes, 0);
+	CHECK(head_verify(ckv, cver) == 0);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	kv_close(ckv);
+	CHECK(pool_export(p) == 0);
+	blk_dev_close(d);
+}
+
 /* The online scrub verifies and repairs the blocks only snapshots hold too: a mirror with one
  * side scribbled over, scrubbed, then imported from that side alone, holds every snapshot
  * byte-exact and checks clean. */
@@ -940,6 +1167,7 @@ int main(void)
 	TAP_RUN(test_snap_atomic);
 	TAP_RUN(test_snap_clone);
 	TAP_RUN(test_snap_rollback);
+	TAP_RUN(test_snap_promote);
 	TAP_RUN(test_snap_scrub);
 	TAP_RUN(test_snap_crash);
 	return tap_finish();
