@@ -90,6 +90,9 @@ static void fs_cmd_usage(FILE *out)
 		"  shale fs clone NAME/FS@SNAP NAME/NEW [-d DIR]   writable, sharing the snapshot's blocks\n"
 		"  shale fs rollback [-r] NAME/FS@SNAP [-d DIR]   back to the snapshot; -r destroys the\n"
 		"      later snapshots (refused without it); not while exported\n"
+		"  shale fs promote NAME/CLONE [-d DIR]   the clone takes its origin's snapshots up to\n"
+		"      its origin, which becomes its clone (and may then be destroyed); not while\n"
+		"      either is exported\n"
 		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
 		"  shale fs set quota=SIZE|none NAME/FS [-d DIR]   the most it may hold\n"
 		"  shale fs set snapdir=hidden|visible NAME/FS [-d DIR]   whether the root lists\n"
@@ -744,6 +747,8 @@ int shale_fs_main(int argc, char **argv)
 		return shale_fs_clone_main(argc, argv);
 	if (strcmp(verb, "rollback") == 0)
 		return shale_fs_rollback_main(argc, argv);
+	if (strcmp(verb, "promote") == 0)
+		return shale_fs_promote_main(argc, argv);
 	if (destroy) {
 		/* zfs destroy POOL/FS@SNAP destroys a snapshot: so does this */
 		for (int i = 2; i < argc; i++) {

@@ -25,6 +25,8 @@ int shale_snapshot_main(int argc, char **argv);
 int shale_fs_clone_main(int argc, char **argv);
 /* `shale fs rollback [-r] POOL/FS@SNAP` (tools/shale_snap.c); argv[0] is "fs". */
 int shale_fs_rollback_main(int argc, char **argv);
+/* `shale fs promote POOL/CLONE` (tools/shale_snap.c); argv[0] is "fs". */
+int shale_fs_promote_main(int argc, char **argv);
 /* `shale fs diff POOL/FS@SNAP [POOL/FS@LATER | POOL/FS]` (tools/shale_snap.c); argv[0] is "fs". */
 int shale_fs_diff_main(int argc, char **argv);
 /* `shale pool attach|detach|replace|add` (tools/shale_pool_vdev.c); argv[0] is the verb. */

@@ -5,8 +5,9 @@
  *   shale snapshot list [POOL[/FS]] [-p] [-d DIR]     NAME, USED, REFER, CREATION
  *   shale snapshot destroy POOL/FS@NAME [-d DIR]
  *
- * and the file-system verbs made of snapshots: shale fs clone, shale fs rollback and shale fs
- * diff POOL/FS@SNAP [POOL/FS@LATER | POOL/FS] (zfs diff: pool_fs_diff prints the lines).
+ * and the file-system verbs made of snapshots: shale fs clone, shale fs rollback, shale fs
+ * promote and shale fs diff POOL/FS@SNAP [POOL/FS@LATER | POOL/FS] (zfs diff: pool_fs_diff
+ * prints the lines).
  *
  * As `shale fs`: a pool a server holds is asked through its status socket (pool_statsock.c),
  * and the server makes the change on the live pool; a pool nobody holds is imported, changed and
@@ -375,6 +376,39 @@ int shale_fs_rollback_main(int argc, char **argv)
 	         (int)(strchr(snapshot, '@') - snapshot), snapshot, pool, snapshot);
 	struct rollback_args ra = {snapshot, later};
 	return snap_cmd_run(cmd, dir, pool, request, done, rollback_op, &ra);
+}
+
+static int promote_op(struct pool *p, void *arg, char *err, size_t err_len)
+{
+	return pool_fs_promote(p, arg, err, err_len);
+}
+
+static void promote_cmd_usage(FILE *out)
+{
+	fprintf(out, "usage: shale fs promote POOL/CLONE [-d DIR]\n");
+}
+
+int shale_fs_promote_main(int argc, char **argv)
+{
+	const char *cmd = "shale fs promote";
+	const char *dir;
+	bool unused;
+	int first = snap_cmd_options(argc - 1, argv + 1, 0, &dir, &unused, promote_cmd_usage);
+	if (first < 0)
+		return first == -2 ? 0 : 2;
+	argc--;
+	argv++;
+	char pool[POOL_NAME_MAX + 1];
+	const char *fs;
+	if (argc - first != 1 || !snap_cmd_split_pool(argv[first], pool, &fs) || strchr(fs, '@')) {
+		promote_cmd_usage(stderr);
+		return 2;
+	}
+	char request[POOL_DS_NAME_MAX + 32];
+	char done[POOL_NAME_MAX + POOL_DS_NAME_MAX + 32];
+	snprintf(request, sizeof(request), "fs promote %s", fs);
+	snprintf(done, sizeof(done), "promoted %s/%s\n", pool, fs);
+	return snap_cmd_run(cmd, dir, pool, request, done, promote_op, (void *)fs);
 }
 
 static void diff_cmd_usage(FILE *out)

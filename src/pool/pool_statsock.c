@@ -378,6 +378,13 @@ static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *r
 	}
 	if (strncmp(req, "fs diff ", 8) == 0)
 		return pool_statsock_fs_diff(ss, fd, req + 8);
+	if (strncmp(req, "fs promote ", 11) == 0) {
+		char fs[POOL_DS_NAME_MAX + 2], err[256] = "", x;
+		int rc = sscanf(req + 11, "%65s %c", fs, &x) == 1
+		             ? pool_fs_promote(ss->ss_pool, fs, err, sizeof(err))
+		             : -EINVAL;
+		return pool_statsock_change_answer(ss, fd, req, rc, err);
+	}
 	if (strncmp(req, "fs rollback ", 12) == 0) {
 		char snapshot[POOL_SNAP_FULL_MAX + 2], err[256] = "", x;
 		const char *args = req + 12;

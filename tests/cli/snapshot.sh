@@ -4,9 +4,12 @@
 # snapshot on the live pool). Offline: snapshots of two file systems in one command share a txg;
 # a bad, duplicate or second name for one file system is refused and nothing is made; a file
 # system with snapshots is not destroyed; `fs destroy POOL/FS@SNAP` destroys a snapshot; a clone
-# keeps its origin snapshot until it is destroyed itself. Served:
+# keeps its origin snapshot until it is destroyed itself; `fs promote` moves the origin's
+# snapshots up to the clone's origin to the clone (refused on a name both have, and for a file
+# system that is no clone), after which the former origin can be destroyed. Served:
 # files copied in with nfs-cp before the command are in the snapshot's REFER, a file copied in
 # after it is not (the next snapshot's REFER has it); a snapshot is destroyed while served; the
+# server promotes a clone, not while its origin is exported; the
 # exported file system is not rolled back while served; an exports line naming a snapshot serves
 # it read only (its files byte-exact, writes refused, the snapshot not destroyed while exported);
 # offline, `fs rollback` refuses without
@@ -79,6 +82,28 @@ check "the clone destroyed, its origin can go; a check is clean" bash -c '
 	"$0" fs destroy tank/copy -d var/pool >/dev/null &&
 	"$0" snapshot destroy tank/home@a -d var/pool >/dev/null &&
 	"$0" pool check tank -d var/pool | grep -q " 0 problems"' "$SHALE_BIN"
+check "fs promote refuses a snapshot name both file systems have, naming it" bash -c '
+	"$0" snapshot create tank/home@p1 -d var/pool >/dev/null &&
+	"$0" snapshot create tank/home@p2 -d var/pool >/dev/null &&
+	"$0" fs clone tank/home@p1 tank/pc -d var/pool >/dev/null &&
+	"$0" snapshot create tank/pc@p1 -d var/pool >/dev/null &&
+	! "$0" fs promote tank/pc -d var/pool 2>err && grep -q "home@p1.*pc@p1" err &&
+	"$0" snapshot destroy tank/pc@p1 -d var/pool >/dev/null' "$SHALE_BIN"
+check "fs promote: the clone takes the origin's snapshots up to its origin, the rest stay" bash -c '
+	"$0" fs promote tank/pc -d var/pool | grep -q "^promoted tank/pc$" &&
+	o=$("$0" snapshot list tank -d var/pool) && grep -q "^tank/pc@p1 " <<<"$o" &&
+	grep -q "^tank/home@p2 " <<<"$o" && ! grep -q "^tank/home@p1 " <<<"$o"' "$SHALE_BIN"
+check "fs promote refuses a file system that is no clone, and a missing one" bash -c '
+	! "$0" fs promote tank/pc -d var/pool 2>err && grep -q "not a clone" err &&
+	! "$0" fs promote tank/nosuch -d var/pool 2>err && grep -q "no such file system" err' "$SHALE_BIN"
+check "the origin it depends on stays; the former origin goes after its own snapshot; check clean" bash -c '
+	! "$0" snapshot destroy tank/pc@p1 -d var/pool 2>err && grep -q "dependent clones: home" err &&
+	! "$0" fs destroy tank/home -d var/pool 2>/dev/null &&
+	"$0" snapshot destroy tank/home@p2 -d var/pool >/dev/null &&
+	"$0" fs destroy tank/home -d var/pool >/dev/null &&
+	"$0" fs rename tank/pc tank/home -d var/pool >/dev/null &&
+	"$0" snapshot destroy tank/home@p1 -d var/pool >/dev/null &&
+	"$0" pool check tank -d var/pool | grep -q " 0 problems"' "$SHALE_BIN"
 
 # ---- served ----
 echo "tank/home 127.0.0.1(rw,insecure,no_root_squash)" >var/exports
@@ -107,6 +132,17 @@ check "fs clone on the served pool (the server makes it)" bash -c '
 check "its origin is not destroyed while served, then the clone is" bash -c '
 	! "$0" snapshot destroy tank/home@served -d var/pool 2>/dev/null &&
 	"$0" fs destroy tank/served-copy -d var/pool >/dev/null' "$SHALE_BIN"
+check "fs promote on the served pool: refused while the origin is exported, saying so" bash -c '
+	"$0" fs clone tank/home@later tank/hc -d var/pool >/dev/null &&
+	! "$0" fs promote tank/hc -d var/pool 2>err && grep -q "home is in use" err &&
+	"$0" fs destroy tank/hc -d var/pool >/dev/null' "$SHALE_BIN"
+check "fs promote on the served pool (the server makes it); the former origin then goes" bash -c '
+	"$0" fs create tank/srv -d var/pool >/dev/null &&
+	"$0" snapshot create tank/srv@o -d var/pool >/dev/null &&
+	"$0" fs clone tank/srv@o tank/srvc -d var/pool >/dev/null &&
+	"$0" fs promote tank/srvc -d var/pool | grep -q "^promoted tank/srvc$" &&
+	"$0" snapshot list tank -d var/pool | grep -q "^tank/srvc@o " &&
+	"$0" fs destroy tank/srv -d var/pool >/dev/null' "$SHALE_BIN"
 check "destroy of the first while served" bash -c '
 	"$0" snapshot destroy tank/home@served -d var/pool | grep -q "^destroyed tank/home@served$"' "$SHALE_BIN"
 check "the files read back through NFS are whole" \
