@@ -135,6 +135,9 @@ static inline uint32_t sh_hash_fib(uint64_t key, unsigned bits)
 }
 /* Write the whole buffer / read exactly len bytes, retrying on EINTR and short counts. */
 SH_MUST_CHECK int sh_write_all(int fd, const void *buf, size_t len);
+/* Reads until len bytes came or the input ended: *got_out says how many (fewer than len only at
+ * the end). Returns 0, or -errno of a failed read (*got_out: the bytes before it). */
+SH_MUST_CHECK int sh_read_full(int fd, void *buf, size_t len, size_t *got_out);
 SH_MUST_CHECK int sh_read_file(const char *path, char **content_out, size_t *len_out, size_t max_bytes);
 
 #endif

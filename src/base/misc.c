@@ -134,6 +134,26 @@ int sh_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int sh_read_full(int fd, void *buf, size_t len, size_t *got_out)
+{
+	uint8_t *p = buf;
+	size_t got = 0;
+	while (got < len) {
+		ssize_t n = read(fd, p + got, len - got);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			*got_out = got;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	*got_out = got;
+	return 0;
+}
+
 int sh_read_file(const char *path, char **content_out, size_t *len_out, size_t max_bytes)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
