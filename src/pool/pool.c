@@ -1572,6 +1572,7 @@ static int pool_import_impl(struct blk_dev *const *devs, unsigned ndevs, bool ow
 			goto fail;
 		}
 		pool_import_relabel(p, found, ndevs, best_label);
+		pool_recv_fixup(p); /* receives a crash cut off */
 	}
 	for (unsigned k = 0; k < ndevs; k++) {
 		if (owned && !found[k].fl_used)

@@ -89,6 +89,15 @@ typedef int (*pool_attach_fn)(void *arg, struct pool_ds *ds);
  * negative errno with err (err_len bytes) saying why. */
 typedef int (*pool_fs_diff_fn)(struct pool *p, const char *from, const char *to, FILE *out,
                                char *err, size_t err_len);
+/* `shale send` and `shale receive` (zfs send / receive) for the status socket's "send" and
+ * "receive" while a process holds the pool, carried the same way (pool_fs_send and
+ * pool_fs_receive, poolfs/pool_fs.h, behind the server's adapters). send writes snapshot's stream
+ * (from: NULL, or its base) to fd and says how many bytes it wrote; receive reads one from fd
+ * into file system fs. 0, or a negative errno with err saying why. */
+typedef int (*pool_fs_send_fn)(struct pool *p, const char *snapshot, const char *from, int fd,
+                               uint64_t *written, char *err, size_t err_len);
+typedef int (*pool_fs_receive_fn)(struct pool *p, const char *fs, bool force, int fd, char *err,
+                                  size_t err_len);
 
 struct pool_open_opts {
 	/* 0: POOL_ARC_MAX_DEFAULT. Bounds the pool's cached blocks plus its dirty data, the buffers
@@ -112,6 +121,8 @@ struct pool_open_opts {
 	pool_attach_fn po_attach;       /* may be NULL */
 	void *po_attach_arg;
 	pool_fs_diff_fn po_fs_diff;     /* may be NULL: the status socket then refuses "fs diff" */
+	pool_fs_send_fn po_fs_send;     /* may be NULL: ... refuses "send" */
+	pool_fs_receive_fn po_fs_receive; /* may be NULL: ... refuses "receive" */
 	/* pool_import only: read the pool without writing to it (`shale pool status` and `list` of
 	 * a pool no server holds). The leaves are opened read only; the intent log's records are
 	 * counted (pool_status: ps_log_unreplayed) and left for the next import to replay, so
@@ -286,6 +297,7 @@ uint64_t pool_synced_txg(struct pool *p);
 struct pool_ds_props {
 	uint32_t dp_record_bytes; /* a power of two from 4 KiB to 1 MiB; 0: the pool's default */
 	enum pool_compress dp_compress;
+	bool dp_receiving; /* a receive makes it: marked receiving from its first txg (pool_recv.c) */
 };
 
 /* Creates an empty dataset and waits until its creation is durable. name: [A-Za-z0-9_.-]{1,64}.
@@ -316,6 +328,7 @@ struct pool_ds_info {
 	uint64_t di_snap_bytes;  /* what only its snapshots hold (usedbysnapshots) */
 	uint64_t di_snapshots;   /* how many snapshots it has */
 	uint64_t di_entries;    /* entries in its tree as of the last txg */
+	bool di_receiving;      /* a receive into it has not ended (pool_recv.c) */
 	uint32_t di_record_bytes;
 	enum blk_compress di_compress;
 	uint64_t di_quota_bytes; /* 0: none */
@@ -413,8 +426,19 @@ void pool_snap_user_remove(struct pool *p, struct pool_snap_user *su);
 struct pool_snap_entry {
 	uint64_t se_txg; /* the snapshot's txg: unique within its file system, never reused */
 	uint64_t se_creation_ns;
+	uint64_t se_guid;  /* the same in every pool a receive copied it to (zfs's guid) */
+	uint64_t se_refer; /* bytes it references */
+	struct blk_ptr se_root; /* its tree's root */
 	char se_name[POOL_SNAP_NAME_MAX + 1];
 };
+/* A snapshot's GUID: stored, or for a record made before GUIDs were kept (stored 0) one derived
+ * from the pool's GUID, head_id and txg (stable, never 0). */
+uint64_t pool_snap_guid(const struct pool *p, uint64_t head_id, uint64_t txg, uint64_t stored);
+/* pool_snapshot_create of one snapshot "fs@snap" with received's GUID and creation time (a
+ * receive's: the snapshot is the sender's copy). */
+SH_MUST_CHECK int pool_snapshot_create_received(struct pool *p, const char *name,
+                                                const struct pool_snap_entry *received,
+                                                char *err, size_t err_len);
 /* The snapshots of file system head_id (its dataset id), by txg, into *out (mem_free it; NULL
  * when none). Cheap: no space figures. 0, -ENOMEM, -EIO. */
 SH_MUST_CHECK int pool_snap_entries(struct pool *p, uint64_t head_id,
@@ -573,6 +597,10 @@ SH_MUST_CHECK int pool_statsock_request(const char *dir, const char *name, const
 #define POOL_STATSOCK_WAIT_S 10u
 SH_MUST_CHECK int pool_statsock_request_wait(const char *dir, const char *name,
                                              const char *request, unsigned wait_s, FILE *out);
+/* A connection to the status socket of the process serving pool `name` (leaves in dir): 0 and
+ * *fd_out (close it), or -errno (-ENOENT or -ECONNREFUSED: nobody serves it). For a request
+ * whose data flows both ways ("receive"'s stream). */
+SH_MUST_CHECK int pool_statsock_connect(const char *dir, const char *name, int *fd_out);
 SH_MUST_CHECK int pool_status_socket_path(const char *dir, const char *name, char *out,
                                           size_t cap);
 

@@ -518,6 +518,8 @@ int pool_ds_create(struct pool *p, const char *name, const struct pool_ds_props 
 	struct pool_ds tmp = {.ds_pool = p};
 	tmp.ds_record_bytes = pr.dp_record_bytes;
 	tmp.ds_compress = pool_compress_resolve(p, pr.dp_compress);
+	if (pr.dp_receiving)
+		tmp.ds_flags = POOL_DS_F_RECEIVING; /* made by a receive: undone unless it ends */
 	char key[POOL_MOS_KEY_MAX];
 	uint32_t klen;
 	uint8_t rec[POOL_DS_RECORD_BYTES];
@@ -641,6 +643,7 @@ static bool pool_ds_list_visit(void *arg, const void *key, uint32_t klen, const 
 	di->di_record_bytes = tmp.ds_record_bytes;
 	di->di_compress = tmp.ds_compress;
 	di->di_quota_bytes = tmp.ds_quota_bytes;
+	di->di_receiving = (tmp.ds_flags & POOL_DS_F_RECEIVING) != 0;
 	return true;
 }
 

@@ -700,8 +700,25 @@ void pool_walk_wait_writes(struct pool *p);
 /* Cancels a running scrub and joins its thread (pool_check.c); before a pool closes. */
 void pool_scrub_stop(struct pool *p);
 
+/* pool_recv.c */
+/* Sets or clears ds's POOL_DS_F_RECEIVING and waits until the record is durable. 0 or the
+ * sync's error. */
+SH_MUST_CHECK int pool_ds_set_receiving(struct pool_ds *ds, bool receiving);
+/* Makes (ops, owner) ds's owner, detaching the one it had: only while the caller's is the one
+ * open of ds and the old owner has nothing unwritten (else -EBUSY: sync and try again). */
+SH_MUST_CHECK int pool_ds_take_owner(struct pool_ds *ds, const struct pool_ds_owner *ops,
+                                     void *owner);
+/* Undoes a receive into file system fs (nobody may hold it open): rolled back to its latest
+ * snapshot and the flag cleared, or destroyed when it has no snapshot. 0, or the error with err
+ * saying why. */
+SH_MUST_CHECK int pool_recv_undo(struct pool *p, const char *fs, char *err, size_t err_len);
+/* Import, once the sync thread runs: finishes or undoes the receives a crash cut off. Logs what
+ * it did; an error leaves the dataset for the next import. */
+void pool_recv_fixup(struct pool *p);
+
 /* pool_snap.c */
 #define POOL_DS_F_SNAPDIR_VISIBLE 1u /* .zfs is listed in the root's READDIR */
+#define POOL_DS_F_RECEIVING 2u       /* a receive into it has not ended (pool_recv.c) */
 /* A snapshot being destroyed (under p_lock, on p_snap_dooms while its destroy runs). */
 struct pool_snap_doom {
 	uint64_t sd_head_id, sd_txg;
@@ -759,6 +776,7 @@ struct pool_snap_rec {
 	uint64_t sr_creation_ns;
 	uint64_t sr_refer;
 	uint64_t sr_dl_id;
+	uint64_t sr_guid; /* 0 in records made before it was kept: pool_snap_guid */
 	char sr_name[POOL_SNAP_NAME_MAX + 1];
 	struct blk_ptr sr_root;
 };

@@ -141,7 +141,9 @@
  *       24     8  creation time, ns (CLOCK_REALTIME)
  *       32     8  REFER bytes
  *       40     8  its dead list's id (0: empty)
- *       48    16  reserved, zero
+ *       48     8  GUID: random at creation, kept by a receive (zfs's guid); 0 in records
+ *                 made before it was kept, whose GUID is then derived (pool_snap_guid)
+ *       56     8  reserved, zero
  *       64    64  name, NUL padded
  *      128    64  its tree's root block pointer
  * "dl/<dead list id>/<bucket key>/<chain id>" -> chain header, 128 bytes:
@@ -243,6 +245,7 @@ void pool_sn_encode(const struct pool_snap_rec *sr, uint8_t out[POOL_SN_RECORD_B
 	pool_put_le64(out + 24, sr->sr_creation_ns);
 	pool_put_le64(out + 32, sr->sr_refer);
 	pool_put_le64(out + 40, sr->sr_dl_id);
+	pool_put_le64(out + 48, sr->sr_guid);
 	memcpy(out + 64, sr->sr_name, n);
 	blk_ptr_encode(&sr->sr_root, out + 128);
 }
@@ -275,6 +278,7 @@ int pool_sn_decode(struct pool *p, const void *key, uint32_t klen, const uint8_t
 	sr->sr_creation_ns = pool_get_le64(in + 24);
 	sr->sr_refer = pool_get_le64(in + 32);
 	sr->sr_dl_id = pool_get_le64(in + 40);
+	sr->sr_guid = pool_get_le64(in + 48);
 	if (sr->sr_id == 0 || blk_ptr_decode(in + 128, &sr->sr_root) != 0)
 		return -EIO;
 	if (!blk_ptr_is_hole(&sr->sr_root) && !pool_bp_valid(p, &sr->sr_root))
@@ -814,6 +818,8 @@ enum pool_snap_op { POOL_SNAP_CREATE, POOL_SNAP_DESTROY, POOL_SNAP_ROLLBACK, POO
 struct pool_snap_target {
 	struct pool_ds *st_ds; /* the head, held by the caller (promote: the clone, then its origin) */
 	char st_name[POOL_SNAP_NAME_MAX + 1];
+	/* create: a received snapshot's GUID and creation time (0: new ones) */
+	uint64_t st_guid, st_creation_ns;
 	/* create: the head's fields before its snapshot, for an undo (S6) */
 	uint64_t st_undo_prev_txg, st_undo_prev_id, st_undo_dl_id;
 };
@@ -929,11 +935,14 @@ static int pool_snap_do_create(struct pool *p, struct pool_snap_req *rq, uint64_
 		    .sr_head_id = ds->ds_id,
 		    .sr_id = pool_new_id(p),
 		    .sr_txg = txg,
-		    .sr_creation_ns = now,
+		    .sr_creation_ns = st->st_creation_ns != 0 ? st->st_creation_ns : now,
 		    .sr_refer = ds->ds_used_bytes < 0 ? 0 : (uint64_t)ds->ds_used_bytes,
 		    .sr_dl_id = ds->ds_dl_id,
+		    .sr_guid = st->st_guid,
 		    .sr_root = ds->ds_root,
 		};
+		while (sr.sr_guid == 0 && sh_random_bytes(&sr.sr_guid, sizeof(sr.sr_guid)) == 0)
+			; /* a fresh one, never 0 (a read failure leaves 0: derived when read) */
 		snprintf(sr.sr_name, sizeof(sr.sr_name), "%s", st->st_name);
 		char key[POOL_MOS_KEY_MAX];
 		uint32_t klen = pool_sn_key(ds->ds_id, txg, key);
@@ -1409,6 +1418,9 @@ int pool_snap_entries(struct pool *p, uint64_t head_id, struct pool_snap_entry *
 	for (size_t i = 0; i < n; i++) {
 		ents[i].se_txg = recs[i].sr_txg;
 		ents[i].se_creation_ns = recs[i].sr_creation_ns;
+		ents[i].se_guid = pool_snap_guid(p, head_id, recs[i].sr_txg, recs[i].sr_guid);
+		ents[i].se_refer = recs[i].sr_refer;
+		ents[i].se_root = recs[i].sr_root;
 		memcpy(ents[i].se_name, recs[i].sr_name, sizeof(ents[i].se_name));
 	}
 	*out = ents;
@@ -1418,8 +1430,21 @@ out:
 	return rc;
 }
 
+/* A request of op on names (n of them), recursive for rollback; received: the one snapshot's
+ * GUID and creation time (NULL: new ones). */
+static int pool_snap_request_ext(struct pool *p, enum pool_snap_op op, const char *const *names,
+                                 unsigned n, bool recursive, const struct pool_snap_entry *received,
+                                 char *err, size_t err_len);
+
 static int pool_snap_request(struct pool *p, enum pool_snap_op op, const char *const *names,
                              unsigned n, bool recursive, char *err, size_t err_len)
+{
+	return pool_snap_request_ext(p, op, names, n, recursive, NULL, err, err_len);
+}
+
+static int pool_snap_request_ext(struct pool *p, enum pool_snap_op op, const char *const *names,
+                                 unsigned n, bool recursive, const struct pool_snap_entry *received,
+                                 char *err, size_t err_len)
 {
 	pool_say(err, err_len, "%s", "");
 	if (p->p_read_only)
@@ -1435,6 +1460,10 @@ static int pool_snap_request(struct pool *p, enum pool_snap_op op, const char *c
 	int rc = pool_snap_targets(p, names, n, rq.rq_targets, err, err_len);
 	struct pool_snap_doom doom;
 	bool doomed = false;
+	if (rc == 0 && received) {
+		rq.rq_targets[0].st_guid = received->se_guid;
+		rq.rq_targets[0].st_creation_ns = received->se_creation_ns;
+	}
 	if (rc == 0 && op == POOL_SNAP_DESTROY)
 		rc = pool_snap_doom(p, rq.rq_targets[0].st_ds, rq.rq_targets[0].st_name, &doom,
 		                    &doomed, err, err_len);
@@ -1456,6 +1485,21 @@ int pool_snapshot_create(struct pool *p, const char *const *names, unsigned n, c
                          size_t err_len)
 {
 	return pool_snap_request(p, POOL_SNAP_CREATE, names, n, false, err, err_len);
+}
+
+int pool_snapshot_create_received(struct pool *p, const char *name,
+                                  const struct pool_snap_entry *received, char *err, size_t err_len)
+{
+	return pool_snap_request_ext(p, POOL_SNAP_CREATE, &name, 1, false, received, err, err_len);
+}
+
+uint64_t pool_snap_guid(const struct pool *p, uint64_t head_id, uint64_t txg, uint64_t stored)
+{
+	if (stored != 0)
+		return stored;
+	uint64_t in[3] = {p->p_guid, head_id, txg};
+	uint64_t g = sh_hash64(in, sizeof(in), 0x736e617067756964ull);
+	return g != 0 ? g : 1;
 }
 
 int pool_snapshot_destroy(struct pool *p, const char *name, char *err, size_t err_len)

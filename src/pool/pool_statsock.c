@@ -84,19 +84,18 @@ static int pool_statsock_print_status(struct pool *p, void *arg, FILE *out)
 	return pool_status_print(p, out);
 }
 
-/* The request line (up to its newline, the end of the client's writing, or the timeout). */
+/* The request line (up to its newline, the end of the client's writing, or the timeout). Read a
+ * byte at a time: what follows the newline ("receive"'s stream) stays in the socket. */
 static void pool_statsock_read_request(int fd, char *req, size_t cap)
 {
 	size_t len = 0;
 	while (len + 1 < cap) {
-		ssize_t n = recv(fd, req + len, cap - 1 - len, 0);
+		ssize_t n = recv(fd, req + len, 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
+		if (n <= 0 || req[len] == '\n')
 			break;
-		len += (size_t)n;
-		if (memchr(req, '\n', len))
-			break;
+		len++;
 	}
 	req[len] = '\0';
 	req[strcspn(req, "\r\n")] = '\0';
@@ -340,6 +339,62 @@ static int pool_statsock_fs_diff(struct pool_statsock *ss, int fd, const char *a
 	return rc;
 }
 
+/* A stream's reader or writer may be slow (a pipe, a network): the socket waits this long. */
+#define POOL_STATSOCK_STREAM_WAIT_S 600
+
+static void pool_statsock_stream_timeouts(int fd)
+{
+	struct timeval tv = {.tv_sec = POOL_STATSOCK_STREAM_WAIT_S};
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* "send FS@SNAP [FROM]": the stream itself, or, when nothing of it was written, "error: TEXT". A
+ * failure part way leaves the stream without its last record, which the command notices. */
+static int pool_statsock_send_stream(struct pool_statsock *ss, int fd, const char *args)
+{
+	char snapshot[POOL_SNAP_FULL_MAX + 2], from[POOL_SNAP_FULL_MAX + 2], err[512] = "", x;
+	pool_fs_send_fn send_fn = ss->ss_pool->p_opts.po_fs_send;
+	int n = sscanf(args, "%130s %130s %c", snapshot, from, &x);
+	uint64_t written = 0;
+	int rc;
+	if (!send_fn) {
+		rc = -ENOTSUP;
+		snprintf(err, sizeof(err), "this process does not send streams");
+	} else if (n != 1 && n != 2) {
+		rc = -EINVAL;
+		snprintf(err, sizeof(err), "the request does not parse");
+	} else {
+		pool_statsock_stream_timeouts(fd);
+		rc = send_fn(ss->ss_pool, snapshot, n == 2 ? from : NULL, fd, &written, err,
+		             sizeof(err));
+	}
+	log_info("pool %s: send %s: %s", pool_name(ss->ss_pool), args, rc == 0 ? "done" : err);
+	if (rc == 0 || written > 0)
+		return rc;
+	return pool_statsock_change_answer(ss, fd, "send", rc, err);
+}
+
+/* "receive FS [-F]" followed by the stream: "ok" once it is received, or "error: TEXT". */
+static int pool_statsock_receive_stream(struct pool_statsock *ss, int fd, const char *args)
+{
+	char fs[POOL_DS_NAME_MAX + 2], flag[8] = "", err[512] = "", x;
+	pool_fs_receive_fn recv_fn = ss->ss_pool->p_opts.po_fs_receive;
+	int n = sscanf(args, "%65s %7s %c", fs, flag, &x);
+	int rc;
+	if (!recv_fn) {
+		rc = -ENOTSUP;
+		snprintf(err, sizeof(err), "this process does not receive streams");
+	} else if (n != 1 && !(n == 2 && strcmp(flag, "-F") == 0)) {
+		rc = -EINVAL;
+		snprintf(err, sizeof(err), "the request does not parse");
+	} else {
+		pool_statsock_stream_timeouts(fd);
+		rc = recv_fn(ss->ss_pool, fs, n == 2, fd, err, sizeof(err));
+	}
+	return pool_statsock_change_answer(ss, fd, "receive", rc, err);
+}
+
 static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *req);
 
 static int pool_statsock_serve(struct pool_statsock *ss, int fd)
@@ -378,6 +433,10 @@ static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *r
 	}
 	if (strncmp(req, "fs diff ", 8) == 0)
 		return pool_statsock_fs_diff(ss, fd, req + 8);
+	if (strncmp(req, "send ", 5) == 0)
+		return pool_statsock_send_stream(ss, fd, req + 5);
+	if (strncmp(req, "receive ", 8) == 0)
+		return pool_statsock_receive_stream(ss, fd, req + 8);
 	if (strncmp(req, "fs promote ", 11) == 0) {
 		char fs[POOL_DS_NAME_MAX + 2], err[256] = "", x;
 		int rc = sscanf(req + 11, "%65s %c", fs, &x) == 1
@@ -517,11 +576,11 @@ int pool_statsock_request(const char *dir, const char *name, const char *request
 	return pool_statsock_request_wait(dir, name, request, POOL_STATSOCK_WAIT_S, out);
 }
 
-int pool_statsock_request_wait(const char *dir, const char *name, const char *request,
-                               unsigned wait_s, FILE *out)
+int pool_statsock_connect(const char *dir, const char *name, int *fd_out)
 {
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	struct sockaddr_un sa;
+	*fd_out = -1;
 	int rc = pool_status_socket_path(dir, name, path, sizeof(path));
 	if (rc == 0)
 		rc = pool_statsock_addr(path, &sa);
@@ -535,6 +594,17 @@ int pool_statsock_request_wait(const char *dir, const char *name, const char *re
 		close(fd);
 		return rc;
 	}
+	*fd_out = fd;
+	return 0;
+}
+
+int pool_statsock_request_wait(const char *dir, const char *name, const char *request,
+                               unsigned wait_s, FILE *out)
+{
+	int fd;
+	int rc = pool_statsock_connect(dir, name, &fd);
+	if (rc != 0)
+		return rc;
 	struct timeval tv = {.tv_sec = wait_s};
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	/* as long as the request is ("fs diff" names two snapshots of up to POOL_SNAP_FULL_MAX) */
