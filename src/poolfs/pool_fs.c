@@ -224,6 +224,7 @@
 #include <string.h>
 
 #include "poolfs/pool_fs.h"
+#include "poolfs/pool_fs_impl.h"
 #include "poolfs/pool_fs_snapdir.h"
 #include "pool/pool_impl.h"
 #include "zpl/zpl.h"
@@ -1146,26 +1147,38 @@ static int pfs_ind_visit(struct pfs_owner *o, pool_bp_fn fn, void *arg)
 	return 0;
 }
 
-static int pfs_do_visit_blocks(void *owner, const void *key, uint32_t klen, const void *val, uint32_t vlen,
-			       pool_bp_fn fn, void *arg)
+bool pfs_entry_is_extent(const void *key, uint32_t klen)
 {
 	const uint8_t *k = key;
-	static const uint8_t meta_key[POOL_FS_META_KEY] = {0};
-	if (klen == POOL_FS_META_KEY && memcmp(k, meta_key, klen) == 0)
-		return pfs_ind_visit(owner, fn, arg);
-	if (klen < 9 || k[8] != POOL_FS_KIND_EXTENT)
-		return 0;
+	return klen >= 9 && k[8] == POOL_FS_KIND_EXTENT;
+}
+
+int pfs_entry_block(const void *key, uint32_t klen, const void *val, uint32_t vlen,
+                    struct blk_ptr *bp_out)
+{
+	if (!pfs_entry_is_extent(key, klen))
+		return PFS_ENTRY_NONE;
 	if (klen != POOL_FS_LONG_KEY || vlen != BLK_PTR_DISK_BYTES)
 		return -EIO;
 	static const uint8_t zero[BLK_PTR_DISK_BYTES];
 	if (memcmp(val, zero, BLK_PTR_DISK_BYTES) == 0)
-		return 0; /* being written: its block does not exist yet */
-	struct blk_ptr bp;
-	if (blk_ptr_decode(val, &bp) != 0)
+		return PFS_ENTRY_NONE; /* being written: its block does not exist yet */
+	if (blk_ptr_decode(val, bp_out) != 0)
 		return -EIO;
-	if (blk_ptr_is_hole(&bp))
-		return 0;
-	return fn(arg, &bp);
+	return blk_ptr_is_hole(bp_out) ? PFS_ENTRY_NONE : PFS_ENTRY_BLOCK;
+}
+
+static int pfs_do_visit_blocks(void *owner, const void *key, uint32_t klen, const void *val, uint32_t vlen,
+			       pool_bp_fn fn, void *arg)
+{
+	static const uint8_t meta_key[POOL_FS_META_KEY] = {0};
+	if (klen == POOL_FS_META_KEY && memcmp(key, meta_key, klen) == 0)
+		return pfs_ind_visit(owner, fn, arg);
+	struct blk_ptr bp;
+	int kind = pfs_entry_block(key, klen, val, vlen, &bp);
+	if (kind < 0)
+		return kind;
+	return kind == PFS_ENTRY_BLOCK ? fn(arg, &bp) : 0;
 }
 
 static void pfs_owner_free(struct pfs_owner *o)

@@ -59,4 +59,34 @@ struct pool_fs_stats {
 /* Fills *st for a file system pool_fs_open returned. */
 void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st);
 
+/* ---- shale send / shale receive (pool_fs_send.c: the model and the stream's format) ---- */
+
+/* The most payload one stream record carries: a tree entry and its block. */
+#define POOL_FS_SEND_PAYLOAD_MAX (BLK_MAX_BLOCK_BYTES + 4096u)
+
+struct pool_fs_send_stats {
+	uint64_t ss_puts, ss_dels; /* entries sent, keys removed */
+	uint64_t ss_data_bytes;    /* blocks' bytes */
+	uint64_t ss_stream_bytes;  /* all of it that reached fd */
+};
+/* Writes snapshot "fs@snap" of pool p to fd as a stream: full, or with from ("@base" or
+ * "fs@base", an older snapshot of the same file system) what changed since it. Blocking (reads
+ * the pool): not on an event loop. 0, or an error with err saying why (-ENOENT, -EINVAL, a write's
+ * error: -EPIPE when the reader went away). */
+SH_MUST_CHECK int pool_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
+                               struct pool_fs_send_stats *st, char *err, size_t err_len);
+
+struct pool_fs_recv_stats {
+	uint64_t rs_puts, rs_dels, rs_data_bytes, rs_stream_bytes;
+};
+/* Reads a stream from fd into file system fs of pool p: a full stream makes fs (which must not
+ * exist), an incremental one applies to fs, whose latest snapshot must be the stream's base with
+ * nothing changed since (force: rolled back to the base first, later snapshots destroyed). Ends
+ * with the stream's snapshot taken (its GUID and creation time kept). All or nothing: on any
+ * failure (the stream cut off, damaged, out of order; no space) fs is as it was and err says
+ * why. fs must not be exported. Blocking. 0, -EPROTO (the stream), -EEXIST, -ENOENT, -EBUSY, or
+ * the pool's error. */
+SH_MUST_CHECK int pool_fs_receive(struct pool *p, const char *fs, bool force, int fd,
+                                  struct pool_fs_recv_stats *st, char *err, size_t err_len);
+
 #endif

@@ -1,0 +1,1041 @@
+/* pool_fs_send.c: shale send and shale receive: a snapshot of a pool file system as a stream of
+ * bytes, full or relative to an earlier snapshot, and that stream applied to a file system of
+ * another pool (or the same one), as zfs send and zfs receive.
+ *
+ * ---- Model ----
+ * A file system is its dataset's tree (zpl.c's key table) plus the data blocks its extent
+ * entries name. A stream carries tree entries: PUT (a key and its value, and for an extent the
+ * block's data) and DEL (a key). A full stream PUTs every entry of the snapshot; an incremental
+ * one, from snapshot A to a later B of the same file system, PUTs the entries of B that A does
+ * not hold with the same value and DELs the keys of A that B does not hold, found by walking both
+ * trees in key order side by side (every entry is read; an extent whose block pointer is the
+ * same is not sent). The receiver applies them to its copy of A and so holds B, entry for entry;
+ * the blocks are its own (written anew, born in its txgs), so nothing of the sender's pointers
+ * crosses. Object ids, generations, directory cookies, times and every other attribute are in
+ * the entries, so the received file system is the sender's: the same handles' objects, the same
+ * bytes.
+ *
+ * A snapshot has a GUID (pool_snap.c), kept by a receive: an incremental stream names its base's
+ * and the receiver refuses it unless its own latest snapshot has that GUID and the file system
+ * has not changed since (its root is the snapshot's); -F rolls it back to that snapshot first
+ * (and destroys later ones), as zfs receive -F.
+ *
+ * Receiving. The dataset is marked receiving (durable) before its first change, and the
+ * receiver takes over as the dataset's owner (pool_ds_take_owner: no export may hold it). Each
+ * record is applied in one locked section, on this thread: the old value's block freed
+ * (pool_ds_free: to the dead list when a snapshot holds it), the new value put; an extent's
+ * value goes in as "being written" (all zero) and its data waits in the pending list, which
+ * do_sync writes with pool_sync_write and puts the pointer of, as zpl does with its dirty
+ * buffers. The pending bytes count as dirty data, so the throttle bounds them. At the end: the
+ * counts of the END record checked, a txg synced (nothing pending), the stream's snapshot taken
+ * with its GUID and creation time, the mark cleared, the owner let go. Any failure (a record
+ * that does not parse or whose checksum is wrong, a cut-off stream, a full pool) stops it, and
+ * the file system is put back as it was (pool_recv_undo: rolled back to its latest snapshot, the
+ * base; or destroyed when the receive created it). A crash at any point leaves the mark, and
+ * import does the same (pool_recv.c). So a receive is all or nothing.
+ *
+ * ---- Stream format (integers little-endian) ----
+ * A sequence of records, each:
+ *   offset  size  field
+ *        0     4  magic 0x53524853 ("SHRS")
+ *        4     2  type: 1 BEGIN, 2 PUT, 3 DEL, 4 END
+ *        6     2  flags, 0
+ *        8     4  sequence number: 0 for BEGIN, then +1 per record (a record lost, repeated
+ *                 or moved is found)
+ *       12     4  payload length n (at most POOL_FS_SEND_PAYLOAD_MAX)
+ *       16     n  payload
+ *     16+n     8  XXH3-64 of bytes [0, 16 + n)
+ * BEGIN payload (PFS_SEND_BEGIN_BYTES + name):
+ *        0     4  stream version (1)
+ *        4     4  kind: 1 full, 2 incremental
+ *        8     8  the snapshot's GUID
+ *       16     8  the base's GUID (incremental; 0 for full)
+ *       24     8  the snapshot's creation time, ns
+ *       32     4  the file system's record size
+ *       36     1  the file system's compression (blk_compress: 0 off, 1 lz4, 2 zstd)
+ *       37     1  the snapshot's name length m (1..POOL_SNAP_NAME_MAX)
+ *       38     2  zero
+ *       40     8  the snapshot's REFER bytes (for progress; not checked)
+ *       48     m  the snapshot's name
+ * PUT payload:
+ *        0     2  key length k (1..BTREE_KEY_MAX)
+ *        2     2  value length v (0..POOL_DS_VAL_MAX)
+ *        4     4  the data's length d (0: no block; else the extent's block, its logical bytes)
+ *        8     k  key
+ *      8+k     v  value (an extent with data: all zero, the receiver's pointer goes there)
+ *    8+k+v     d  data
+ * DEL payload: 2 key length k, then the key.
+ * END payload: 8 PUTs, 8 DELs, 8 data bytes (the counts the receiver checks).
+ * Blocks travel as their logical bytes (the receiver compresses them with its own setting).
+ *
+ * ---- Concurrency ----
+ * The sender reads snapshot trees under the pool lock a batch at a time, loading what misses
+ * outside it, so it runs beside a serving process. The receiver's tree changes and do_sync are
+ * under the pool lock; its pending list is touched only there. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "poolfs/pool_fs.h"
+#include "poolfs/pool_fs_impl.h"
+#include "pool/pool_impl.h"
+
+#define PFS_SEND_MAGIC 0x53524853u
+#define PFS_SEND_VERSION 1u
+#define PFS_SEND_HDR 16u
+#define PFS_SEND_SUM 8u
+#define PFS_SEND_BEGIN_BYTES 48u
+#define PFS_SEND_PUT_HDR 8u
+#define PFS_SEND_BATCH 128u                 /* entries a cursor reads per hold of the lock */
+#define PFS_SEND_BUF_BYTES (1024u * 1024u)  /* the writer's buffer */
+
+enum pfs_send_type { PFS_REC_BEGIN = 1, PFS_REC_PUT = 2, PFS_REC_DEL = 3, PFS_REC_END = 4 };
+enum pfs_send_kind { PFS_SEND_FULL = 1, PFS_SEND_INCREMENTAL = 2 };
+
+static void pfs_put_le16(uint8_t *b, uint16_t v)
+{
+	b[0] = (uint8_t)v;
+	b[1] = (uint8_t)(v >> 8);
+}
+static void pfs_put_le32(uint8_t *b, uint32_t v)
+{
+	for (unsigned i = 0; i < 4; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+}
+static void pfs_put_le64(uint8_t *b, uint64_t v)
+{
+	for (unsigned i = 0; i < 8; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+}
+static uint16_t pfs_get_le16(const uint8_t *b)
+{
+	return (uint16_t)(b[0] | (b[1] << 8));
+}
+static uint32_t pfs_get_le32(const uint8_t *b)
+{
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+static uint64_t pfs_get_le64(const uint8_t *b)
+{
+	return (uint64_t)pfs_get_le32(b) | (uint64_t)pfs_get_le32(b + 4) << 32;
+}
+
+/* The name of file system fs's snapshot named by "fs@snap" or "@snap" (of fs), into entry. */
+static int pfs_send_find(struct pool *p, uint64_t head_id, const char *snap,
+                         struct pool_snap_entry *entry)
+{
+	struct pool_snap_entry *ents;
+	size_t n;
+	int rc = pool_snap_entries(p, head_id, &ents, &n);
+	if (rc != 0)
+		return rc;
+	rc = -ENOENT;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(ents[i].se_name, snap) == 0) {
+			*entry = ents[i];
+			rc = 0;
+		}
+	}
+	mem_free(ents);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Writing a stream */
+
+struct pfs_writer {
+	int w_fd;
+	uint8_t *w_buf;
+	size_t w_len;
+	uint32_t w_seq;
+	uint8_t *w_rec;       /* one record being made */
+	size_t w_rec_cap;
+	uint64_t w_puts, w_dels, w_data_bytes;
+	uint64_t w_written; /* bytes written to w_fd */
+	int w_err;
+};
+
+static int pfs_writer_flush(struct pfs_writer *w)
+{
+	if (w->w_err == 0 && w->w_len > 0) {
+		w->w_err = sh_write_all(w->w_fd, w->w_buf, w->w_len);
+		if (w->w_err == 0)
+			w->w_written += w->w_len;
+		w->w_len = 0;
+	}
+	return w->w_err;
+}
+
+/* Appends a record of type with payload (n bytes, already in w_rec + PFS_SEND_HDR). */
+static int pfs_writer_emit(struct pfs_writer *w, enum pfs_send_type type, uint32_t n)
+{
+	uint8_t *r = w->w_rec;
+	pfs_put_le32(r, PFS_SEND_MAGIC);
+	pfs_put_le16(r + 4, (uint16_t)type);
+	pfs_put_le16(r + 6, 0);
+	pfs_put_le32(r + 8, w->w_seq++);
+	pfs_put_le32(r + 12, n);
+	pfs_put_le64(r + PFS_SEND_HDR + n, XXH3_64bits(r, PFS_SEND_HDR + n));
+	size_t total = PFS_SEND_HDR + n + PFS_SEND_SUM;
+	if (w->w_len + total > PFS_SEND_BUF_BYTES && pfs_writer_flush(w) != 0)
+		return w->w_err;
+	if (total > PFS_SEND_BUF_BYTES) {
+		if (w->w_err == 0 && (w->w_err = sh_write_all(w->w_fd, r, total)) == 0)
+			w->w_written += total;
+		return w->w_err;
+	}
+	memcpy(w->w_buf + w->w_len, r, total);
+	w->w_len += total;
+	return w->w_err;
+}
+
+/* Room for a payload of n bytes in w_rec. */
+static uint8_t *pfs_writer_payload(struct pfs_writer *w, size_t n)
+{
+	size_t need = PFS_SEND_HDR + n + PFS_SEND_SUM;
+	if (need > w->w_rec_cap) {
+		uint8_t *r = mem_realloc(w->w_rec, need);
+		if (!r) {
+			w->w_err = -ENOMEM;
+			return NULL;
+		}
+		w->w_rec = r;
+		w->w_rec_cap = need;
+	}
+	return w->w_rec + PFS_SEND_HDR;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Reading a snapshot's tree in key order, a batch at a time */
+
+struct pfs_entry {
+	uint8_t e_key[BTREE_KEY_MAX];
+	uint32_t e_klen;
+	uint8_t e_val[POOL_DS_VAL_MAX];
+	uint32_t e_vlen;
+};
+
+struct pfs_cursor {
+	struct pool *c_pool;
+	struct pool_ds *c_ds;
+	struct pfs_entry *c_ents; /* PFS_SEND_BATCH */
+	uint32_t c_n, c_i;
+	uint8_t c_last[BTREE_KEY_MAX];
+	uint32_t c_last_len;
+	bool c_started, c_eof;
+	int c_err;
+};
+
+static bool pfs_cursor_visit(void *arg, const void *key, uint32_t klen, const void *val,
+                             uint32_t vlen)
+{
+	struct pfs_cursor *c = arg;
+	if (klen > BTREE_KEY_MAX || vlen > POOL_DS_VAL_MAX) {
+		c->c_err = -EIO;
+		return false;
+	}
+	struct pfs_entry *e = &c->c_ents[c->c_n++];
+	memcpy(e->e_key, key, klen);
+	e->e_klen = klen;
+	memcpy(e->e_val, val, vlen);
+	e->e_vlen = vlen;
+	memcpy(c->c_last, key, klen);
+	c->c_last_len = klen;
+	c->c_started = true;
+	return c->c_n < PFS_SEND_BATCH;
+}
+
+/* The next batch (c_n entries from c_i = 0), or c_eof. */
+static int pfs_cursor_fill(struct pfs_cursor *c)
+{
+	c->c_n = c->c_i = 0;
+	while (!c->c_eof && c->c_n < PFS_SEND_BATCH) {
+		struct blk_ptr missing;
+		pool_lock(c->c_pool);
+		int rc = btree_scan(pool_ds_tree(c->c_ds), c->c_started ? c->c_last : NULL,
+		                    c->c_started ? c->c_last_len : 0, c->c_started, pfs_cursor_visit,
+		                    c, &missing);
+		pool_unlock(c->c_pool);
+		if (c->c_err != 0)
+			return c->c_err;
+		if (rc == -SH_ENEEDBLOCK) {
+			rc = pool_block_read_sync(c->c_pool, &missing);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		if (rc != 0)
+			return rc;
+		if (c->c_n < PFS_SEND_BATCH)
+			c->c_eof = true; /* the scan ran to the end: a full batch stops it early */
+	}
+	return 0;
+}
+
+/* The cursor's current entry, or NULL at the end. */
+static int pfs_cursor_peek(struct pfs_cursor *c, const struct pfs_entry **out)
+{
+	if (c->c_i == c->c_n) {
+		if (c->c_eof) {
+			*out = NULL;
+			return 0;
+		}
+		int rc = pfs_cursor_fill(c);
+		if (rc != 0)
+			return rc;
+	}
+	*out = c->c_i < c->c_n ? &c->c_ents[c->c_i] : NULL;
+	return 0;
+}
+
+static int pfs_cursor_open(struct pool *p, const char *name, struct pfs_cursor *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->c_pool = p;
+	c->c_ents = mem_alloc(PFS_SEND_BATCH * sizeof(*c->c_ents));
+	if (!c->c_ents)
+		return -ENOMEM;
+	int rc = pool_ds_open(p, name, &c->c_ds);
+	if (rc != 0) {
+		mem_free(c->c_ents);
+		c->c_ents = NULL;
+	}
+	return rc;
+}
+
+static void pfs_cursor_close(struct pfs_cursor *c)
+{
+	if (c->c_ds)
+		pool_ds_close(c->c_ds);
+	mem_free(c->c_ents);
+	c->c_ds = NULL;
+	c->c_ents = NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Sending */
+
+/* PUT of entry e, with its block's data when it is an extent that names one. */
+static int pfs_send_put(struct pfs_writer *w, struct pool *p, const struct pfs_entry *e)
+{
+	struct blk_ptr bp;
+	int kind = pfs_entry_block(e->e_key, e->e_klen, e->e_val, e->e_vlen, &bp);
+	if (kind < 0)
+		return kind;
+	uint32_t d = kind == PFS_ENTRY_BLOCK ? bp.bp_lsize : 0;
+	uint8_t *pl = pfs_writer_payload(w, PFS_SEND_PUT_HDR + e->e_klen + e->e_vlen + d);
+	if (!pl)
+		return w->w_err;
+	pfs_put_le16(pl, (uint16_t)e->e_klen);
+	pfs_put_le16(pl + 2, (uint16_t)e->e_vlen);
+	pfs_put_le32(pl + 4, d);
+	memcpy(pl + PFS_SEND_PUT_HDR, e->e_key, e->e_klen);
+	uint8_t *val = pl + PFS_SEND_PUT_HDR + e->e_klen;
+	if (kind == PFS_ENTRY_BLOCK) {
+		memset(val, 0, e->e_vlen); /* the receiver's pointer goes there */
+		const void *img;
+		void *hold;
+		int rc;
+		while ((rc = pool_block_get(p, &bp, &img, &hold)) == -SH_ENEEDBLOCK)
+			if ((rc = pool_block_read_sync(p, &bp)) != 0)
+				return rc;
+		if (rc != 0)
+			return rc;
+		memcpy(val + e->e_vlen, img, d);
+		pool_block_release(p, hold);
+		w->w_data_bytes += d;
+	} else {
+		memcpy(val, e->e_val, e->e_vlen);
+	}
+	w->w_puts++;
+	return pfs_writer_emit(w, PFS_REC_PUT, PFS_SEND_PUT_HDR + e->e_klen + e->e_vlen + d);
+}
+
+static int pfs_send_del(struct pfs_writer *w, const struct pfs_entry *e)
+{
+	uint8_t *pl = pfs_writer_payload(w, 2 + e->e_klen);
+	if (!pl)
+		return w->w_err;
+	pfs_put_le16(pl, (uint16_t)e->e_klen);
+	memcpy(pl + 2, e->e_key, e->e_klen);
+	w->w_dels++;
+	return pfs_writer_emit(w, PFS_REC_DEL, 2 + e->e_klen);
+}
+
+static int pfs_key_cmp(const struct pfs_entry *a, const struct pfs_entry *b)
+{
+	uint32_t n = SH_MIN(a->e_klen, b->e_klen);
+	int c = memcmp(a->e_key, b->e_key, n);
+	if (c != 0)
+		return c;
+	return a->e_klen < b->e_klen ? -1 : a->e_klen > b->e_klen;
+}
+
+/* The entries of to (and, with from, only what differs from it) as PUT and DEL records. */
+static int pfs_send_entries(struct pfs_writer *w, struct pool *p, struct pfs_cursor *to,
+                            struct pfs_cursor *from)
+{
+	for (;;) {
+		const struct pfs_entry *b, *a = NULL;
+		int rc = pfs_cursor_peek(to, &b);
+		if (rc == 0 && from)
+			rc = pfs_cursor_peek(from, &a);
+		if (rc != 0)
+			return rc;
+		if (!a && !b)
+			return 0;
+		int c = !a ? 1 : !b ? -1 : pfs_key_cmp(a, b);
+		if (c < 0) { /* only in the base: gone */
+			rc = pfs_send_del(w, a);
+			from->c_i++;
+		} else if (c > 0) { /* only in the snapshot: new */
+			rc = pfs_send_put(w, p, b);
+			to->c_i++;
+		} else { /* in both: sent when its value changed */
+			if (a->e_vlen != b->e_vlen || memcmp(a->e_val, b->e_val, a->e_vlen) != 0)
+				rc = pfs_send_put(w, p, b);
+			from->c_i++;
+			to->c_i++;
+		}
+		if (rc != 0)
+			return rc;
+	}
+}
+
+int pool_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
+                 struct pool_fs_send_stats *st, char *err, size_t err_len)
+{
+	char fs[POOL_DS_NAME_MAX + 1], snap[POOL_SNAP_NAME_MAX + 1], base[POOL_SNAP_NAME_MAX + 1];
+	memset(st, 0, sizeof(*st));
+	err[0] = '\0';
+	if (pool_snap_name_split(snapshot, fs, snap) != 0) {
+		snprintf(err, err_len, "'%s' is not FS@SNAP", snapshot);
+		return -EINVAL;
+	}
+	if (from) {
+		const char *at = strchr(from, '@');
+		char from_fs[POOL_DS_NAME_MAX + 1];
+		if (!at || (at != from && (pool_snap_name_split(from, from_fs, base) != 0 ||
+		                           strcmp(from_fs, fs) != 0)) ||
+		    strlen(at + 1) > POOL_SNAP_NAME_MAX || !pool_snap_name_valid(at + 1)) {
+			snprintf(err, err_len, "-i '%s': give @SNAP or FS@SNAP of %s", from, fs);
+			return -EINVAL;
+		}
+		snprintf(base, sizeof(base), "%s", at + 1);
+	}
+	struct pool_ds *head;
+	int rc = pool_ds_open(p, fs, &head);
+	if (rc != 0) {
+		snprintf(err, err_len, "%s: %s", fs,
+		         rc == -ENOENT ? "no such file system" : sh_strerror(rc));
+		return rc;
+	}
+	struct pool_snap_entry to_ent = {0}, from_ent = {0};
+	rc = pfs_send_find(p, pool_ds_id(head), snap, &to_ent);
+	if (rc != 0)
+		snprintf(err, err_len, "%s: %s", snapshot,
+		         rc == -ENOENT ? "no such snapshot" : sh_strerror(rc));
+	if (rc == 0 && from) {
+		rc = pfs_send_find(p, pool_ds_id(head), base, &from_ent);
+		if (rc != 0)
+			snprintf(err, err_len, "%s@%s: %s", fs, base,
+			         rc == -ENOENT ? "no such snapshot" : sh_strerror(rc));
+		else if (from_ent.se_txg >= to_ent.se_txg) {
+			snprintf(err, err_len, "%s@%s is not older than %s", fs, base, snapshot);
+			rc = -EINVAL;
+		}
+	}
+	uint32_t record_bytes = pool_ds_record_bytes(head);
+	enum blk_compress compress = pool_ds_compress(head);
+	pool_ds_close(head);
+	if (rc != 0)
+		return rc;
+
+	struct pfs_cursor to = {0}, base_c = {0};
+	struct pfs_writer w = {.w_fd = fd};
+	w.w_buf = mem_alloc(PFS_SEND_BUF_BYTES);
+	rc = w.w_buf ? pfs_cursor_open(p, snapshot, &to) : -ENOMEM;
+	if (rc == 0 && from) {
+		char full[POOL_SNAP_FULL_MAX + 1];
+		snprintf(full, sizeof(full), "%s@%s", fs, base);
+		rc = pfs_cursor_open(p, full, &base_c);
+	}
+	size_t m = strlen(snap);
+	uint8_t *pl = rc == 0 ? pfs_writer_payload(&w, PFS_SEND_BEGIN_BYTES + m) : NULL;
+	if (rc == 0 && !pl)
+		rc = w.w_err;
+	if (rc == 0) {
+		memset(pl, 0, PFS_SEND_BEGIN_BYTES);
+		pfs_put_le32(pl, PFS_SEND_VERSION);
+		pfs_put_le32(pl + 4, from ? PFS_SEND_INCREMENTAL : PFS_SEND_FULL);
+		pfs_put_le64(pl + 8, to_ent.se_guid);
+		pfs_put_le64(pl + 16, from ? from_ent.se_guid : 0);
+		pfs_put_le64(pl + 24, to_ent.se_creation_ns);
+		pfs_put_le32(pl + 32, record_bytes);
+		pl[36] = (uint8_t)compress;
+		pl[37] = (uint8_t)m;
+		pfs_put_le64(pl + 40, to_ent.se_refer);
+		memcpy(pl + PFS_SEND_BEGIN_BYTES, snap, m);
+		rc = pfs_writer_emit(&w, PFS_REC_BEGIN, (uint32_t)(PFS_SEND_BEGIN_BYTES + m));
+	}
+	if (rc == 0)
+		rc = pfs_send_entries(&w, p, &to, from ? &base_c : NULL);
+	if (rc == 0 && (pl = pfs_writer_payload(&w, 24)) == NULL)
+		rc = w.w_err;
+	if (rc == 0) {
+		pfs_put_le64(pl, w.w_puts);
+		pfs_put_le64(pl + 8, w.w_dels);
+		pfs_put_le64(pl + 16, w.w_data_bytes);
+		rc = pfs_writer_emit(&w, PFS_REC_END, 24);
+	}
+	if (rc == 0)
+		rc = pfs_writer_flush(&w);
+	if (rc != 0 && err[0] == '\0')
+		snprintf(err, err_len, "%s: %s", snapshot,
+		         rc == -EPIPE ? "the reader went away" : sh_strerror(rc));
+	st->ss_puts = w.w_puts;
+	st->ss_dels = w.w_dels;
+	st->ss_data_bytes = w.w_data_bytes;
+	st->ss_stream_bytes = w.w_written;
+	pfs_cursor_close(&to);
+	pfs_cursor_close(&base_c);
+	mem_free(w.w_buf);
+	mem_free(w.w_rec);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Receiving: the owner that writes the received blocks at the sync */
+
+struct pfs_pending {
+	struct pfs_pending *pp_next;
+	uint8_t pp_key[BTREE_KEY_MAX];
+	uint32_t pp_klen;
+	uint32_t pp_lsize;
+	uint8_t pp_data[]; /* pp_lsize bytes */
+};
+
+struct pfs_recv {
+	struct pool *rv_pool;
+	struct pool_ds *rv_ds;
+	struct pfs_pending *rv_pending, *rv_pending_tail; /* pool lock */
+	uint64_t rv_pending_bytes;                          /* pool lock */
+	int rv_sync_err;                                    /* pool lock: do_sync's failure */
+	/* the throttle's wait */
+	pthread_mutex_t rv_lock;
+	pthread_cond_t rv_cv;
+	bool rv_throttle_done;
+	int rv_throttle_status;
+	struct pool_waiter rv_waiter;
+};
+
+static int pfs_recv_do_sync(void *owner, uint64_t txg)
+{
+	(void)txg;
+	struct pfs_recv *rv = owner;
+	while (rv->rv_pending) {
+		struct pfs_pending *pp = rv->rv_pending;
+		struct blk_ptr bp;
+		int rc = pool_sync_write(rv->rv_pool, pp->pp_data, pp->pp_lsize, POOL_BT_DATA, 0, 1,
+		                         &bp);
+		uint8_t val[BLK_PTR_DISK_BYTES];
+		if (rc == 0) {
+			blk_ptr_encode(&bp, val);
+			rc = btree_put(pool_ds_tree(rv->rv_ds), pp->pp_key, pp->pp_klen, val,
+			               sizeof(val), BTREE_PUT_REPLACE, NULL);
+			if (rc != 0)
+				(void)!pool_free(rv->rv_pool, &bp);
+		}
+		if (rc != 0) {
+			rv->rv_sync_err = rc;
+			return rc; /* the pool retries the txg once, then suspends */
+		}
+		rv->rv_pending = pp->pp_next;
+		rv->rv_pending_bytes -= pp->pp_lsize;
+		mem_free(pp);
+	}
+	rv->rv_pending_tail = NULL;
+	return 0;
+}
+
+static uint64_t pfs_recv_do_dirty_bytes(void *owner)
+{
+	struct pfs_recv *rv = owner;
+	return rv->rv_pending_bytes;
+}
+
+static int pfs_recv_do_visit_blocks(void *owner, const void *key, uint32_t klen, const void *val,
+                                    uint32_t vlen, pool_bp_fn fn, void *arg)
+{
+	(void)owner;
+	struct blk_ptr bp;
+	int kind = pfs_entry_block(key, klen, val, vlen, &bp);
+	if (kind < 0)
+		return kind;
+	return kind == PFS_ENTRY_BLOCK ? fn(arg, &bp) : 0;
+}
+
+static void pfs_recv_free(struct pfs_recv *rv)
+{
+	while (rv->rv_pending) {
+		struct pfs_pending *pp = rv->rv_pending;
+		rv->rv_pending = pp->pp_next;
+		mem_free(pp);
+	}
+	pthread_cond_destroy(&rv->rv_cv);
+	pthread_mutex_destroy(&rv->rv_lock);
+	mem_free(rv);
+}
+
+static void pfs_recv_do_detach(void *owner)
+{
+	pfs_recv_free(owner);
+}
+
+static const struct pool_ds_owner pfs_recv_ops = {
+	.do_sync = pfs_recv_do_sync,
+	.do_dirty_bytes = pfs_recv_do_dirty_bytes,
+	.do_visit_blocks = pfs_recv_do_visit_blocks,
+	.do_detach = pfs_recv_do_detach,
+};
+
+static void pfs_recv_throttle_cb(struct pool_waiter *pw, int status)
+{
+	struct pfs_recv *rv = pw->pw_arg;
+	pthread_mutex_lock(&rv->rv_lock);
+	rv->rv_throttle_done = true;
+	rv->rv_throttle_status = status;
+	pthread_cond_broadcast(&rv->rv_cv);
+	pthread_mutex_unlock(&rv->rv_lock);
+}
+
+/* Under the pool lock on return (0): the throttle let this change go. */
+static int pfs_recv_lock(struct pfs_recv *rv)
+{
+	struct pool *p = rv->rv_pool;
+	for (;;) {
+		pool_lock(p);
+		rv->rv_throttle_done = false;
+		int rc = pool_tx_throttle(p, &rv->rv_waiter);
+		if (rc == 0 && rv->rv_sync_err != 0)
+			rc = rv->rv_sync_err;
+		if (rc == 0)
+			return 0;
+		pool_unlock(p);
+		if (rc != POOL_THROTTLED)
+			return rc;
+		pthread_mutex_lock(&rv->rv_lock);
+		while (!rv->rv_throttle_done)
+			pthread_cond_wait(&rv->rv_cv, &rv->rv_lock);
+		rc = rv->rv_throttle_status;
+		pthread_mutex_unlock(&rv->rv_lock);
+		if (rc != 0)
+			return rc;
+	}
+}
+
+/* One PUT or DEL (put false) applied to the tree: the old value's block freed, the new value
+ * put, an extent's data (data, d bytes) pending for do_sync. */
+static int pfs_recv_apply(struct pfs_recv *rv, bool put, const uint8_t *key, uint32_t klen,
+                          const uint8_t *val, uint32_t vlen, const uint8_t *data, uint32_t d)
+{
+	struct pfs_pending *pp = NULL;
+	if (d > 0) {
+		pp = mem_alloc(sizeof(*pp) + d);
+		if (!pp)
+			return -ENOMEM;
+		memcpy(pp->pp_key, key, klen);
+		pp->pp_klen = klen;
+		pp->pp_lsize = d;
+		memcpy(pp->pp_data, data, d);
+	}
+	struct pool *p = rv->rv_pool;
+	uint8_t old[POOL_DS_VAL_MAX];
+	for (;;) {
+		int rc = pfs_recv_lock(rv);
+		if (rc != 0) {
+			mem_free(pp);
+			return rc;
+		}
+		struct btree *t = pool_ds_tree(rv->rv_ds);
+		struct blk_ptr missing, old_bp;
+		uint32_t old_len = 0;
+		rc = btree_lookup(t, key, klen, old, sizeof(old), &old_len, &missing);
+		bool had = rc == 0;
+		if (rc == 0 || rc == -ENOENT)
+			rc = put ? btree_put(t, key, klen, val, vlen, BTREE_PUT_UPSERT, &missing)
+			         : had ? btree_delete(t, key, klen, &missing) : -ENOENT;
+		if (rc == -SH_ENEEDBLOCK) {
+			pool_unlock(p);
+			if ((rc = pool_block_read_sync(p, &missing)) != 0) {
+				mem_free(pp);
+				return rc;
+			}
+			continue;
+		}
+		if (rc == 0 && had &&
+		    pfs_entry_block(key, klen, old, old_len, &old_bp) == PFS_ENTRY_BLOCK)
+			(void)!pool_ds_free(rv->rv_ds, &old_bp); /* a refusal is logged and counted */
+		if (rc == 0 && pp) {
+			pp->pp_next = NULL;
+			if (rv->rv_pending_tail)
+				rv->rv_pending_tail->pp_next = pp;
+			else
+				rv->rv_pending = pp;
+			rv->rv_pending_tail = pp;
+			rv->rv_pending_bytes += d;
+			pp = NULL;
+		}
+		pool_unlock(p);
+		mem_free(pp);
+		return rc;
+	}
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Receiving: reading the stream */
+
+struct pfs_reader {
+	int r_fd;
+	uint8_t *r_rec;
+	size_t r_cap;
+	uint32_t r_seq;
+	uint64_t r_bytes;
+};
+
+/* The next record: its type and payload (valid until the next call). -EPROTO (with why) for a
+ * record that is not whole, not right, or out of order; -ENODATA at the end of the input before
+ * any byte of a record. */
+static int pfs_reader_next(struct pfs_reader *r, enum pfs_send_type *type, const uint8_t **pl,
+                           uint32_t *n, char *err, size_t err_len)
+{
+	uint8_t hdr[PFS_SEND_HDR];
+	size_t got = 0;
+	int rc = sh_read_full(r->r_fd, hdr, sizeof(hdr), &got);
+	if (rc != 0)
+		return rc;
+	if (got == 0)
+		return -ENODATA;
+	if (got < sizeof(hdr)) {
+		snprintf(err, err_len, "the stream ends inside a record (byte %" PRIu64 ")",
+		         r->r_bytes + got);
+		return -EPROTO;
+	}
+	uint32_t len = pfs_get_le32(hdr + 12);
+	if (pfs_get_le32(hdr) != PFS_SEND_MAGIC || pfs_get_le16(hdr + 6) != 0 ||
+	    len > POOL_FS_SEND_PAYLOAD_MAX) {
+		snprintf(err, err_len, "not a stream record at byte %" PRIu64, r->r_bytes);
+		return -EPROTO;
+	}
+	if (pfs_get_le32(hdr + 8) != r->r_seq) {
+		snprintf(err, err_len, "record %" PRIu32 " came where %" PRIu32 " belongs",
+		         pfs_get_le32(hdr + 8), r->r_seq);
+		return -EPROTO;
+	}
+	size_t need = PFS_SEND_HDR + (size_t)len + PFS_SEND_SUM;
+	if (need > r->r_cap) {
+		uint8_t *b = mem_realloc(r->r_rec, need);
+		if (!b)
+			return -ENOMEM;
+		r->r_rec = b;
+		r->r_cap = need;
+	}
+	memcpy(r->r_rec, hdr, PFS_SEND_HDR);
+	rc = sh_read_full(r->r_fd, r->r_rec + PFS_SEND_HDR, len + PFS_SEND_SUM, &got);
+	if (rc != 0)
+		return rc;
+	if (got < len + PFS_SEND_SUM) {
+		snprintf(err, err_len, "the stream ends inside record %" PRIu32, r->r_seq);
+		return -EPROTO;
+	}
+	if (pfs_get_le64(r->r_rec + PFS_SEND_HDR + len) !=
+	    XXH3_64bits(r->r_rec, PFS_SEND_HDR + len)) {
+		snprintf(err, err_len, "record %" PRIu32 " is damaged (its checksum is wrong)",
+		         r->r_seq);
+		return -EPROTO;
+	}
+	r->r_seq++;
+	r->r_bytes += need;
+	*type = (enum pfs_send_type)pfs_get_le16(hdr + 4);
+	*pl = r->r_rec + PFS_SEND_HDR;
+	*n = len;
+	return 0;
+}
+
+struct pfs_begin {
+	uint32_t b_kind;
+	struct pool_snap_entry b_snap; /* name, GUID, creation */
+	uint64_t b_base_guid;
+	uint32_t b_record_bytes;
+	uint8_t b_compress;
+};
+
+static int pfs_begin_parse(const uint8_t *pl, uint32_t n, struct pfs_begin *b, char *err,
+                           size_t err_len)
+{
+	memset(b, 0, sizeof(*b));
+	uint32_t m = n >= PFS_SEND_BEGIN_BYTES ? pl[37] : 0;
+	if (n < PFS_SEND_BEGIN_BYTES || pfs_get_le32(pl) != PFS_SEND_VERSION ||
+	    n != PFS_SEND_BEGIN_BYTES + m || m == 0 || m > POOL_SNAP_NAME_MAX) {
+		snprintf(err, err_len, "not a stream of version %u (or its first record is damaged)",
+		         PFS_SEND_VERSION);
+		return -EPROTO;
+	}
+	b->b_kind = pfs_get_le32(pl + 4);
+	b->b_snap.se_guid = pfs_get_le64(pl + 8);
+	b->b_base_guid = pfs_get_le64(pl + 16);
+	b->b_snap.se_creation_ns = pfs_get_le64(pl + 24);
+	b->b_record_bytes = pfs_get_le32(pl + 32);
+	b->b_compress = pl[36];
+	memcpy(b->b_snap.se_name, pl + PFS_SEND_BEGIN_BYTES, m);
+	b->b_snap.se_name[m] = '\0';
+	if ((b->b_kind != PFS_SEND_FULL && b->b_kind != PFS_SEND_INCREMENTAL) ||
+	    (b->b_kind == PFS_SEND_INCREMENTAL) != (b->b_base_guid != 0) ||
+	    b->b_snap.se_guid == 0 || b->b_compress > BLK_COMPRESS_ZSTD ||
+	    !pool_snap_name_valid(b->b_snap.se_name)) {
+		snprintf(err, err_len, "the stream's first record does not make sense");
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/* Applies records until END; returns 0 when the END's counts match. */
+static int pfs_recv_records(struct pfs_recv *rv, struct pfs_reader *r, struct pool_fs_recv_stats *st,
+                            char *err, size_t err_len)
+{
+	for (;;) {
+		enum pfs_send_type type;
+		const uint8_t *pl;
+		uint32_t n;
+		int rc = pfs_reader_next(r, &type, &pl, &n, err, err_len);
+		if (rc == -ENODATA) {
+			snprintf(err, err_len, "the stream ends before its last record (cut off)");
+			return -EPROTO;
+		}
+		if (rc != 0)
+			return rc;
+		if (type == PFS_REC_END) {
+			if (n != 24 || pfs_get_le64(pl) != st->rs_puts ||
+			    pfs_get_le64(pl + 8) != st->rs_dels ||
+			    pfs_get_le64(pl + 16) != st->rs_data_bytes) {
+				snprintf(err, err_len, "the stream's counts do not match what came");
+				return -EPROTO;
+			}
+			return 0;
+		}
+		bool put = type == PFS_REC_PUT;
+		if (!put && type != PFS_REC_DEL) {
+			snprintf(err, err_len, "record %" PRIu32 " is of no known type", r->r_seq - 1);
+			return -EPROTO;
+		}
+		uint32_t k = n >= 2 ? pfs_get_le16(pl) : 0, v = 0, d = 0, at = put ? PFS_SEND_PUT_HDR : 2;
+		if (put && n >= PFS_SEND_PUT_HDR) {
+			v = pfs_get_le16(pl + 2);
+			d = pfs_get_le32(pl + 4);
+		}
+		const uint8_t *key = pl + at, *val = key + k, *data = val + v;
+		struct blk_ptr bp;
+		bool ok = n >= at && k >= 1 && k <= BTREE_KEY_MAX && v <= POOL_DS_VAL_MAX &&
+		          d <= BLK_MAX_BLOCK_BYTES && (uint64_t)at + k + v + d == n;
+		if (ok && put) {
+			/* an extent's data and its (zero) value go together; nothing else has data */
+			int kind = pfs_entry_block(key, k, val, v, &bp);
+			static const uint8_t zero[BLK_PTR_DISK_BYTES];
+			bool is_extent = pfs_entry_is_extent(key, k);
+			ok = kind >= 0 && (d == 0 ? kind != PFS_ENTRY_BLOCK
+			                          : is_extent && v == sizeof(zero) &&
+			                                memcmp(val, zero, v) == 0);
+			if (ok && is_extent && d == 0 && kind == PFS_ENTRY_NONE && v == sizeof(zero) &&
+			    memcmp(val, zero, v) == 0)
+				ok = false; /* "being written" is no state a snapshot holds */
+		}
+		if (!ok) {
+			snprintf(err, err_len, "record %" PRIu32 " does not parse", r->r_seq - 1);
+			return -EPROTO;
+		}
+		rc = pfs_recv_apply(rv, put, key, k, val, v, data, d);
+		if (rc == -ENOENT) {
+			snprintf(err, err_len,
+			         "record %" PRIu32 " removes what the file system does not hold: it is "
+			         "not the stream's base",
+			         r->r_seq - 1);
+			return -EPROTO;
+		}
+		if (rc != 0) {
+			snprintf(err, err_len, "%s", sh_strerror(rc));
+			return rc;
+		}
+		if (put)
+			st->rs_puts++;
+		else
+			st->rs_dels++;
+		st->rs_data_bytes += d;
+		st->rs_stream_bytes = r->r_bytes;
+	}
+}
+
+/* The target, ready for an incremental stream: its latest snapshot is the base and it has not
+ * changed since (or, force, made so). The file system is closed on return. */
+static int pfs_recv_incremental_target(struct pool *p, const char *fs, const struct pfs_begin *b,
+                                       bool force, char *err, size_t err_len)
+{
+	struct pool_ds *ds;
+	int rc = pool_ds_open(p, fs, &ds);
+	if (rc != 0) {
+		snprintf(err, err_len, "%s: %s", fs,
+		         rc == -ENOENT ? "no such file system (an incremental stream needs its base)"
+		                       : sh_strerror(rc));
+		return rc;
+	}
+	struct pool_snap_entry *ents = NULL;
+	size_t n = 0, i;
+	rc = pool_snap_entries(p, pool_ds_id(ds), &ents, &n);
+	for (i = 0; rc == 0 && i < n && ents[i].se_guid != b->b_base_guid; i++)
+		;
+	bool changed = false;
+	for (size_t j = 0; rc == 0 && j < n; j++)
+		if (ents[j].se_guid == b->b_snap.se_guid) {
+			snprintf(err, err_len, "%s@%s is the stream's snapshot: received already", fs,
+			         ents[j].se_name);
+			rc = -EEXIST;
+		}
+	if (rc == 0 && i == n) {
+		snprintf(err, err_len, "%s has no snapshot with the stream's base GUID", fs);
+		rc = -ENOENT;
+	}
+	char base[POOL_SNAP_FULL_MAX + 1] = "";
+	if (rc == 0) {
+		snprintf(base, sizeof(base), "%s@%s", fs, ents[i].se_name);
+		pool_lock(p);
+		changed = btree_is_dirty(pool_ds_tree(ds)) ||
+		          memcmp(&ds->ds_root, &ents[n - 1].se_root, sizeof(ds->ds_root)) != 0;
+		pool_unlock(p);
+		if ((i + 1 < n || changed) && !force) {
+			snprintf(err, err_len,
+			         i + 1 < n ? "%s has snapshots after the stream's base %s: -F destroys them"
+			                   : "%s has changed since its snapshot %s: -F rolls it back",
+			         fs, base);
+			rc = -EBUSY;
+		}
+	}
+	mem_free(ents);
+	pool_ds_close(ds);
+	if (rc == 0 && (i + 1 < n || changed))
+		rc = pool_fs_rollback(p, base, true, err, err_len);
+	return rc;
+}
+
+int pool_fs_receive(struct pool *p, const char *fs, bool force, int fd,
+                    struct pool_fs_recv_stats *st, char *err, size_t err_len)
+{
+	memset(st, 0, sizeof(*st));
+	err[0] = '\0';
+	if (strchr(fs, '@') || !pool_name_valid(fs, POOL_DS_NAME_MAX)) {
+		snprintf(err, err_len, "'%s' is not a file system name", fs);
+		return -EINVAL;
+	}
+	struct pfs_reader r = {.r_fd = fd};
+	enum pfs_send_type type;
+	const uint8_t *pl;
+	uint32_t n;
+	struct pfs_begin b;
+	int rc = pfs_reader_next(&r, &type, &pl, &n, err, err_len);
+	if (rc == -ENODATA)
+		snprintf(err, err_len, "no stream: the input is empty");
+	if (rc == 0 && type != PFS_REC_BEGIN) {
+		snprintf(err, err_len, "the stream does not begin with its first record");
+		rc = -EPROTO;
+	}
+	if (rc == 0)
+		rc = pfs_begin_parse(pl, n, &b, err, err_len);
+	if (rc == 0 && b.b_kind == PFS_SEND_FULL) {
+		struct pool_ds_props props = {.dp_record_bytes = b.b_record_bytes,
+		                              .dp_compress = (enum pool_compress)(b.b_compress + 1),
+		                              .dp_receiving = true};
+		rc = pool_ds_create(p, fs, &props);
+		if (rc != 0)
+			snprintf(err, err_len, "%s: %s", fs,
+			         rc == -EEXIST ? "exists: a full stream makes a new file system"
+			                       : sh_strerror(rc));
+	} else if (rc == 0) {
+		rc = pfs_recv_incremental_target(p, fs, &b, force, err, err_len);
+	}
+	if (rc != 0) {
+		mem_free(r.r_rec);
+		return rc == -ENODATA ? -EPROTO : rc;
+	}
+	/* From here on, a failure puts the file system back as it was. */
+	struct pfs_recv *rv = mem_zalloc(sizeof(*rv));
+	struct pool_ds *ds = NULL;
+	if (!rv) {
+		rc = -ENOMEM;
+	} else {
+		rv->rv_pool = p;
+		VERIFY(pthread_mutex_init(&rv->rv_lock, NULL) == 0);
+		VERIFY(pthread_cond_init(&rv->rv_cv, NULL) == 0);
+		rv->rv_waiter.pw_done = pfs_recv_throttle_cb;
+		rv->rv_waiter.pw_arg = rv;
+		rc = pool_ds_open(p, fs, &ds);
+	}
+	/* the owner first (an export refuses it, nothing changed), then the mark (durable) */
+	if (rc == 0 && (rc = pool_txg_wait_synced(p, 0)) == 0) {
+		rv->rv_ds = ds;
+		rc = pool_ds_take_owner(ds, &pfs_recv_ops, rv);
+		if (rc == -EBUSY)
+			snprintf(err, err_len, "%s is in use (exported): take it out of the exports and "
+			                       "reload them first (SIGHUP)",
+			         fs);
+		if (rc == 0)
+			rv = NULL; /* the dataset's now: freed by do_detach */
+	}
+	bool marked = b.b_kind == PFS_SEND_FULL; /* made marked */
+	if (rc == 0 && !marked && (rc = pool_ds_set_receiving(ds, true)) == 0)
+		marked = true;
+	if (rc != 0 && b.b_kind != PFS_SEND_FULL && !marked && ds && pool_ds_owner(ds) && !rv)
+		(void)!pool_ds_take_owner(ds, NULL, NULL); /* nothing was written: let go */
+	if (rc == 0) {
+		struct pfs_recv *owner = pool_ds_owner(ds);
+		rc = pfs_recv_records(owner, &r, st, err, err_len);
+		/* what is pending goes to disk either way: no entry may stay "being written" */
+		int sync_rc = pool_txg_wait_synced(p, 0);
+		if (rc == 0)
+			rc = sync_rc;
+		pool_lock(p);
+		if (rc == 0 && (owner->rv_pending || owner->rv_sync_err != 0))
+			rc = owner->rv_sync_err != 0 ? owner->rv_sync_err : -EIO;
+		pool_unlock(p);
+		int let_go = pool_ds_take_owner(ds, NULL, NULL); /* detaches (frees) the receiver */
+		if (rc == 0)
+			rc = let_go;
+	}
+	if (ds)
+		pool_ds_close(ds);
+	if (rv)
+		pfs_recv_free(rv);
+	if (rc == 0) {
+		char full[POOL_SNAP_FULL_MAX + 1];
+		snprintf(full, sizeof(full), "%s@%s", fs, b.b_snap.se_name);
+		rc = pool_snapshot_create_received(p, full, &b.b_snap, err, err_len);
+	}
+	if (rc == 0 && (rc = pool_ds_open(p, fs, &ds)) == 0) {
+		rc = pool_ds_set_receiving(ds, false);
+		pool_ds_close(ds);
+	}
+	if (rc != 0 && (marked || b.b_kind == PFS_SEND_FULL)) {
+		char undo_err[256] = "";
+		if (err[0] == '\0')
+			snprintf(err, err_len, "%s", sh_strerror(rc));
+		int undo = pool_recv_undo(p, fs, undo_err, sizeof(undo_err));
+		if (undo != 0)
+			log_error("pool %s: a failed receive into %s could not be undone: %s (the next "
+			          "import undoes it)",
+			          pool_name(p), fs, undo_err);
+	}
+	mem_free(r.r_rec);
+	return rc;
+}

@@ -1,0 +1,626 @@
+/* test_pool_fs_send.c: unit tests of shale send and shale receive (src/poolfs/pool_fs_send.c,
+ * src/pool/pool_recv.c): a tree of files (several blocks, sparse, empty), directories, hard and
+ * symbolic links, modes and owners sent whole from one pool and received into another, then three
+ * incremental streams (overwrites, removes, renames, new files, a truncation), each received
+ * snapshot compared with the sender's through the fs.h back end: every name, every attribute but
+ * the fsid and the allocated bytes (object ids, generations and times included), every byte; the
+ * refusals (a full stream into a file system that exists, a stream whose base the target lacks,
+ * a target changed since its base unless forced, the same stream twice); streams cut off,
+ * damaged or reordered refused with the target as it was; both pools checked clean
+ * throughout. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "pool_fs_fixture.h"
+#include "pool/pool.h"
+#include "poolfs/pool_fs.h"
+#include "tap.h"
+
+static struct blk_dev *mem_dev(uint64_t bytes)
+{
+	struct blk_dev *d = NULL;
+	VERIFY(blk_dev_create_mem(bytes, &d) == 0);
+	return d;
+}
+
+static struct pool *pool_new(struct blk_dev *d, const char *name, bool with_fs)
+{
+	struct pool_open_opts o = {0};
+	o.po_attach = pool_fs_attach;
+	o.po_txg_interval_ms = 60000; /* tests sync when they say so */
+	struct pool_create_args a = {.pc_name = name, .pc_opts = &o};
+	struct pool *p = NULL;
+	VERIFY(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
+	if (with_fs)
+		VERIFY(pool_ds_create(p, "fs", NULL) == 0);
+	return p;
+}
+
+static void report_print(void *arg, const char *line)
+{
+	(void)arg;
+	printf("#   check: %s\n", line);
+}
+
+static void snap(struct pool *p, const char *name)
+{
+	char err[256] = "";
+	int rc = pool_snapshot_create(p, &name, 1, err, sizeof(err));
+	CHECKF(rc == 0, "snapshot %s: %s", name, err);
+}
+
+static void fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (size_t i = 0; i < len; i++) {
+		s ^= s << 13;
+		s ^= s >> 7;
+		s ^= s << 17;
+		buf[i] = (uint8_t)s;
+	}
+}
+
+/* ---- streams in memory files ---- */
+
+static int stream_new(void)
+{
+	int fd = memfd_create("stream", 0);
+	VERIFY(fd >= 0);
+	return fd;
+}
+
+/* Sends snapshot (from: NULL or the base) into a new memory file, rewound; -1 on failure. */
+static int send_to_fd(struct pool *p, const char *snapshot, const char *from)
+{
+	int fd = stream_new();
+	struct pool_fs_send_stats st;
+	char err[256] = "";
+	int rc = pool_fs_send(p, snapshot, from, fd, &st, err, sizeof(err));
+	CHECKF(rc == 0, "send %s: %s", snapshot, err);
+	printf("# send %s%s%s: %" PRIu64 " puts, %" PRIu64 " dels, %" PRIu64 " data bytes, %" PRIu64
+	       " stream bytes\n",
+	       snapshot, from ? " from " : "", from ? from : "", st.ss_puts, st.ss_dels,
+	       st.ss_data_bytes, st.ss_stream_bytes);
+	if (rc != 0) {
+		close(fd);
+		return -1;
+	}
+	VERIFY(lseek(fd, 0, SEEK_SET) == 0);
+	return fd;
+}
+
+static int recv_from_fd(struct pool *p, const char *fs, bool force, int fd, char *err,
+                        size_t err_len)
+{
+	struct pool_fs_recv_stats st;
+	VERIFY(lseek(fd, 0, SEEK_SET) == 0);
+	return pool_fs_receive(p, fs, force, fd, &st, err, err_len);
+}
+
+/* A copy of the stream in fd with edit applied to its bytes (len in/out). */
+static int stream_edit(int fd, void (*edit)(uint8_t *b, size_t *len))
+{
+	off_t size = lseek(fd, 0, SEEK_END);
+	uint8_t *b = malloc((size_t)size + 1);
+	VERIFY(b && pread(fd, b, (size_t)size, 0) == size);
+	size_t len = (size_t)size;
+	edit(b, &len);
+	int out = stream_new();
+	VERIFY(sh_write_all(out, b, len) == 0);
+	free(b);
+	return out;
+}
+
+static void edit_cut(uint8_t *b, size_t *len)
+{
+	(void)b;
+	*len = *len * 2 / 3;
+}
+
+static void edit_flip(uint8_t *b, size_t *len)
+{
+	b[*len / 2] ^= 0x40;
+}
+
+static void edit_drop_end(uint8_t *b, size_t *len)
+{
+	(void)b;
+	*len -= 16 + 24 + 8; /* the END record */
+}
+
+/* ---- comparing two file systems ---- */
+
+static unsigned compared_objects;
+
+static bool attr_same(const struct fs_attr *a, const struct fs_attr *b)
+{
+	return a->fa_type == b->fa_type && a->fa_mode == b->fa_mode && a->fa_nlink == b->fa_nlink &&
+	       a->fa_uid == b->fa_uid && a->fa_gid == b->fa_gid && a->fa_size == b->fa_size &&
+	       a->fa_fileid == b->fa_fileid && a->fa_rdev_major == b->fa_rdev_major &&
+	       a->fa_rdev_minor == b->fa_rdev_minor &&
+	       a->fa_mtime.ft_sec == b->fa_mtime.ft_sec &&
+	       a->fa_mtime.ft_nsec == b->fa_mtime.ft_nsec &&
+	       a->fa_ctime.ft_sec == b->fa_ctime.ft_sec &&
+	       a->fa_ctime.ft_nsec == b->fa_ctime.ft_nsec;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* Whether directory da of a and db of b hold the same names, attributes and bytes, below too. */
+static bool tree_same(struct fs *a, const struct fs_obj_id *da, struct fs *b,
+                      const struct fs_obj_id *db, const char *path)
+{
+	enum { MAXN = 256 };
+	static char na[MAXN][32], nb[MAXN][32]; /* compared one directory level at a time */
+	unsigned n_a = 0, n_b = 0;
+	if (op_readdir_all(a, da, true, na, MAXN, &n_a) != 0 ||
+	    op_readdir_all(b, db, true, nb, MAXN, &n_b) != 0 || n_a != n_b || n_a > MAXN) {
+		printf("#   %s: listings differ (%u and %u names)\n", path, n_a, n_b);
+		return false;
+	}
+	qsort(na, n_a, 32, name_cmp);
+	qsort(nb, n_b, 32, name_cmp);
+	char (*names)[32] = malloc((size_t)n_a * 32 + 1);
+	VERIFY(names != NULL);
+	bool same = true;
+	for (unsigned i = 0; i < n_a; i++) {
+		if (strcmp(na[i], nb[i]) != 0) {
+			printf("#   %s: names differ (%s, %s)\n", path, na[i], nb[i]);
+			same = false;
+		}
+		memcpy(names[i], na[i], 32);
+	}
+	for (unsigned i = 0; same && i < n_a; i++) {
+		struct fs_obj_id oa, ob;
+		struct fs_attr aa = {0}, ab = {0};
+		char sub[512];
+		snprintf(sub, sizeof(sub), "%s/%s", path, names[i]);
+		if (op_lookup(a, da, names[i], &oa, &aa) != 0 ||
+		    op_lookup(b, db, names[i], &ob, &ab) != 0 || !attr_same(&aa, &ab)) {
+			printf("#   %s: attributes differ\n", sub);
+			same = false;
+			break;
+		}
+		compared_objects++;
+		if (aa.fa_type == FS_DIR) {
+			same = tree_same(a, &oa, b, &ob, sub);
+		} else if (aa.fa_type == FS_REG && aa.fa_size > 0) {
+			uint8_t *ba = malloc(aa.fa_size), *bb = malloc(aa.fa_size);
+			VERIFY(ba && bb);
+			uint32_t ga = 0, gb = 0;
+			same = op_read(a, &oa, 0, (uint32_t)aa.fa_size, ba, &ga, NULL) == 0 &&
+			       op_read(b, &ob, 0, (uint32_t)aa.fa_size, bb, &gb, NULL) == 0 &&
+			       ga == aa.fa_size && gb == ga && memcmp(ba, bb, ga) == 0;
+			if (!same)
+				printf("#   %s: bytes differ\n", sub);
+			free(ba);
+			free(bb);
+		}
+	}
+	free(names);
+	return same;
+}
+
+/* Snapshot name_a of pool a and name_b of pool b hold the same tree. */
+static bool snaps_same(struct pool *a, const char *name_a, struct pool *b, const char *name_b)
+{
+	struct fs *fa = NULL, *fb = NULL;
+	bool same = false;
+	if (pool_fs_open(a, name_a, 81, &fa) == 0 && pool_fs_open(b, name_b, 82, &fb) == 0) {
+		struct fs_obj_id ra, rb;
+		compared_objects = 0;
+		same = fs_root(fa, &ra) == 0 && fs_root(fb, &rb) == 0 &&
+		       tree_same(fa, &ra, fb, &rb, name_a);
+		printf("# %s and %s: %u objects compared: %s\n", name_a, name_b, compared_objects,
+		       same ? "the same" : "DIFFERENT");
+	}
+	if (fa)
+		fs_destroy(fa);
+	if (fb)
+		fs_destroy(fb);
+	return same;
+}
+
+/* ---- the tree ---- */
+
+static uint8_t big[700 * KIB], big2[300 * KIB], small[3000];
+
+static void make_tree(struct fs *fs)
+{
+	struct fs_obj_id root, d, sub, f, g, h;
+	CHECK(fs_root(fs, &root) == 0);
+	fill(big, sizeof(big), 1);
+	fill(big2, sizeof(big2), 2);
+	fill(small, sizeof(small), 3);
+	CHECK(op_create(fs, FS_OP_MKDIR, &root, "d", NULL, 0, &d) == 0);
+	CHECK(op_create(fs, FS_OP_MKDIR, &d, "sub", NULL, 0, &sub) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "big", NULL, 0, &f) == 0);
+	CHECK(op_write(fs, &f, 0, big, sizeof(big), FS_UNSTABLE, NULL) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &d, "small", NULL, 0, &g) == 0);
+	CHECK(op_write(fs, &g, 0, small, sizeof(small), FS_FILE_SYNC, NULL) == 0);
+	CHECK(op_setattr(fs, &g, -1, 0600, NULL) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &sub, "sparse", NULL, 0, &h) == 0);
+	CHECK(op_write(fs, &h, 5 * MIB, "end", 3, FS_UNSTABLE, NULL) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "empty", NULL, 0, NULL) == 0);
+	CHECK(op_create(fs, FS_OP_SYMLINK, &d, "link", "../big", 0, NULL) == 0);
+	CHECK(op_link(fs, &g, &root, "hard") == 0);
+	CHECK(op_create(fs, FS_OP_MKNOD, &root, "fifo", NULL, FS_FIFO, NULL) == 0);
+	for (int i = 0; i < 40; i++) {
+		char name[16];
+		struct fs_obj_id x;
+		snprintf(name, sizeof(name), "f%02d", i);
+		CHECK(op_create(fs, FS_OP_CREATE, &sub, name, NULL, 0, &x) == 0);
+		CHECK(op_write(fs, &x, 0, small, (uint32_t)(100 + i * 50), FS_UNSTABLE, NULL) == 0);
+	}
+}
+
+/* Changes of round r (1..3). */
+static void change_tree(struct fs *fs, int r)
+{
+	struct fs_obj_id root, d, sub, f, x;
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_lookup(fs, &root, "d", &d, NULL) == 0);
+	CHECK(r > 2 || op_lookup(fs, &d, "sub", &sub, NULL) == 0); /* round 2 removes it */
+	CHECK(op_lookup(fs, &root, "big", &f, NULL) == 0);
+	char name[32];
+	switch (r) {
+	case 1: /* an overwrite in the middle, removes, a rename across directories, new files */
+		CHECK(op_write(fs, &f, 200 * KIB, big2, 100 * KIB, FS_UNSTABLE, NULL) == 0);
+		CHECK(op_remove(fs, FS_OP_REMOVE, &sub, "f03") == 0);
+		CHECK(op_remove(fs, FS_OP_REMOVE, &root, "hard") == 0);
+		CHECK(op_rename(fs, &sub, "f07", &root, "moved") == 0);
+		CHECK(op_create(fs, FS_OP_CREATE, &d, "new", NULL, 0, &x) == 0);
+		CHECK(op_write(fs, &x, 0, big2, sizeof(big2), FS_UNSTABLE, NULL) == 0);
+		break;
+	case 2: /* a truncation, a directory emptied and removed, a mode change */
+		CHECK(op_setattr(fs, &f, 100 * KIB, -1, NULL) == 0);
+		for (int i = 0; i < 40; i++) {
+			snprintf(name, sizeof(name), "f%02d", i);
+			int rc = op_remove(fs, FS_OP_REMOVE, &sub, name);
+			CHECK(rc == 0 || (rc == -ENOENT && (i == 3 || i == 7)));
+		}
+		CHECK(op_remove(fs, FS_OP_REMOVE, &sub, "sparse") == 0);
+		CHECK(op_remove(fs, FS_OP_RMDIR, &d, "sub") == 0);
+		CHECK(op_setattr(fs, &d, -1, 0700, NULL) == 0);
+		break;
+	default: /* many new files, one name reused */
+		for (int i = 0; i < 150; i++) {
+			snprintf(name, sizeof(name), "n%03d", i);
+			CHECK(op_create(fs, FS_OP_CREATE, &root, name, NULL, 0, &x) == 0);
+			CHECK(op_write(fs, &x, 0, small, (uint32_t)(1 + i * 7), FS_UNSTABLE, NULL) == 0);
+		}
+		CHECK(op_create(fs, FS_OP_CREATE, &root, "hard", NULL, 0, NULL) == 0);
+		break;
+	}
+}
+
+static void test_send_receive(void)
+{
+	struct blk_dev *da = mem_dev(128 * MIB), *db = mem_dev(128 * MIB);
+	struct pool *a = pool_new(da, "src", true), *b = pool_new(db, "dst", false);
+	struct fs *fs = NULL;
+	char err[256];
+	CHECK(pool_fs_open(a, "fs", 77, &fs) == 0);
+	if (!fs)
+		goto out;
+	make_tree(fs);
+	snap(a, "fs@s0");
+	/* full */
+	int fd = send_to_fd(a, "fs@s0", NULL);
+	CHECK(fd >= 0);
+	if (fd < 0)
+		goto out_fs;
+	err[0] = '\0';
+	int rc = recv_from_fd(b, "copy", false, fd, err, sizeof(err));
+	CHECKF(rc == 0, "receive: %s", err);
+	CHECK(snaps_same(a, "fs@s0", b, "copy@s0"));
+	CHECK(recv_from_fd(b, "copy", false, fd, err, sizeof(err)) == -EEXIST);
+	close(fd);
+	/* three incrementals, each compared, the file system itself too */
+	for (int r = 1; r <= 3; r++) {
+		char cur[16], prev[16], bcur[16];
+		snprintf(prev, sizeof(prev), "fs@s%d", r - 1);
+		snprintf(cur, sizeof(cur), "fs@s%d", r);
+		snprintf(bcur, sizeof(bcur), "copy@s%d", r);
+		change_tree(fs, r);
+		snap(a, cur);
+		char from[8];
+		snprintf(from, sizeof(from), "@s%d", r - 1);
+		fd = send_to_fd(a, cur, from);
+		if (fd < 0)
+			break;
+		err[0] = '\0';
+		rc = recv_from_fd(b, "copy", false, fd, err, sizeof(err));
+		CHECKF(rc == 0, "receive %s: %s", cur, err);
+		CHECK(snaps_same(a, cur, b, bcur));
+		/* the same stream again: received already */
+		CHECK(recv_from_fd(b, "copy", false, fd, err, sizeof(err)) == -EEXIST);
+		close(fd);
+		(void)prev;
+	}
+	/* each received snapshot still the sender's */
+	for (int r = 0; r <= 3; r++) {
+		char sa[16], sb[16];
+		snprintf(sa, sizeof(sa), "fs@s%d", r);
+		snprintf(sb, sizeof(sb), "copy@s%d", r);
+		CHECK(snaps_same(a, sa, b, sb));
+	}
+	CHECK(pool_txg_wait_synced(a, 0) == 0 && pool_txg_wait_synced(b, 0) == 0);
+	CHECK(pool_check(a, report_print, NULL) == 0);
+	CHECK(pool_check(b, report_print, NULL) == 0);
+out_fs:
+	fs_destroy(fs);
+out:
+	CHECK(pool_export(a) == 0);
+	CHECK(pool_export(b) == 0);
+	blk_dev_close(da);
+	blk_dev_close(db);
+	CHECK(bad_completions == 0);
+}
+
+/* Whether fs of p still is its snapshot latest (by name) with nothing changed: what a refused or
+ * failed receive must leave. */
+static bool still_at(struct pool *p, const char *fs, const char *latest_name, struct pool *src,
+                     const char *src_snap)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "%s@%s", fs, latest_name);
+	bool same = snaps_same(src, src_snap, p, name);
+	/* the head itself equals it too */
+	struct fs *h = NULL, *s = NULL;
+	bool head_same = false;
+	if (pool_fs_open(p, fs, 83, &h) == 0 && pool_fs_open(p, name, 84, &s) == 0) {
+		struct fs_obj_id rh, rs;
+		head_same = fs_root(h, &rh) == 0 && fs_root(s, &rs) == 0 &&
+		            tree_same(h, &rh, s, &rs, fs);
+	}
+	if (h)
+		fs_destroy(h);
+	if (s)
+		fs_destroy(s);
+	return same && head_same;
+}
+
+static void test_receive_refused(void)
+{
+	struct blk_dev *da = mem_dev(96 * MIB), *db = mem_dev(96 * MIB);
+	struct pool *a = pool_new(da, "src", true), *b = pool_new(db, "dst", false);
+	struct fs *fs = NULL;
+	char err[256];
+	CHECK(pool_fs_open(a, "fs", 77, &fs) == 0);
+	if (!fs)
+		goto out;
+	make_tree(fs);
+	snap(a, "fs@s0");
+	change_tree(fs, 1);
+	snap(a, "fs@s1");
+	change_tree(fs, 3);
+	snap(a, "fs@s2");
+	int full = send_to_fd(a, "fs@s0", NULL), inc1 = send_to_fd(a, "fs@s1", "@s0"),
+	    inc2 = send_to_fd(a, "fs@s2", "fs@s1");
+	if (full < 0 || inc1 < 0 || inc2 < 0)
+		goto out_fs;
+	/* damaged full streams: nothing is left behind */
+	void (*damage[])(uint8_t *, size_t *) = {edit_cut, edit_flip, edit_drop_end};
+	for (unsigned i = 0; i < 3; i++) {
+		int bad = stream_edit(full, damage[i]);
+		err[0] = '\0';
+		CHECK(recv_from_fd(b, "copy", false, bad, err, sizeof(err)) == -EPROTO);
+		printf("# damaged full stream %u: %s\n", i, err);
+		struct fs *left = NULL;
+		CHECK(pool_fs_open(b, "copy", 85, &left) == -ENOENT); /* nothing received stays */
+		if (left)
+			fs_destroy(left);
+		close(bad);
+	}
+	CHECK(pool_txg_wait_synced(b, 0) == 0);
+	CHECK(pool_check(b, report_print, NULL) == 0);
+	/* an incremental stream without its base */
+	CHECK(recv_from_fd(b, "copy", false, inc1, err, sizeof(err)) == -ENOENT);
+	CHECK(recv_from_fd(b, "copy", false, full, err, sizeof(err)) == 0);
+	/* a stream two steps ahead: its base is not there */
+	CHECK(recv_from_fd(b, "copy", false, inc2, err, sizeof(err)) == -ENOENT);
+	printf("# out of order: %s\n", err);
+	/* damaged incremental streams: the target stays at its base */
+	for (unsigned i = 0; i < 3; i++) {
+		int bad = stream_edit(inc1, damage[i]);
+		err[0] = '\0';
+		CHECK(recv_from_fd(b, "copy", false, bad, err, sizeof(err)) == -EPROTO);
+		printf("# damaged incremental stream %u: %s\n", i, err);
+		CHECK(still_at(b, "copy", "s0", a, "fs@s0"));
+		close(bad);
+	}
+	/* a target changed since its base: refused, then forced */
+	struct fs *c = NULL;
+	CHECK(pool_fs_open(b, "copy", 86, &c) == 0);
+	if (c) {
+		struct fs_obj_id root;
+		CHECK(fs_root(c, &root) == 0);
+		CHECK(op_create(c, FS_OP_CREATE, &root, "local", NULL, 0, NULL) == 0);
+		/* exported: refused whatever */
+		CHECK(recv_from_fd(b, "copy", true, inc1, err, sizeof(err)) == -EBUSY);
+		fs_destroy(c);
+	}
+	CHECK(pool_txg_wait_synced(b, 0) == 0);
+	CHECK(recv_from_fd(b, "copy", false, inc1, err, sizeof(err)) == -EBUSY);
+	printf("# changed since its base: %s\n", err);
+	CHECK(recv_from_fd(b, "copy", true, inc1, err, sizeof(err)) == 0);
+	CHECK(snaps_same(a, "fs@s1", b, "copy@s1"));
+	CHECK(still_at(b, "copy", "s1", a, "fs@s1"));
+	CHECK(recv_from_fd(b, "copy", false, inc2, err, sizeof(err)) == 0);
+	CHECK(snaps_same(a, "fs@s2", b, "copy@s2"));
+	/* a snapshot after the base on the target: refused unless forced (destroyed) */
+	snap(b, "copy@mine");
+	char e2[256];
+	CHECK(recv_from_fd(b, "copy", false, inc2, e2, sizeof(e2)) == -EEXIST);
+	CHECK(pool_txg_wait_synced(a, 0) == 0 && pool_txg_wait_synced(b, 0) == 0);
+	CHECK(pool_check(a, report_print, NULL) == 0);
+	CHECK(pool_check(b, report_print, NULL) == 0);
+	/* an import finds nothing to undo */
+out_fs:
+	if (full >= 0)
+		close(full);
+	if (inc1 >= 0)
+		close(inc1);
+	if (inc2 >= 0)
+		close(inc2);
+	fs_destroy(fs);
+out:
+	CHECK(pool_export(a) == 0);
+	CHECK(pool_export(b) == 0);
+	blk_dev_close(da);
+	blk_dev_close(db);
+	CHECK(bad_completions == 0);
+}
+
+/* ---- crash: power cuts across receives ---- */
+
+/* Whether fs of p (a head, or "fs@snap") holds what snapshot want of src does. */
+static bool fs_holds(struct pool *p, const char *fs, struct pool *src, const char *want)
+{
+	struct fs *h = NULL, *s = NULL;
+	bool same = false;
+	if (pool_fs_open(p, fs, 87, &h) == 0 && pool_fs_open(src, want, 88, &s) == 0) {
+		struct fs_obj_id rh, rs;
+		same = fs_root(h, &rh) == 0 && fs_root(s, &rs) == 0 && tree_same(s, &rs, h, &rh, fs);
+	}
+	if (h)
+		fs_destroy(h);
+	if (s)
+		fs_destroy(s);
+	return same;
+}
+
+struct recv_seen {
+	bool rs_copy, rs_receiving;
+};
+
+static int recv_seen_one(void *arg, const struct pool_ds_info *di)
+{
+	struct recv_seen *rs = arg;
+	if (strcmp(di->di_name, "copy") == 0) {
+		rs->rs_copy = true;
+		rs->rs_receiving = di->di_receiving;
+	}
+	return 0;
+}
+
+/* Image at cut g of the target's leaf: imported (the cut-off receive undone or finished by the
+ * import), checked, and "copy" either absent (cut in the full receive before its snapshot), or
+ * at s0 whole, or at s1 whole with s0 beside it, never half. */
+static bool recv_crash_verify(struct blk_dev *leaf, uint64_t g, enum blk_fault_mode mode,
+                              uint64_t seed, struct pool *src, unsigned *states)
+{
+	struct blk_dev *img[1] = {NULL};
+	struct pool_open_opts o = {0};
+	o.po_attach = pool_fs_attach;
+	o.po_txg_interval_ms = 60000;
+	struct pool *p = NULL;
+	bool ok = crash_cut_import(&leaf, 1, g, mode, seed, &o, img, &p);
+	if (p) {
+		struct recv_seen rs = {0};
+		CHECK(pool_ds_list(p, recv_seen_one, &rs) == 0);
+		bool has_s1 = false, has_s0 = false;
+		struct fs *t = NULL;
+		if (pool_fs_open(p, "copy@s1", 89, &t) == 0) {
+			has_s1 = true;
+			fs_destroy(t);
+		}
+		if (pool_fs_open(p, "copy@s0", 90, &t) == 0) {
+			has_s0 = true;
+			fs_destroy(t);
+		}
+		if (rs.rs_receiving) {
+			printf("#   cut %" PRIu64 " mode %d: still marked receiving\n", g, mode);
+			ok = false;
+		} else if (!rs.rs_copy) {
+			states[0]++;
+		} else if (has_s1) {
+			ok = ok && has_s0 && fs_holds(p, "copy", src, "fs@s1") &&
+			     fs_holds(p, "copy@s1", src, "fs@s1") && fs_holds(p, "copy@s0", src, "fs@s0");
+			states[2]++;
+		} else {
+			ok = ok && has_s0 && fs_holds(p, "copy", src, "fs@s0") &&
+			     fs_holds(p, "copy@s0", src, "fs@s0");
+			states[1]++;
+		}
+		if (!ok)
+			printf("#   cut %" PRIu64 " mode %d: copy is %s (s0 %d, s1 %d)\n", g, mode,
+			       rs.rs_copy ? "there" : "absent", has_s0, has_s1);
+		for (int w = 0; w < 2000 && pool_destroy_queued(p) > 0; w++)
+			(void)!pool_txg_wait_synced(p, 0);
+		if (pool_check(p, report_print, NULL) != 0)
+			ok = false;
+		pool_close(p);
+	}
+	blk_dev_close(img[0]);
+	return ok;
+}
+
+static void test_receive_crash(void)
+{
+	struct blk_dev *da = mem_dev(96 * MIB), *leaf = NULL;
+	VERIFY(blk_dev_create_fault(96 * MIB, &leaf) == 0);
+	struct pool *a = pool_new(da, "src", true), *b = pool_new(leaf, "dst", false);
+	struct fs *fs = NULL;
+	char err[256];
+	CHECK(pool_fs_open(a, "fs", 77, &fs) == 0);
+	if (!fs)
+		goto out;
+	make_tree(fs);
+	snap(a, "fs@s0");
+	change_tree(fs, 1);
+	change_tree(fs, 2);
+	snap(a, "fs@s1");
+	fs_destroy(fs);
+	int full = send_to_fd(a, "fs@s0", NULL), inc = send_to_fd(a, "fs@s1", "@s0");
+	CHECK(full >= 0 && inc >= 0);
+	uint64_t start = blk_fault_global_seq();
+	CHECK(recv_from_fd(b, "copy", false, full, err, sizeof(err)) == 0);
+	CHECK(recv_from_fd(b, "copy", false, inc, err, sizeof(err)) == 0);
+	pool_close(b); /* the crash */
+	b = NULL;
+	struct crash_plan plan;
+	crash_plan_init(&plan, &leaf, 1, start, 24, 0x5e4d);
+	unsigned images = 0, failed = 0, states[3] = {0};
+	for (unsigned c = 0; c < plan.cp_ncuts && failed <= 4; c++) {
+		uint64_t g = crash_plan_cut(&plan, c);
+		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER; mode++) {
+			images++;
+			failed += !recv_crash_verify(leaf, g, (enum blk_fault_mode)mode,
+			                             c * 7 + (uint64_t)mode, a, states);
+		}
+	}
+	CHECKF(failed == 0, "%u of %u images failed", failed, images);
+	CHECKF(states[0] > 0 && states[1] > 0 && states[2] > 0,
+	       "cuts in every phase: %u none, %u at s0, %u at s1", states[0], states[1], states[2]);
+	printf("#   %u cut points (%zu flush events), %u images: %u without copy, %u at s0, %u at "
+	       "s1\n",
+	       plan.cp_ncuts, plan.cp_nflush, images, states[0], states[1], states[2]);
+	crash_plan_fini(&plan);
+	if (full >= 0)
+		close(full);
+	if (inc >= 0)
+		close(inc);
+out:
+	if (b)
+		CHECK(pool_export(b) == 0);
+	CHECK(pool_export(a) == 0);
+	blk_dev_close(da);
+	blk_dev_close(leaf);
+}
+
+int main(void)
+{
+	TAP_RUN(test_send_receive);
+	TAP_RUN(test_receive_refused);
+	TAP_RUN(test_receive_crash);
+	return tap_finish();
+}
