@@ -30,6 +30,8 @@ static void shale_usage(FILE *out)
 		"  pool      create, import, export, status, check a storage pool (`shale pool help`)\n"
 		"  fs        create, list, destroy a pool's file systems (`shale fs help`)\n"
 		"  snapshot  create, list, destroy snapshots of file systems (`shale snapshot help`)\n"
+		"  send      a snapshot as a stream, whole or since another (`shale send --help`)\n"
+		"  receive   a stream into a file system of a pool (`shale receive --help`)\n"
 		"  version   print the version\n");
 }
 
@@ -257,6 +259,11 @@ int main(int argc, char **argv)
 	if (strcmp(verb, "snapshot") == 0) {
 		log_set_level(LOG_WARN);
 		return shale_snapshot_main(argc - 1, argv + 1);
+	}
+	if (strcmp(verb, "send") == 0 || strcmp(verb, "receive") == 0 || strcmp(verb, "recv") == 0) {
+		log_set_level(LOG_WARN);
+		return strcmp(verb, "send") == 0 ? shale_send_main(argc - 1, argv + 1)
+		                                 : shale_receive_main(argc - 1, argv + 1);
 	}
 	if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
 		printf("shale %s\n", SHALE_VERSION);

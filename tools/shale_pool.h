@@ -29,6 +29,9 @@ int shale_fs_rollback_main(int argc, char **argv);
 int shale_fs_promote_main(int argc, char **argv);
 /* `shale fs diff POOL/FS@SNAP [POOL/FS@LATER | POOL/FS]` (tools/shale_snap.c); argv[0] is "fs". */
 int shale_fs_diff_main(int argc, char **argv);
+/* `shale send` and `shale receive` (tools/shale_send.c); argv[0] is the verb. */
+int shale_send_main(int argc, char **argv);
+int shale_receive_main(int argc, char **argv);
 /* `shale pool attach|detach|replace|add` (tools/shale_pool_vdev.c); argv[0] is the verb. */
 int shale_pool_vdev_main(const char *verb, int argc, char **argv);
 /* The options every pool command imports with (datasets get the file-system owner). */

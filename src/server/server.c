@@ -62,6 +62,23 @@ struct server_pools {
 	unsigned sp_count;
 };
 
+/* The status socket's "send" and "receive" (pool_open_opts.po_fs_send/po_fs_receive). */
+static int server_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
+                          uint64_t *written, char *err, size_t err_len)
+{
+	struct pool_fs_send_stats st;
+	int rc = pool_fs_send(p, snapshot, from, fd, &st, err, err_len);
+	*written = st.ss_stream_bytes;
+	return rc;
+}
+
+static int server_fs_receive(struct pool *p, const char *fs, bool force, int fd, char *err,
+                             size_t err_len)
+{
+	struct pool_fs_recv_stats st;
+	return pool_fs_receive(p, fs, force, fd, &st, err, err_len);
+}
+
 /* The pool named `name`, imported now if it is not yet. */
 static int server_pool_get(const struct server_config *config, struct server_pools *pools, const char *name,
 			   struct pool **out)
@@ -78,6 +95,8 @@ static int server_pool_get(const struct server_config *config, struct server_poo
 		.po_arc_max_bytes = config->sc_arc_max_bytes,
 		.po_attach = pool_fs_attach,
 		.po_fs_diff = pool_fs_diff, /* `shale fs diff` through the status socket */
+		.po_fs_send = server_fs_send, /* `shale send` and `receive`, the same way */
+		.po_fs_receive = server_fs_receive,
 	};
 	char err[512] = "";
 	const char *dir = config->sc_pool_dir ? config->sc_pool_dir : SERVER_POOL_DIR_DEFAULT;
