@@ -5,11 +5,12 @@
  * snapshots at once are all or none; names are checked; a file system with snapshots is not
  * destroyed; the background freeing goes on across an export and import; a clone shares its
  * origin's blocks, changes apart and frees only its own when destroyed; a rollback makes the file
- * system its snapshot and frees what it changed since; the online scrub repairs what only
- * snapshots hold; a random line of
- * changes, snapshots and destroys keeps every snapshot's contents and leaves a clean check at
- * every step; and power cuts anywhere in such a line, rollbacks included (fault leaves, every
- * fault mode; the cuts
+ * system its snapshot and frees what it changed since; a promote moves the origin's snapshots
+ * up to the clone's origin to the clone, whole, with every figure exact after it; the online
+ * scrub repairs what only snapshots hold; a random line of
+ * changes, snapshots, destroys and promotes keeps every snapshot's contents and leaves a clean
+ * check at every step; and power cuts anywhere in such a line, rollbacks and promotes included
+ * (fault leaves, every fault mode; the cuts
  * as in test_pool_crash.c) leave a pool that imports and checks clean, holding every snapshot
  * whose create returned and none whose destroy returned, each with its contents, and whose
  * background freeing then finishes clean. */
@@ -454,9 +455,63 @@ static void test_snap_middle(void)
 	finish(p, kv, d);
 }
 
-/* Random changes, snapshots and destroys: every live snapshot keeps its contents, the check is
- * clean at every step, and once every snapshot is gone the pool holds what the file system
- * alone needs (nothing leaked, nothing freed twice). */
+static int promote1(struct pool *p, const char *fs, char *err, size_t err_len);
+static unsigned head_verify(struct kv *kv, const unsigned *ver);
+
+/* A step of the random line: cl, a clone of the live snapshot with the newest txg, changed and
+ * promoted (the live snapshots up to its origin read through cl, the rest through kv), then kv
+ * promoted back and cl destroyed; kv is closed meanwhile. Returns the snapshots that differ. */
+static unsigned random_promote(struct pool *p, struct kv **kv, struct snap_model *sm,
+                               unsigned *made)
+{
+	struct pool_snap_info si[MAXSNAPS];
+	unsigned origin = MAXSNAPS, bad = 0;
+	for (unsigned s = 0; s < MAXSNAPS; s++) {
+		if (!sm[s].sm_live || !snap_info(p, "kv", sm[s].sm_name, &si[s]))
+			continue;
+		if (origin == MAXSNAPS || si[s].si_txg > si[origin].si_txg)
+			origin = s;
+	}
+	if (origin == MAXSNAPS)
+		return 0;
+	char full[48], err[200];
+	snprintf(full, sizeof(full), "kv@%.31s", sm[origin].sm_name);
+	kv_close(*kv);
+	*kv = NULL;
+	struct kv *ckv = NULL;
+	static unsigned cver[NKEYS];
+	memcpy(cver, sm[origin].sm_ver, sizeof(cver));
+	CHECK(pool_fs_clone(p, full, "cl", err, sizeof(err)) == 0);
+	CHECK(kv_open(p, "cl", &ckv) == 0);
+	if (!ckv)
+		return 1;
+	for (unsigned k = 0; k < NKEYS; k += 4) {
+		cver[k] = 100;
+		CHECK(set_key(ckv, k, 100) == 0);
+	}
+	kv_close(ckv);
+	CHECK(promote1(p, "cl", err, sizeof(err)) == 0);
+	(*made)++;
+	CHECK(kv_open(p, "cl", &ckv) == 0 && kv_open(p, "kv", kv) == 0);
+	if (!ckv || !*kv)
+		return 1;
+	for (unsigned s = 0; s < MAXSNAPS; s++)
+		if (sm[s].sm_live)
+			bad += snap_verify(si[s].si_txg <= si[origin].si_txg ? ckv : *kv, &sm[s]);
+	bad += head_verify(ckv, cver);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	kv_close(ckv);
+	kv_close(*kv);
+	*kv = NULL;
+	CHECK(promote1(p, "kv", err, sizeof(err)) == 0);
+	CHECK(pool_ds_destroy(p, "cl") == 0);
+	CHECK(kv_open(p, "kv", kv) == 0);
+	return bad;
+}
+
+/* Random changes, snapshots, destroys and promotes: every live snapshot keeps its contents, the
+ * check is clean at every step, and once every snapshot is gone the pool holds what the file
+ * system alone needs (nothing leaked, nothing freed twice). */
 static void test_snap_random(void)
 {
 	struct blk_dev *d;
@@ -465,7 +520,7 @@ static void test_snap_random(void)
 	if (!p || !kv)
 		return;
 	static struct snap_model sm[MAXSNAPS];
-	unsigned ver[NKEYS] = {0}, next_id = 0, problems = 0;
+	unsigned ver[NKEYS] = {0}, next_id = 0, problems = 0, promotes = 0;
 	uint64_t seed = 12345;
 	for (unsigned round = 0; round < 24; round++) {
 		unsigned changes = 20 + (unsigned)(seed % 60);
@@ -491,6 +546,10 @@ static void test_snap_random(void)
 			memcpy(sm[slot].sm_ver, ver, sizeof(ver));
 			sm[slot].sm_live = true;
 		}
+		if (round % 8 == 5)
+			problems += random_promote(p, &kv, sm, &promotes);
+		if (!kv)
+			return;
 		for (unsigned s = 0; s < MAXSNAPS; s++)
 			if (sm[s].sm_live)
 				problems += snap_verify(kv, &sm[s]);
@@ -498,6 +557,7 @@ static void test_snap_random(void)
 			CHECK(pool_check(p, report_print, NULL) == 0);
 	}
 	CHECK(problems == 0);
+	CHECK(promotes > 0);
 	for (unsigned s = 0; s < MAXSNAPS; s++) {
 		if (!sm[s].sm_live)
 			continue;
@@ -1001,7 +1061,35 @@ struct snap_crash_run {
 	struct crash_snap sc_snaps[CRASH_ROUNDS];
 	unsigned sc_nsnaps;
 	unsigned sc_rollbacks;
+	/* Promotes: a clone "cl" of a live snapshot (sc_snaps[pe_origin]) promoted, then kv promoted
+	 * back and cl destroyed; the global fault numbers when that began and when it ended. */
+	struct crash_promote {
+		unsigned pe_origin;
+		uint64_t pe_begin_seq, pe_end_seq;
+	} sc_promotes[CRASH_ROUNDS];
+	unsigned sc_npromotes;
 };
+
+/* The promote of sc's line: cl, a clone of kv's newest live snapshot, promoted (the snapshots up
+ * to it move to cl), kv promoted back, cl destroyed; kv closed meanwhile. */
+static bool snap_crash_promote(struct snap_crash_run *sc, struct pool *p, struct kv **kv)
+{
+	unsigned origin = sc->sc_nsnaps;
+	while (origin-- > 0 && sc->sc_snaps[origin].cs_destroyed_seq != 0)
+		;
+	struct crash_promote *pe = &sc->sc_promotes[sc->sc_npromotes++];
+	pe->pe_origin = origin;
+	pe->pe_begin_seq = blk_fault_global_seq();
+	char full[48], err[200];
+	snprintf(full, sizeof(full), "kv@%.31s", sc->sc_snaps[origin].cs_model.sm_name);
+	kv_close(*kv);
+	*kv = NULL;
+	bool ok = pool_fs_clone(p, full, "cl", err, sizeof(err)) == 0 &&
+	          promote1(p, "cl", err, sizeof(err)) == 0 && promote1(p, "kv", err, sizeof(err)) == 0 &&
+	          pool_ds_destroy(p, "cl") == 0 && kv_open(p, "kv", kv) == 0;
+	pe->pe_end_seq = blk_fault_global_seq();
+	return ok;
+}
 
 static struct pool_open_opts crash_snap_opts(void)
 {
@@ -1039,7 +1127,9 @@ static bool snap_crash_workload(struct snap_crash_run *sc)
 		for (unsigned i = 0; i < sc->sc_nsnaps; i++)
 			live += sc->sc_snaps[i].cs_destroyed_seq == 0;
 		char full[48];
-		if (live > 0 && round % 7 == 6) {
+		if (live > 0 && round % 10 == 4) {
+			ok = snap_crash_promote(sc, p, &kv);
+		} else if (live > 0 && round % 7 == 6) {
 			/* roll back to a live one, the later ones destroyed (-r) */
 			unsigned skip = pick % live, i = 0;
 			for (;; i++)
@@ -1083,40 +1173,70 @@ static bool snap_crash_workload(struct snap_crash_run *sc)
 	if (kv)
 		kv_close(kv);
 	pool_close(p); /* the crash */
-	return ok && sc->sc_rollbacks > 0;
+	return ok && sc->sc_rollbacks > 0 && sc->sc_npromotes > 0;
 }
 
 /* One image at cut g: imported and checked (crash_cut_import), its snapshots as the line says,
  * then its background freeing finished and checked again. */
+/* One image at cut g: imported and checked (crash_cut_import), its snapshots as the line says,
+ * each under kv or, while a promote was under way, under cl: the snapshots up to that promote's
+ * origin all under one of them (a promote happened whole or not at all), no later one under cl;
+ * then its background freeing finished and checked again. *promoted counts the images that
+ * held a promoted cl. */
 static bool snap_crash_verify(struct snap_crash_run *sc, uint64_t g, enum blk_fault_mode mode,
-                              uint64_t seed, unsigned *mid_free)
+                              uint64_t seed, unsigned *mid_free, unsigned *promoted)
 {
 	struct blk_dev *img[1] = {NULL};
 	struct pool_open_opts o = crash_snap_opts();
 	struct pool *p = NULL;
 	bool ok = crash_cut_import(&sc->sc_leaf, 1, g, mode, seed, &o, img, &p);
-	struct kv *kv = NULL;
+	struct kv *kv = NULL, *ckv = NULL;
 	if (p && kv_open(p, "kv", &kv) != 0)
 		ok = false;
+	if (p && kv_open(p, "cl", &ckv) != 0)
+		ckv = NULL; /* no promote under way */
 	if (p && (pool_snap_free_queued(p) > 0 || pool_destroy_queued(p) > 0))
 		(*mid_free)++; /* cut while a destroyed snapshot's or rolled-back blocks were freed */
+	const struct crash_promote *pe = NULL;
+	for (unsigned e = 0; e < sc->sc_npromotes; e++)
+		if (sc->sc_promotes[e].pe_begin_seq <= g)
+			pe = &sc->sc_promotes[e];
+	unsigned early_kv = 0, early_cl = 0;
 	for (unsigned i = 0; kv && i < sc->sc_nsnaps; i++) {
 		const struct crash_snap *cs = &sc->sc_snaps[i];
 		struct pool_snap_info si = {0};
-		bool present = snap_info(p, "kv", cs->cs_model.sm_name, &si);
+		bool on_kv = snap_info(p, "kv", cs->cs_model.sm_name, &si);
+		bool on_cl = ckv && snap_info(p, "cl", cs->cs_model.sm_name, &si);
+		bool present = on_kv || on_cl;
 		bool must = cs->cs_created_seq <= g &&
 		            !(cs->cs_destroy_asked_seq != 0 && cs->cs_destroy_asked_seq <= g);
 		bool must_not = cs->cs_destroyed_seq != 0 && cs->cs_destroyed_seq <= g;
-		if ((must && !present) || (must_not && present)) {
+		bool early = pe && i <= pe->pe_origin; /* moves with that promote */
+		early_kv += early && on_kv;
+		early_cl += early && on_cl;
+		if ((must && !present) || (must_not && present) || (on_kv && on_cl) ||
+		    (on_cl && !early)) {
 			printf("#   cut %" PRIu64 " mode %d: snapshot %s %s\n", g, mode,
-			       cs->cs_model.sm_name, present ? "is there" : "is missing");
+			       cs->cs_model.sm_name,
+			       on_kv && on_cl ? "is on both"
+			       : on_cl        ? "is on cl"
+			       : present      ? "is there"
+			                      : "is missing");
 			ok = false;
-		} else if (present && snap_verify(kv, &cs->cs_model) != 0) {
+		} else if (present && snap_verify(on_kv ? kv : ckv, &cs->cs_model) != 0) {
 			printf("#   cut %" PRIu64 " mode %d: snapshot %s differs\n", g, mode,
 			       cs->cs_model.sm_name);
 			ok = false;
 		}
 	}
+	if (early_kv > 0 && early_cl > 0) {
+		printf("#   cut %" PRIu64 " mode %d: half promoted (%u snapshots on kv, %u on cl)\n",
+		       g, mode, early_kv, early_cl);
+		ok = false;
+	}
+	*promoted += early_cl > 0;
+	if (ckv)
+		kv_close(ckv);
 	if (kv) {
 		kv_close(kv);
 		for (int w = 0; w < 20000 && pool_destroy_queued(p) > 0; w++)
@@ -1139,20 +1259,44 @@ static void test_snap_crash(void)
 	CHECK(snap_crash_workload(sc));
 	struct crash_plan plan;
 	crash_plan_init(&plan, &sc->sc_leaf, 1, sc->sc_start_seq, 24, 0x5a9);
-	unsigned images = 0, failed = 0, mid_free = 0;
+	unsigned images = 0, failed = 0, mid_free = 0, promoted = 0;
 	for (unsigned c = 0; c < plan.cp_ncuts && failed <= 4; c++) {
 		uint64_t g = crash_plan_cut(&plan, c);
 		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER; mode++) {
 			images++;
 			failed += !snap_crash_verify(sc, g, (enum blk_fault_mode)mode,
-			                             c * 7 + (uint64_t)mode, &mid_free);
+			                             c * 7 + (uint64_t)mode, &mid_free, &promoted);
+		}
+	}
+	/* and cuts across each promote: before 6 of its flushes, spread over it, every write
+	 * kept or a random subset of them reordered */
+	for (unsigned e = 0; e < sc->sc_npromotes && failed <= 4; e++) {
+		const struct crash_promote *pe = &sc->sc_promotes[e];
+		size_t first = 0, end;
+		while (first < plan.cp_nflush && plan.cp_flushes[first] < pe->pe_begin_seq)
+			first++;
+		for (end = first; end < plan.cp_nflush && plan.cp_flushes[end] <= pe->pe_end_seq;)
+			end++;
+		size_t step = SH_MAX((end - first) / 6, (size_t)1);
+		for (size_t f = first; f < end; f += step) {
+			uint64_t g = plan.cp_flushes[f];
+			for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER;
+			     mode += BLK_FAULT_REORDER - BLK_FAULT_KEEP_ALL) {
+				images++;
+				failed += !snap_crash_verify(sc, g, (enum blk_fault_mode)mode,
+				                             f * 5 + (uint64_t)mode, &mid_free,
+				                             &promoted);
+			}
 		}
 	}
 	CHECKF(failed == 0, "%u of %u images failed", failed, images);
 	CHECKF(mid_free > 0, "no cut fell while a destroyed snapshot's blocks were being freed");
+	CHECKF(promoted > 0, "no cut fell while a clone was promoted");
 	printf("#   %u cut points (%zu flush events), %u images in 5 fault modes (%u in the middle "
-	       "of a background free), %u snapshots taken, %u rollbacks\n",
-	       plan.cp_ncuts, plan.cp_nflush, images, mid_free, sc->sc_nsnaps, sc->sc_rollbacks);
+	       "of a background free, %u with a clone promoted), %u snapshots taken, %u "
+	       "rollbacks, %u promotes\n",
+	       plan.cp_ncuts, plan.cp_nflush, images, mid_free, promoted, sc->sc_nsnaps,
+	       sc->sc_rollbacks, sc->sc_npromotes);
 	crash_plan_fini(&plan);
 	blk_dev_close(sc->sc_leaf);
 	free(sc);
