@@ -100,8 +100,9 @@
  * promote C's reads S1..Sk, C1..Cm, C and H's Sk+1..Sn, H with H's origin Sk: every snapshot and
  * file system keeps its predecessor, so every dead list keeps its meaning (D1 included). What
  * changes, all in phase 1 of one txg (a crash sees all of it or none):
- *   P1 The records sn/<H>/<txg> with txg <= Sk.txg become sn/<C>/<txg> (their bytes as they
- *      are: name, id, dead list, REFER); a name C has already is refused (-EEXIST) first.
+ *   P1 The records sn/<H>/<txg> with txg <= Sk.txg become sn/<C>/<txg> (as they are: name,
+ *      id, GUID, dead list, REFER; a GUID derived from H is stored); a name C has already is
+ *      refused (-EEXIST) first.
  *   P2 C takes H's origin (none when H was no clone); H's origin is (C, Sk.txg); every other
  *      file system whose origin is one of S1..Sk names C instead (its txg unchanged).
  *   P3 The buckets. C's kills before the promote were bucketed by its old line, whose first
@@ -2331,13 +2332,22 @@ static void pool_promote_clones_set(struct pool *p, const struct pool_promote *p
 	}
 }
 
-/* Under p_lock: snapshot record txg of head from_id becomes head to_id's, its bytes as they are. */
+/* Under p_lock: snapshot record txg of head from_id becomes head to_id's, as it is but for a
+ * GUID derived from its head (a record made before GUIDs were kept): stored, so that it stays
+ * the snapshot's GUID (an incremental send matches snapshots by it). */
 static int pool_sn_move(struct pool *p, uint64_t from_id, uint64_t to_id, uint64_t txg)
 {
 	char from[POOL_MOS_KEY_MAX], to[POOL_MOS_KEY_MAX];
 	uint32_t flen = pool_sn_key(from_id, txg, from), tlen = pool_sn_key(to_id, txg, to), vlen;
 	uint8_t val[POOL_MOS_VAL_MAX];
+	struct pool_snap_rec sr;
 	int rc = btree_lookup(p->p_mos, from, flen, val, sizeof(val), &vlen, NULL);
+	if (rc == 0)
+		rc = pool_sn_decode(p, from, flen, val, vlen, &sr);
+	if (rc == 0 && sr.sr_guid == 0) {
+		sr.sr_guid = pool_snap_guid(p, from_id, txg, 0);
+		pool_sn_encode(&sr, val);
+	}
 	if (rc == 0)
 		rc = btree_put(p->p_mos, to, tlen, val, vlen, BTREE_PUT_NEW, NULL);
 	if (rc == 0) {

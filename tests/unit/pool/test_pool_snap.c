@@ -789,6 +789,20 @@ static int promote1(struct pool *p, const char *fs, char *err, size_t err_len)
 	return rc;
 }
 
+/* The GUID of snapshot name of kv's file system (0: none). */
+static uint64_t snap_guid(struct pool *p, struct kv *kv, const char *name)
+{
+	struct pool_snap_entry *ents = NULL;
+	size_t n = 0;
+	uint64_t guid = 0;
+	if (pool_snap_entries(p, pool_ds_id(kv->kv_ds), &ents, &n) == 0)
+		for (size_t i = 0; i < n; i++)
+			if (strcmp(ents[i].se_name, name) == 0)
+				guid = ents[i].se_guid;
+	mem_free(ents);
+	return guid;
+}
+
 /* Every snapshot of sms (n) through the file system kv's, as its model says. */
 static unsigned snaps_verify(struct kv *kv, struct snap_model *const *sms, unsigned n)
 {
@@ -850,6 +864,8 @@ static void test_snap_promote(void)
 	memcpy(dver, s[1].sm_ver, sizeof(dver));
 	rewrite(p, dkv, dver, 3, 6, 20);
 	CHECK(pool_check(p, report_print, NULL) == 0);
+	uint64_t guid_s1 = snap_guid(p, kv, "s1");
+	CHECK(guid_s1 != 0);
 
 	/* refusals, each changing nothing */
 	CHECK(pool_fs_promote(p, "kv", err, sizeof(err)) == -EINVAL);
@@ -881,6 +897,7 @@ static void test_snap_promote(void)
 	struct snap_model *kv_line[] = {&s[3], &s[4]};
 	CHECK(snaps_verify(ckv, cl_line, 5) == 0);
 	CHECK(snaps_verify(kv, kv_line, 2) == 0);
+	CHECK_EQ_U64(snap_guid(p, ckv, "s1"), guid_s1); /* a moved snapshot is the same one */
 	CHECK(head_verify(ckv, cver) == 0 && head_verify(kv, ver) == 0);
 	CHECK(head_verify(dkv, dver) == 0);
 	/* the moved snapshots' clones and kv depend on cl now */
