@@ -38,6 +38,12 @@
 #      /proc/PID/clear_refs) and after it VmHWM is read from /proc/PID/status; the goal is
 #      peak <= arc-max + 64 MiB. shale bench gets no --server-pid there, so that it does not
 #      reset the peak itself in the middle of a phase. Writes RESULTS/memory-pool.txt and .json.
+#      "snapshot" is no comparison with Ganesha either: bench/snapshot.sh --quick (snapshot
+#      create latency at half sfs2008's peak, the destroy of a snapshot holding 1 GiB, the peak
+#      with 200 snapshots against none, rollback; its own servers and pools in WORK/snapshot),
+#      then bench/snapshot-zfs.sh --quick (snapshot create beside zfs-fuse's under the same
+#      load). Their lines go to RESULTS/snapshot-summary.txt and snapshot-zfs.txt, and after
+#      the summary table.
 #   6. Prints the summary table (bench/summarize.py): each speed goal of the comparison, the
 #      measured ratio Shale/Ganesha as median and range over the rounds, PASS or MISS, and each
 #      memory-pool phase's peak RSS against its goal; saves it as RESULTS/summary.txt, stops the
@@ -54,7 +60,7 @@
 #   --servers-only    start and check both servers, pinning and the TCP limit; run no workload
 #   --workloads LIST  a subset of the workloads, space-separated, run in that order; default
 #                     "sfs2008 sfs2008-pool varmail varmail-pool seq seq-pool meta meta-pool
-#                     syncwrite syncwrite-pool memory-pool"
+#                     syncwrite syncwrite-pool memory-pool snapshot"
 #   Environment, each overriding the default of the chosen mode:
 #   BENCH_ROUNDS (3), BENCH_POINTS (10), BENCH_RATE (sfs2008 ops/s at 100%, or auto: each
 #   server's own measured peak; default auto),
@@ -73,7 +79,8 @@
 #   default; "inherit" keeps the host's).
 #
 # Needs root (namespaces, pinning), two or more CPUs, and the Debian packages nfs-ganesha,
-# nfs-ganesha-vfs, rpcbind and iperf3 (`make bench` installs whatever is missing).
+# nfs-ganesha-vfs, rpcbind and iperf3 (`make bench` installs whatever is missing); "snapshot"
+# also nfs-cp, libnfs-dev and zfs-fuse (snapshot-zfs.sh installs it when it is missing).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -85,7 +92,7 @@ work=$top/build/bench
 quick=${BENCH_QUICK:-0}
 keep=0
 servers_only=0
-workloads="sfs2008 sfs2008-pool varmail varmail-pool seq seq-pool meta meta-pool syncwrite syncwrite-pool memory-pool"
+workloads="sfs2008 sfs2008-pool varmail varmail-pool seq seq-pool meta meta-pool syncwrite syncwrite-pool memory-pool snapshot"
 inside=0
 orig_args=("$@")
 while [ $# -gt 0 ]; do
@@ -535,6 +542,18 @@ for w in $workloads; do
 	w_tool=${w%-pool}
 	case "$w" in *-pool) w_vs=("${pool_vs_args[@]}") ;; esac
 	case "$w" in
+	snapshot)
+		rm -f "$results/snapshot-summary.txt" "$results/snapshot-zfs.txt"
+		start=$(date +%s)
+		for s in snapshot.sh snapshot-zfs.sh; do
+			say "$w: $here/$s --quick"
+			"$here/$s" --quick --shale "$shale" --results "$results" --work "$work/snapshot" \
+				>"$logs/$s.out" 2>&1 || { bench_failed+=("$w ($s)"); tail -n 5 "$logs/$s.out" >&2; }
+		done
+		say "$w: done after $(($(date +%s) - start))s"
+		kill -0 "$shale_pid" 2>/dev/null || fail "shale serve died during $w"
+		continue
+		;;
 	memory-pool)
 		rm -f "$results/memory-pool".* "$results/memory-pool-"*
 		start=$(date +%s)
@@ -591,8 +610,13 @@ if [ -n "$psi_start" ] && [ -n "$psi_end" ]; then
 		>>"$results/config.txt"
 fi
 python3 "$here/summarize.py" --results "$results" --tcp-mbs "$(IFS=,; echo "${tcp_list[*]}")" --config "$results/config.txt" \
-	--workloads "$workloads" | tee "$results/summary.txt"
+	--workloads "$(echo " $workloads " | sed 's/ snapshot / /')" | tee "$results/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+case " $workloads " in *" snapshot "*)
+	for f in snapshot-summary.txt snapshot-zfs.txt; do
+		[ -f "$results/$f" ] && { echo; echo "$f:"; cat "$results/$f"; }
+	done | tee -a "$results/summary.txt" ;;
+esac
 if [ "${#bench_failed[@]}" -gt 0 ]; then
 	say "shale bench reported failed or unanswered operations, or failed, in: ${bench_failed[*]}"
 	status=1
