@@ -1232,16 +1232,16 @@ static uint32_t pfs_icache_entries(const struct pool *p)
 	return n > ZPL_ICACHE_MAX_ENTRIES ? ZPL_ICACHE_MAX_ENTRIES : (uint32_t)n;
 }
 
-int pool_fs_attach(void *arg, struct pool_ds *ds)
+/* A new owner of ds, not attached, its zpl not opened; NULL without memory. */
+static struct pfs_owner *pfs_owner_new(struct pool_ds *ds)
 {
-	(void)arg;
 	struct pfs_owner *o = mem_zalloc(sizeof(*o));
 	if (!o)
-		return -ENOMEM;
+		return NULL;
 	o->po_pend = mem_zalloc(POOL_FS_PEND_BUCKETS * sizeof(*o->po_pend));
 	if (!o->po_pend) {
 		mem_free(o);
-		return -ENOMEM;
+		return NULL;
 	}
 	o->po_magic = POOL_FS_OWNER_MAGIC;
 	o->po_pool = pool_ds_pool(ds);
@@ -1260,6 +1260,38 @@ int pool_fs_attach(void *arg, struct pool_ds *ds)
 		.ze_write_sealed = pfs_env_write_sealed,
 		.ze_drop_seal = pfs_env_drop_seal,
 	};
+	return o;
+}
+
+static int pfs_check_load(void *arg, const struct blk_ptr *bp)
+{
+	return pool_block_read_sync(arg, bp);
+}
+
+int pfs_tree_check(struct pool_ds *ds, char *report, size_t report_bytes)
+{
+	struct pfs_owner *o = pfs_owner_new(ds);
+	if (!o)
+		return -ENOMEM;
+	int rc = pfs_owner_load_sync(o, false, NULL);
+	if (rc == -ENOENT)
+		snprintf(report, report_bytes, "it holds no file system (no root)");
+	else if (rc != 0)
+		snprintf(report, report_bytes, "its file system does not open: %s", sh_strerror(rc));
+	if (rc == 0)
+		rc = zpl_check(o->po_zpl, pfs_check_load, o->po_pool, NULL, 0, report, report_bytes);
+	if (o->po_zpl)
+		zpl_close(o->po_zpl);
+	pfs_owner_free(o);
+	return rc == 0 ? 0 : rc == -ENOMEM ? rc : -EIO;
+}
+
+int pool_fs_attach(void *arg, struct pool_ds *ds)
+{
+	(void)arg;
+	struct pfs_owner *o = pfs_owner_new(ds);
+	if (!o)
+		return -ENOMEM;
 	/* Opened now when formatted (the reads may block: po_attach runs where they may). An
 	 * unformatted dataset keeps po_zpl NULL: checking or destroying it must not format it. */
 	int rc = pfs_owner_load_sync(o, false, NULL);

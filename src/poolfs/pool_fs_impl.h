@@ -20,4 +20,10 @@ bool pfs_entry_is_extent(const void *key, uint32_t klen);
 int pfs_entry_block(const void *key, uint32_t klen, const void *val, uint32_t vlen,
                     struct blk_ptr *bp_out);
 
+struct pool_ds;
+/* Whether dataset ds's tree is a sound file system (zpl_check: its records, links, counts),
+ * read through the pool's cache, the blocks missing read synchronously. ds must be idle (no
+ * other owner changing it). 0, or -EIO with report saying why, -ENOMEM. */
+int pfs_tree_check(struct pool_ds *ds, char *report, size_t report_bytes);
+
 #endif

@@ -1009,9 +1009,17 @@ int pool_fs_receive(struct pool *p, const char *fs, bool force, int fd,
 		if (rc == 0 && (owner->rv_pending || owner->rv_sync_err != 0))
 			rc = owner->rv_sync_err != 0 ? owner->rv_sync_err : -EIO;
 		pool_unlock(p);
-		int let_go = pool_ds_take_owner(ds, NULL, NULL); /* detaches (frees) the receiver */
+		/* what came must be a sound file system: a stream whose records all parse may still
+		 * hold garbage, which no export or destroy of it could read */
+		char report[256] = "";
+		if (rc == 0 && (rc = pfs_tree_check(ds, report, sizeof(report))) != 0) {
+			snprintf(err, err_len, "the stream's file system is not sound: %s", report);
+			rc = rc == -ENOMEM ? rc : -EPROTO;
+		}
+		/* On success the receiver lets go (detached and freed); on a failure it stays the
+		 * owner, so that the undo below reads the blocks of what came through it. */
 		if (rc == 0)
-			rc = let_go;
+			rc = pool_ds_take_owner(ds, NULL, NULL);
 	}
 	if (ds)
 		pool_ds_close(ds);
