@@ -157,7 +157,7 @@ static int name_cmp(const void *a, const void *b)
 static bool tree_same(struct fs *a, const struct fs_obj_id *da, struct fs *b,
                       const struct fs_obj_id *db, const char *path)
 {
-	enum { MAXN = 256 };
+	enum { MAXN = 1100 };
 	static char na[MAXN][32], nb[MAXN][32]; /* compared one directory level at a time */
 	unsigned n_a = 0, n_b = 0;
 	if (op_readdir_all(a, da, true, na, MAXN, &n_a) != 0 ||
@@ -480,6 +480,97 @@ out:
 	CHECK(bad_completions == 0);
 }
 
+/* SETATTR of mode and owner. */
+static int op_chmod_chown(struct fs *fs, const struct fs_obj_id *obj, uint32_t mode, uint32_t uid,
+                          uint32_t gid)
+{
+	struct call c;
+	call_init(&c, fs, FS_OP_SETATTR, obj);
+	c.c_req.u.setattr.sa_sattr.fs_set_mode = true;
+	c.c_req.u.setattr.sa_sattr.fs_mode = mode;
+	c.c_req.u.setattr.sa_sattr.fs_set_uid = true;
+	c.c_req.u.setattr.sa_sattr.fs_uid = uid;
+	c.c_req.u.setattr.sa_sattr.fs_set_gid = true;
+	c.c_req.u.setattr.sa_sattr.fs_gid = gid;
+	int rc = call_run(&c);
+	call_fini(&c);
+	return rc;
+}
+
+/* 100,000 small files in 100 directories, every mode bit and many owners; sent whole, then once
+ * more after a tenth of them changed, were removed or were renamed; each side compared. */
+static void test_send_many(void)
+{
+	enum { DIRS = 100, PER_DIR = 1000 };
+	struct blk_dev *da = mem_dev(512 * MIB), *db = mem_dev(512 * MIB);
+	struct pool *a = pool_new(da, "src", true), *b = pool_new(db, "dst", false);
+	struct fs *fs = NULL;
+	char err[256], name[32];
+	CHECK(pool_fs_open(a, "fs", 77, &fs) == 0);
+	if (!fs)
+		goto out;
+	struct fs_obj_id root, dirs[DIRS];
+	CHECK(fs_root(fs, &root) == 0);
+	unsigned made = 0;
+	for (unsigned d = 0; d < DIRS; d++) {
+		snprintf(name, sizeof(name), "d%03u", d);
+		CHECK(op_create(fs, FS_OP_MKDIR, &root, name, NULL, 0, &dirs[d]) == 0);
+		for (unsigned i = 0; i < PER_DIR; i++) {
+			struct fs_obj_id f;
+			unsigned n = d * PER_DIR + i;
+			snprintf(name, sizeof(name), "f%05u", n);
+			if (op_create(fs, FS_OP_CREATE, &dirs[d], name, NULL, 0, &f) != 0)
+				continue;
+			if (op_write(fs, &f, 0, small, 1 + n % 700, FS_UNSTABLE, NULL) == 0 &&
+			    op_chmod_chown(fs, &f, n % 07777, n % 5000, n % 300) == 0)
+				made++;
+		}
+	}
+	CHECKF(made == DIRS * PER_DIR, "%u files made", made);
+	snap(a, "fs@m0");
+	int fd = send_to_fd(a, "fs@m0", NULL);
+	if (fd >= 0) {
+		CHECKF(recv_from_fd(b, "copy", false, fd, err, sizeof(err)) == 0, "%s", err);
+		close(fd);
+	}
+	CHECK(snaps_same(a, "fs@m0", b, "copy@m0"));
+	/* a tenth changed: rewritten, removed, renamed into the next directory */
+	for (unsigned d = 0; d < DIRS; d++) {
+		for (unsigned i = 0; i < PER_DIR; i += 10) {
+			unsigned n = d * PER_DIR + i;
+			struct fs_obj_id f;
+			snprintf(name, sizeof(name), "f%05u", n);
+			if (op_lookup(fs, &dirs[d], name, &f, NULL) != 0)
+				continue;
+			switch (n % 3) {
+			case 0: CHECK(op_write(fs, &f, 0, big2, 4096, FS_UNSTABLE, NULL) == 0); break;
+			case 1: CHECK(op_remove(fs, FS_OP_REMOVE, &dirs[d], name) == 0); break;
+			default: {
+				char to[32];
+				snprintf(to, sizeof(to), "r%05u", n);
+				CHECK(op_rename(fs, &dirs[d], name, &dirs[(d + 1) % DIRS], to) == 0);
+			}
+			}
+		}
+	}
+	snap(a, "fs@m1");
+	fd = send_to_fd(a, "fs@m1", "@m0");
+	if (fd >= 0) {
+		CHECKF(recv_from_fd(b, "copy", false, fd, err, sizeof(err)) == 0, "%s", err);
+		close(fd);
+	}
+	CHECK(snaps_same(a, "fs@m1", b, "copy@m1"));
+	CHECK(pool_txg_wait_synced(b, 0) == 0);
+	CHECK(pool_check(b, report_print, NULL) == 0);
+	fs_destroy(fs);
+out:
+	CHECK(pool_export(a) == 0);
+	CHECK(pool_export(b) == 0);
+	blk_dev_close(da);
+	blk_dev_close(db);
+	CHECK(bad_completions == 0);
+}
+
 /* ---- crash: power cuts across receives ---- */
 
 /* Whether fs of p (a head, or "fs@snap") holds what snapshot want of src does. */
@@ -621,6 +712,7 @@ int main(void)
 {
 	TAP_RUN(test_send_receive);
 	TAP_RUN(test_receive_refused);
+	TAP_RUN(test_send_many);
 	TAP_RUN(test_receive_crash);
 	return tap_finish();
 }
