@@ -93,6 +93,8 @@ static void fs_cmd_usage(FILE *out)
 		"  shale fs promote NAME/CLONE [-d DIR]   the clone takes its origin's snapshots up to\n"
 		"      its origin, which becomes its clone (and may then be destroyed); not while\n"
 		"      either is exported\n"
+		"  shale fs diff NAME/FS@SNAP [NAME/FS@LATER | NAME/FS] [-d DIR]   what changed since\n"
+		"      the snapshot: + created, - removed, M modified, R renamed (zfs diff's lines)\n"
 		"  shale fs set compression=off|lz4|zstd NAME/FS [-d DIR]   for blocks written from now on\n"
 		"  shale fs set quota=SIZE|none NAME/FS [-d DIR]   the most it may hold\n"
 		"  shale fs set snapdir=hidden|visible NAME/FS [-d DIR]   whether the root lists\n"
