@@ -123,9 +123,11 @@
  *      threads, fast and without I/O; a block not in memory makes the operation return
  *      -SH_ENEEDBLOCK and the caller loads it asynchronously (pool_block_load) and retries.
  *   R2 (no waiting under p_lock) The pool never waits for I/O holding p_lock, except pool_check,
- *      a slice of the online scrub (pool_check.c, bounded by its slice size) and a destroy step
- *      (pool_destroy.c, on the sync thread, bounded), which read synchronously under it
- *      (documented there). No callback
+ *      a slice of the online scrub (pool_check.c, bounded by its slice size), a destroy step and
+ *      a step of the dead-list free queue (pool_destroy.c, pool_snap.c, on the sync thread,
+ *      bounded), and a promote's re-keying of the clone's dead list (pool_snap.c, S9: not
+ *      bounded, in proportion to what the clone let go of below its origin), which read
+ *      synchronously under it (documented there). No callback
  *      that runs on the blk engine thread takes p_lock: the engine thread therefore never waits
  *      for a thread that holds p_lock, and synchronous reads under p_lock cannot deadlock.
  *   R3 (writes only at sync) Blocks are allocated and written only in phase 1, by btree_sync's
