@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pool/pool_impl.h"
@@ -89,7 +90,13 @@ static int pool_statsock_print_status(struct pool *p, void *arg, FILE *out)
 static void pool_statsock_read_request(int fd, char *req, size_t cap)
 {
 	size_t len = 0;
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
 	while (len + 1 < cap) {
+		/* the 2 s are for the whole line, however slowly its bytes come */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - start.tv_sec > 2)
+			break;
 		ssize_t n = recv(fd, req + len, 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
