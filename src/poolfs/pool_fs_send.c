@@ -228,6 +228,7 @@ struct pfs_cursor {
 	uint8_t c_last[BTREE_KEY_MAX];
 	uint32_t c_last_len;
 	bool c_started, c_eof;
+	bool c_prefetch; /* the batch's blocks are read ahead (the snapshot sent, not its base) */
 	int c_err;
 };
 
@@ -248,6 +249,24 @@ static bool pfs_cursor_visit(void *arg, const void *key, uint32_t klen, const vo
 	c->c_last_len = klen;
 	c->c_started = true;
 	return c->c_n < PFS_SEND_BATCH;
+}
+
+static void pfs_prefetch_done(void *arg, int status)
+{
+	(void)arg;
+	(void)status; /* a failed read is met again, and reported, when the block is sent */
+}
+
+/* Starts reading the blocks the batch's extents name, so that sending it does not wait for
+ * each in turn (the cache keeps them: a batch is at most PFS_SEND_BATCH records). */
+static void pfs_cursor_prefetch(struct pfs_cursor *c)
+{
+	for (uint32_t i = 0; i < c->c_n; i++) {
+		const struct pfs_entry *e = &c->c_ents[i];
+		struct blk_ptr bp;
+		if (pfs_entry_block(e->e_key, e->e_klen, e->e_val, e->e_vlen, &bp) == PFS_ENTRY_BLOCK)
+			(void)!pool_block_load(c->c_pool, &bp, pfs_prefetch_done, NULL);
+	}
 }
 
 /* The next batch (c_n entries from c_i = 0), or c_eof. */
@@ -274,6 +293,8 @@ static int pfs_cursor_fill(struct pfs_cursor *c)
 		if (c->c_n < PFS_SEND_BATCH)
 			c->c_eof = true; /* the scan ran to the end: a full batch stops it early */
 	}
+	if (c->c_prefetch)
+		pfs_cursor_prefetch(c);
 	return 0;
 }
 
@@ -460,6 +481,7 @@ int pool_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
 	struct pfs_writer w = {.w_fd = fd};
 	w.w_buf = mem_alloc(PFS_SEND_BUF_BYTES);
 	rc = w.w_buf ? pfs_cursor_open(p, snapshot, &to) : -ENOMEM;
+	to.c_prefetch = true;
 	if (rc == 0 && from) {
 		char full[POOL_SNAP_FULL_MAX + 1];
 		snprintf(full, sizeof(full), "%s@%s", fs, base);
@@ -517,6 +539,7 @@ struct pfs_pending {
 	uint8_t pp_key[BTREE_KEY_MAX];
 	uint32_t pp_klen;
 	uint32_t pp_lsize;
+	struct pool_sealed *pp_sealed; /* compressed and checksummed before the sync (or NULL) */
 	uint8_t pp_data[]; /* pp_lsize bytes */
 };
 
@@ -541,8 +564,13 @@ static int pfs_recv_do_sync(void *owner, uint64_t txg)
 	while (rv->rv_pending) {
 		struct pfs_pending *pp = rv->rv_pending;
 		struct blk_ptr bp;
-		int rc = pool_sync_write(rv->rv_pool, pp->pp_data, pp->pp_lsize, POOL_BT_DATA, 0, 1,
-		                         &bp);
+		bool taken;
+		int rc = pp->pp_sealed
+		             ? pool_sync_write_sealed(rv->rv_pool, pp->pp_sealed, pp->pp_data, false,
+		                                      &taken, POOL_BT_DATA, 0, 1, &bp)
+		             : pool_sync_write(rv->rv_pool, pp->pp_data, pp->pp_lsize, POOL_BT_DATA, 0,
+		                               1, &bp);
+		pp->pp_sealed = NULL; /* consumed, also on a failure */
 		uint8_t val[BLK_PTR_DISK_BYTES];
 		if (rc == 0) {
 			blk_ptr_encode(&bp, val);
@@ -580,12 +608,19 @@ static int pfs_recv_do_visit_blocks(void *owner, const void *key, uint32_t klen,
 	return kind == PFS_ENTRY_BLOCK ? fn(arg, &bp) : 0;
 }
 
+static void pfs_pending_free(struct pool *p, struct pfs_pending *pp)
+{
+	if (pp && pp->pp_sealed)
+		pool_sealed_free(p, pp->pp_sealed);
+	mem_free(pp);
+}
+
 static void pfs_recv_free(struct pfs_recv *rv)
 {
 	while (rv->rv_pending) {
 		struct pfs_pending *pp = rv->rv_pending;
 		rv->rv_pending = pp->pp_next;
-		mem_free(pp);
+		pfs_pending_free(rv->rv_pool, pp);
 	}
 	pthread_cond_destroy(&rv->rv_cv);
 	pthread_mutex_destroy(&rv->rv_lock);
@@ -653,13 +688,18 @@ static int pfs_recv_apply(struct pfs_recv *rv, bool put, const uint8_t *key, uin
 		pp->pp_klen = klen;
 		pp->pp_lsize = d;
 		memcpy(pp->pp_data, data, d);
+		/* compressed here, not in the sync under the pool lock (NULL: the sync does it) */
+		pp->pp_sealed = NULL;
+		if (pool_seal_block(rv->rv_pool, data, d, pool_ds_compress(rv->rv_ds),
+		                    &pp->pp_sealed) != 0)
+			pp->pp_sealed = NULL;
 	}
 	struct pool *p = rv->rv_pool;
 	uint8_t old[POOL_DS_VAL_MAX];
 	for (;;) {
 		int rc = pfs_recv_lock(rv);
 		if (rc != 0) {
-			mem_free(pp);
+			pfs_pending_free(p, pp);
 			return rc;
 		}
 		struct btree *t = pool_ds_tree(rv->rv_ds);
@@ -673,7 +713,7 @@ static int pfs_recv_apply(struct pfs_recv *rv, bool put, const uint8_t *key, uin
 		if (rc == -SH_ENEEDBLOCK) {
 			pool_unlock(p);
 			if ((rc = pool_block_read_sync(p, &missing)) != 0) {
-				mem_free(pp);
+				pfs_pending_free(p, pp);
 				return rc;
 			}
 			continue;
@@ -692,7 +732,7 @@ static int pfs_recv_apply(struct pfs_recv *rv, bool put, const uint8_t *key, uin
 			pp = NULL;
 		}
 		pool_unlock(p);
-		mem_free(pp);
+		pfs_pending_free(p, pp);
 		return rc;
 	}
 }
