@@ -233,7 +233,8 @@ for r in $(seq "$rounds"); do
 		done
 		# zfs-fuse has left calls unanswered past shale bench's 30 s timeout here: say so,
 		# and keep the snapshots' timings
-		wait "$load" || note "the load on $side, round $r: $(grep -m1 'RUN FAILED' "load-$side-$r.txt")"
+		wait "$load" || note "the load on $side, round $r: $(grep -m1 -e 'RUN FAILED' -e 'unanswered' \
+			"load-$side-$r.txt" || tail -n 1 "load-$side-$r.txt")"
 	done
 done
 read -r s_med _ <<<"$(median_ms load-shale.txt)"
@@ -241,7 +242,7 @@ read -r z_med _ <<<"$(median_ms load-zfs.txt)"
 note "under sfs2008 at $rate ops/s, a snapshot every $every s, $rounds rounds of $seconds s:"
 note "  shale snapshot create: $(describe load-shale.txt)"
 note "  zfs snapshot (zfs-fuse): $(describe load-zfs.txt)"
-note "  ratio shale / zfs-fuse of the median: $(python3 -c "print(f'{$s_med / $z_med:.2f}' if $z_med > 0 else '-')")"
+note "  ratio shale / zfs-fuse of the median: $(python3 -c "print(f'{$s_med / $z_med:.3g}' if $z_med > 0 else '-')")"
 
 kill "$spid" && wait "$spid"
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p"; done

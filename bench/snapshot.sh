@@ -18,7 +18,8 @@
 #         command's own time, fs set adds a forced txg carrying what the load dirtied, create
 #         adds the snapshot to that txg. Reported: each command's wall time (median, p90,
 #         max) and the point's mean response time in each run.
-#      The server's log level is SNAP_LOG_LEVEL (warn). At debug it writes a line per txg with
+#      The server's log level is SNAP_LOG_LEVEL (warn); SNAP_SERVE_ARGS adds options to every
+#      `shale serve` (--arc-max 64M: a smaller dirty limit, a tenth of it). At debug it writes a line per txg with
 #      its sync time, but with the 512 MB file set that line came about 100 ms after the txg's
 #      waiters were woken (the heap's figures, mallinfo2, and the trim before them, all on the
 #      server's core), so it could not split a command's time and added work to what is measured.
@@ -29,12 +30,14 @@
 #      (`snapshot list -p`), then the destroy, served, is timed, and so is the background
 #      freeing of its blocks (until `pool status` no longer lists chains being freed).
 #   many  (goal: sfs2008's peak with SNAP_MANY (1000) snapshots within 5% of the peak with none)
-#      A second server (pool "plain", the same size, its own file set) beside the first, both
-#      pinned to CPU 0. sfs2008 runs on both at a quarter of the peak (the churn) while
-#      SNAP_MANY `shale snapshot create` commands, one after another, take snap/fs@m1.. on the
-#      first: every snapshot is taken after some writes, creates and removes. Then `shale bench
-#      sfs2008 --vs` measures the two peaks side by side, SNAP_ROUNDS (3) rounds: A = with the
-#      snapshots, B = without, and reports the median ratio.
+#      Two new pools of the same size, "many" and "plain", each served by a server of its own
+#      pinned to CPU 0, with the same history: the same file set made the same way, then
+#      sfs2008 at a quarter of the peak on both (the churn) while SNAP_MANY `shale snapshot
+#      create` commands, one after another, take many/fs@m1.. on the first: every snapshot is
+#      taken after some writes, creates and removes. Then `shale bench sfs2008 --vs` measures
+#      the two side by side, SNAP_ROUNDS (3) rounds: A = with the snapshots, B = without; the
+#      ratio of the peaks (the curve's highest valid point, in quarter steps) and of each
+#      round's unpaced probe (the finer figure).
 #   rollback  A file of SNAP_CHANGE_MB (1024) copied in with nfs-cp after a snapshot; the server
 #      stops; `shale fs rollback -r` to that snapshot, offline (the command imports the pool,
 #      rolls back in one txg, exports it: its wall time includes the import and the export).
@@ -80,6 +83,7 @@ warmup=${SNAP_WARMUP:-$d_warmup}
 runtime=${SNAP_RUNTIME:-$d_runtime}
 stages=${SNAP_STAGES:-latency destroy many rollback}
 log_level=${SNAP_LOG_LEVEL:-warn}
+read -r -a serve_args <<<"${SNAP_SERVE_ARGS:-}" # more `shale serve` options, e.g. --arc-max 64M
 shale=$(cd "$(dirname "$shale")" && pwd)/$(basename "$shale")
 mkdir -p "$results" || { echo "snapshot.sh: cannot create $results" >&2; exit 1; }
 results=$(cd "$results" && pwd)
@@ -110,7 +114,7 @@ now_ns() { date +%s%N; }
 # sets started_pid and started_port.
 serve() {
 	"${pin_server[@]}" "$shale" serve --exports "$2/exports" --state "$2" --pool-dir "$1" \
-		--port 0 --no-portmap --ready-file "$2/ready" --log-level "$log_level" >"$3" 2>&1 &
+		--port 0 --no-portmap --ready-file "$2/ready" --log-level "$log_level" "${serve_args[@]}" >"$3" 2>&1 &
 	started_pid=$!
 	pids+=("$started_pid")
 	for _ in $(seq 400); do grep -q '^port=' "$2/ready" 2>/dev/null && break; sleep 0.05; done
@@ -267,18 +271,25 @@ fi
 
 # ---- many -------------------------------------------------------------------------------------
 if has_stage many; then
-	mkdir -p pool-plain state-plain
-	"$shale" pool create plain pool-plain/plain0.img --size "$pool_size" >/dev/null || die "pool create plain"
-	"$shale" fs create plain/fs -d pool-plain >/dev/null || die "fs create plain/fs"
-	echo "plain/fs 127.0.0.1(rw,insecure,no_root_squash)" >state-plain/exports
+	for name in many plain; do
+		mkdir -p "pool-$name" "state-$name"
+		"$shale" pool create "$name" "pool-$name/${name}0.img" --size "$pool_size" >/dev/null ||
+			die "pool create $name"
+		"$shale" fs create "$name/fs" -d "pool-$name" >/dev/null || die "fs create $name/fs"
+		echo "$name/fs 127.0.0.1(rw,insecure,no_root_squash)" >"state-$name/exports"
+	done
+	serve pool-many state-many serve-many.log
+	mpid=$started_pid mport=$started_port
 	serve pool-plain state-plain serve-plain.log
 	ppid=$started_pid pport=$started_port
 	quarter=$(python3 -c "print(int($peak / 4))")
-	# the plain pool's file set, as the first's was made by the peak's curve
-	bench_on "$pport" /plain/fs --rate "$quarter" --points 1 --warmup 0 --runtime 2 >plain-set.txt 2>&1 ||
-		die "the file set of plain/fs failed: $(tail -5 plain-set.txt)"
+	for p in "$mport many" "$pport plain"; do
+		set -- $p
+		bench_on "$1" "/$2/fs" --rate "$quarter" --points 1 --warmup 0 --runtime 2 >"set-$2.txt" 2>&1 ||
+			die "the file set of $2/fs failed: $(tail -5 "set-$2.txt")"
+	done
 	# the churn: a quarter of the peak on both for as long as the snapshots take
-	bench_on "$port" /snap/fs --rate "$quarter" --points 1 --warmup 0 --runtime 3600 >churn-a.txt 2>&1 &
+	bench_on "$mport" /many/fs --rate "$quarter" --points 1 --warmup 0 --runtime 3600 >churn-a.txt 2>&1 &
 	churn_a=$!
 	bench_on "$pport" /plain/fs --rate "$quarter" --points 1 --warmup 0 --runtime 3600 >churn-b.txt 2>&1 &
 	churn_b=$!
@@ -286,16 +297,17 @@ if has_stage many; then
 	: >many.txt
 	t_many=$(now_ns)
 	for i in $(seq "$many"); do
-		timed many.txt "$shale" snapshot create "snap/fs@m$i" -d pool
+		timed many.txt "$shale" snapshot create "many/fs@m$i" -d pool-many
 	done
 	t_many_end=$(now_ns)
-	kill "$churn_a" "$churn_b" 2>/dev/null
+	# each is a subshell running the function: its shale bench is a child of its own
+	kill $(ps -o pid= --ppid "$churn_a") $(ps -o pid= --ppid "$churn_b") "$churn_a" "$churn_b" 2>/dev/null
 	wait "$churn_a" "$churn_b" 2>/dev/null
-	kill -0 "$pid" 2>/dev/null || die "the server died during the snapshots"
-	nsnap=$("$shale" snapshot list snap/fs -d pool | grep -c '@m')
+	kill -0 "$mpid" 2>/dev/null || die "the server died during the snapshots"
+	nsnap=$("$shale" snapshot list many/fs -d pool-many | grep -c '@m')
 	note "$many snapshot creates with a quarter of the peak ($quarter ops/s) on both pools:" \
 		"$(stats many.txt) in $(((t_many_end - t_many) / 1000000000)) s; $nsnap listed"
-	"${pin_load[@]}" "$shale" bench sfs2008 --server "127.0.0.1:$port" --export /snap/fs \
+	"${pin_load[@]}" "$shale" bench sfs2008 --server "127.0.0.1:$mport" --export /many/fs \
 		--label "shale-$nsnap-snapshots" --vs "127.0.0.1:$pport" --vs-export /plain/fs \
 		--vs-label shale-no-snapshots --rounds "$rounds" --rate auto --points 4 \
 		--warmup "$warmup" --runtime "$runtime" --fileset-mb "$fileset_mb" \
@@ -328,9 +340,12 @@ if has_stage many; then
 	print("; ".join(out) if out else "no figures")
 	EOF
 	)"
+	stop "$mpid"
 	stop "$ppid"
-	"$shale" pool check plain -d pool-plain >check-plain.txt 2>&1
-	note "check of the pool without snapshots: $(tail -1 check-plain.txt)"
+	for name in many plain; do
+		"$shale" pool check "$name" -d "pool-$name" >"check-$name.txt" 2>&1
+		note "check of pool $name: $(tail -1 "check-$name.txt")"
+	done
 fi
 
 # ---- rollback ---------------------------------------------------------------------------------
