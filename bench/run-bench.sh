@@ -44,6 +44,11 @@
 #      then bench/snapshot-zfs.sh --quick (snapshot create beside zfs-fuse's under the same
 #      load). Their lines go to RESULTS/snapshot-summary.txt and snapshot-zfs.txt, and after
 #      the summary table.
+#      "sendrecv" is none either: bench/send_receive.sh --quick (`shale send` and `shale
+#      receive` of a 256 MiB file system, offline from a cold cache, against fio's direct
+#      sequential read of the sending pool's leaf and write beside the receiving one; its own
+#      pools in WORK/sendrecv). Its lines go to RESULTS/sendrecv-summary.txt and after the
+#      summary table.
 #   6. Prints the summary table (bench/summarize.py): each speed goal of the comparison, the
 #      measured ratio Shale/Ganesha as median and range over the rounds, PASS or MISS, and each
 #      memory-pool phase's peak RSS against its goal; saves it as RESULTS/summary.txt, stops the
@@ -60,7 +65,7 @@
 #   --servers-only    start and check both servers, pinning and the TCP limit; run no workload
 #   --workloads LIST  a subset of the workloads, space-separated, run in that order; default
 #                     "sfs2008 sfs2008-pool varmail varmail-pool seq seq-pool meta meta-pool
-#                     syncwrite syncwrite-pool memory-pool snapshot"
+#                     syncwrite syncwrite-pool memory-pool snapshot sendrecv"
 #   Environment, each overriding the default of the chosen mode:
 #   BENCH_ROUNDS (3), BENCH_POINTS (10), BENCH_RATE (sfs2008 ops/s at 100%, or auto: each
 #   server's own measured peak; default auto),
@@ -80,7 +85,8 @@
 #
 # Needs root (namespaces, pinning), two or more CPUs, and the Debian packages nfs-ganesha,
 # nfs-ganesha-vfs, rpcbind and iperf3 (`make bench` installs whatever is missing); "snapshot"
-# also nfs-cp, libnfs-dev and zfs-fuse (snapshot-zfs.sh installs it when it is missing).
+# also nfs-cp, libnfs-dev and zfs-fuse (snapshot-zfs.sh installs it when it is missing);
+# "sendrecv" nfs-cp and fio.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -92,7 +98,7 @@ work=$top/build/bench
 quick=${BENCH_QUICK:-0}
 keep=0
 servers_only=0
-workloads="sfs2008 sfs2008-pool varmail varmail-pool seq seq-pool meta meta-pool syncwrite syncwrite-pool memory-pool snapshot"
+workloads="sfs2008 sfs2008-pool varmail varmail-pool seq seq-pool meta meta-pool syncwrite syncwrite-pool memory-pool snapshot sendrecv"
 inside=0
 orig_args=("$@")
 while [ $# -gt 0 ]; do
@@ -198,6 +204,7 @@ if [ "$inside" -eq 0 ]; then
 		case "$w" in
 		sfs2008 | varmail | seq | meta | syncwrite) ;;
 		sfs2008-pool | varmail-pool | seq-pool | meta-pool | syncwrite-pool | memory-pool) ;;
+		snapshot | sendrecv) ;;
 		*) die "unknown workload $w" ;;
 		esac
 	done
@@ -554,6 +561,16 @@ for w in $workloads; do
 		kill -0 "$shale_pid" 2>/dev/null || fail "shale serve died during $w"
 		continue
 		;;
+	sendrecv)
+		rm -f "$results/sendrecv-summary.txt"
+		start=$(date +%s)
+		say "$w: $here/send_receive.sh --quick"
+		"$here/send_receive.sh" --quick --shale "$shale" --results "$results" --work "$work/sendrecv" \
+			>"$logs/send_receive.sh.out" 2>&1 || { bench_failed+=("$w"); tail -n 5 "$logs/send_receive.sh.out" >&2; }
+		say "$w: done after $(($(date +%s) - start))s"
+		kill -0 "$shale_pid" 2>/dev/null || fail "shale serve died during $w"
+		continue
+		;;
 	memory-pool)
 		rm -f "$results/memory-pool".* "$results/memory-pool-"*
 		start=$(date +%s)
@@ -610,12 +627,16 @@ if [ -n "$psi_start" ] && [ -n "$psi_end" ]; then
 		>>"$results/config.txt"
 fi
 python3 "$here/summarize.py" --results "$results" --tcp-mbs "$(IFS=,; echo "${tcp_list[*]}")" --config "$results/config.txt" \
-	--workloads "$(echo " $workloads " | sed 's/ snapshot / /')" | tee "$results/summary.txt"
+	--workloads "$(echo " $workloads " | sed 's/ snapshot / /; s/ sendrecv / /')" | tee "$results/summary.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 case " $workloads " in *" snapshot "*)
 	for f in snapshot-summary.txt snapshot-zfs.txt; do
 		[ -f "$results/$f" ] && { echo; echo "$f:"; cat "$results/$f"; }
 	done | tee -a "$results/summary.txt" ;;
+esac
+case " $workloads " in *" sendrecv "*)
+	[ -f "$results/sendrecv-summary.txt" ] &&
+		{ echo; echo "sendrecv-summary.txt:"; cat "$results/sendrecv-summary.txt"; } | tee -a "$results/summary.txt" ;;
 esac
 if [ "${#bench_failed[@]}" -gt 0 ]; then
 	say "shale bench reported failed or unanswered operations, or failed, in: ${bench_failed[*]}"
