@@ -180,7 +180,7 @@ median_ms() { # $1: a file of timed commands; prints "median p90 max count faile
 	ms = sorted((int(l[1]) - int(l[0])) / 1e6 for l in lines if len(l) == 2)
 	fails = sum(1 for l in lines if l == ["failed"])
 	if ms:
-	    print("%.1f %.1f %.1f %d %d" % (statistics.median(ms), ms[max(0, int(len(ms) * 0.9) - 1)],
+	    print("%.1f %.1f %.1f %d %d" % (statistics.median(ms), ms[max(0, -(-len(ms) * 9 // 10) - 1)],
 	                                    max(ms), len(ms), fails))
 	else:
 	    print("0 0 0 0 %d" % fails)
@@ -214,6 +214,12 @@ peak_of() { # $1: port, $2: export, $3: json
 }
 shale_peak=$(peak_of "$sport" /snap/fs peak-shale.json)
 zfs_peak=$(peak_of "$zport" "$work/zt" peak-zfs.json)
+if [ -z "$shale_peak" ] || { [ -z "$zfs_peak" ] && [ -z "${SNAPZ_RATE:-}" ]; }; then
+	# the posix back end over zfs-fuse has answered NFS3ERR_STALE while making the file set
+	note "a peak's curve failed (Shale's pool: ${shale_peak:-failed}, zfs-fuse: ${zfs_peak:-failed})"
+	finish
+	exit 1
+fi
 rate=${SNAPZ_RATE:-$(python3 -c "print(int(min($shale_peak, $zfs_peak) / 2))")}
 note "sfs2008 peaks (short curves, file set $fileset_mb MB): Shale's pool $shale_peak ops/s," \
 	"zfs-fuse through the posix back end $zfs_peak ops/s; both loaded at $rate ops/s"

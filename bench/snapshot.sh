@@ -18,11 +18,13 @@
 #         command's own time, fs set adds a forced txg carrying what the load dirtied, create
 #         adds the snapshot to that txg. Reported: each command's wall time (median, p90,
 #         max) and the point's mean response time in each run.
-#      The server's log level is SNAP_LOG_LEVEL (warn); SNAP_SERVE_ARGS adds options to every
-#      `shale serve` (--arc-max 64M: a smaller dirty limit, a tenth of it). At debug it writes a line per txg with
-#      its sync time, but with the 512 MB file set that line came about 100 ms after the txg's
-#      waiters were woken (the heap's figures, mallinfo2, and the trim before them, all on the
-#      server's core), so it could not split a command's time and added work to what is measured.
+#      The server's log level is SNAP_LOG_LEVEL (warn). At debug it writes a line per txg
+#      with its sync time, but with the 512 MB file set that line came about 100 ms after the
+#      txg's waiters were woken (the heap's figures, mallinfo2, and the trim before them, all on
+#      the server's core), so it could not split a command's time and added work to what is
+#      measured. SNAP_SERVE_ARGS adds options to every `shale serve` (--arc-max 64M: a smaller
+#      dirty limit, a tenth of it); SNAP_HALF_RATE sets this stage's load in ops/s instead of
+#      half the peak (to compare runs at one rate).
 #   destroy  (goal: `shale snapshot destroy` of a snapshot holding SNAP_DESTROY_MB (1024) of its
 #      own returns in <= 1 s) A file of SNAP_DESTROY_MB copied in with nfs-cp, snapshot @d1, the
 #      file removed over NFS (bench/nfs-rm.c, built here with libnfs) and, once the server has
@@ -163,7 +165,7 @@ stats() {
 	if not ms:
 	    print("none ran, %d failed" % fails)
 	else:
-	    p90 = ms[max(0, int(len(ms) * 0.9) - 1)]
+	    p90 = ms[max(0, -(-len(ms) * 9 // 10) - 1)]  # nearest rank
 	    print("%d, %d failed: median %.1f ms, p90 %.1f ms, max %.1f ms"
 	          % (len(ms), fails, statistics.median(ms), p90, max(ms)))
 	EOF
@@ -173,7 +175,7 @@ stats() {
 bench --rate auto --points 4 --warmup "$warmup" --runtime "$runtime" --json peak.json >peak.txt 2>&1 ||
 	die "the peak's curve failed: $(tail -5 peak.txt)"
 peak=$(field peak.json "['peak_ops']")
-half=$(python3 -c "print(int($peak / 2))")
+half=${SNAP_HALF_RATE:-$(python3 -c "print(int($peak / 2))")}
 note "sfs2008 peak: $peak ops/s (file set $fileset_mb MB); half: $half ops/s"
 
 # ---- latency ----------------------------------------------------------------------------------
