@@ -1295,7 +1295,12 @@ int pool_fs_attach(void *arg, struct pool_ds *ds)
 	/* Opened now when formatted (the reads may block: po_attach runs where they may). An
 	 * unformatted dataset keeps po_zpl NULL: checking or destroying it must not format it. */
 	int rc = pfs_owner_load_sync(o, false, NULL);
-	if (rc != 0 && rc != -ENOENT) {
+	/* What a receive left that is no file system (a stream refused by its check, a crash in
+	 * the middle) is attached without a zpl all the same: its undo (a destroy, or a rollback
+	 * that frees it) only needs the blocks its entries name, which do_visit_blocks reads
+	 * without one. */
+	bool receiving = (__atomic_load_n(&ds->ds_flags, __ATOMIC_RELAXED) & POOL_DS_F_RECEIVING) != 0;
+	if (rc != 0 && rc != -ENOENT && !(receiving && rc == -EIO)) {
 		pfs_owner_free(o);
 		return rc == -ENOMEM ? rc : -EIO;
 	}

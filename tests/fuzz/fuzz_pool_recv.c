@@ -19,6 +19,14 @@
 #include "pool/pool.h"
 #include "poolfs/pool_fs.h"
 
+/* A broken promise: says which, then stops the run (a crash the fuzzer saves). */
+#define FUZZ_FAIL(...)                                                                             \
+	do {                                                                                       \
+		fprintf(stderr, "fuzz_pool_recv: " __VA_ARGS__);                                   \
+		fprintf(stderr, "\n");                                                            \
+		__builtin_trap();                                                                  \
+	} while (0)
+
 struct fuzz_find {
 	const char *ff_name;
 	uint64_t ff_id;
@@ -40,7 +48,7 @@ static struct pool_snap_entry fuzz_only_snapshot(struct pool *p, const char *nam
 	size_t n = 0;
 	if (pool_ds_list(p, fuzz_find_one, &ff) != 0 || ff.ff_id == 0 ||
 	    pool_snap_entries(p, ff.ff_id, &ents, &n) != 0 || n != 1)
-		__builtin_trap();
+		FUZZ_FAIL("%s has not one snapshot", name);
 	one = ents[0];
 	mem_free(ents);
 	return one;
@@ -140,19 +148,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		/* undone for the next input */
 		if (incremental) {
 			if (pool_fs_rollback(p, "inc@b", true, err, sizeof(err)) != 0)
-				__builtin_trap();
+				FUZZ_FAIL("rollback after an accepted stream: %s", err);
 		} else {
 			/* its one snapshot, then the file system */
 			char name[POOL_SNAP_FULL_MAX + 8];
 			snprintf(name, sizeof(name), "fz@%s", fuzz_only_snapshot(p, "fz").se_name);
 			if (pool_snapshot_destroy(p, name, err, sizeof(err)) != 0 ||
 			    pool_ds_destroy(p, "fz") != 0)
-				__builtin_trap();
+				FUZZ_FAIL("removing an accepted stream's file system: %s", err);
 		}
 	}
 	int state = 0;
 	if (pool_ds_list(p, fuzz_ds_one, &state) != 0 || state != 0)
-		__builtin_trap(); /* something of the input stayed */
+		FUZZ_FAIL("something of the input stayed (%d; the receive said %d: %s)", state, rc,
+		          err); /* 1: fz, 2: inc changed */
 	return 0;
 }
 
