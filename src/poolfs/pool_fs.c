@@ -1718,6 +1718,33 @@ static int pfs_ind_log_locked(struct pool_fs *pf, struct fs_req *req, struct pfs
 	return 0;
 }
 
+/* After a run that missed (pool lock let go): the request waits for missing and the nahead
+ * nodes after it (may be NULL when 0) to be cached, with its context (*cp, got here when it has
+ * none). Returns true when they are all in already: run again now; false when the request went
+ * to the last load's callback, which resumes or fails it, or failed here. */
+static bool pfs_wait_blocks(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx **cp,
+                            const struct blk_ptr *missing, const struct blk_ptr *ahead,
+                            size_t nahead)
+{
+	struct pfs_ctx *c = *cp;
+	atomic_fetch_add(&pf->pf_restarts, 1);
+	if (!c && !(c = pfs_ctx_get(pf, req))) {
+		pfs_fail(pf, req, NULL, -ENOMEM);
+		return false;
+	}
+	*cp = c;
+	c->pc_missing = *missing;
+	if (nahead > 0)
+		memcpy(c->pc_ahead, ahead, nahead * sizeof(ahead[0]));
+	c->pc_nahead = (unsigned)nahead;
+	int rc = pfs_load_start(pf->pf_pool, c);
+	if (rc == 1)
+		return true;
+	if (rc != 0)
+		pfs_fail(pf, req, c, -EIO);
+	return false;
+}
+
 static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 {
 	struct pool *p = pf->pf_pool;
@@ -1826,20 +1853,9 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 			if (p->p_opts.po_arc_max_bytes < POOL_FS_AHEAD_MIN_ARC)
 				nnext = 0;
 			pool_unlock(p);
-			atomic_fetch_add(&pf->pf_restarts, 1);
-			if (!c && !(c = pfs_ctx_get(pf, req))) {
-				pfs_fail(pf, req, NULL, -ENOMEM);
-				return;
-			}
-			c->pc_missing = missing;
-			memcpy(c->pc_ahead, next, nnext * sizeof(next[0]));
-			c->pc_nahead = (unsigned)nnext;
-			rc = pfs_load_start(p, c);
-			if (rc == 1)
+			if (pfs_wait_blocks(pf, req, &c, &missing, next, nnext))
 				continue;
-			if (rc != 0)
-				pfs_fail(pf, req, c, -EIO);
-			return; /* 0: the last load's callback resumes or fails it */
+			return;
 		}
 		if (rc != 0) { /* zpl_execute promises nothing else */
 			pfs_fail_locked(pf, req, c, -EIO);
