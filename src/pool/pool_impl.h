@@ -117,6 +117,13 @@ struct pool_ds_owner {
 	/* Fills the owner's part of the dataset's status (sd_name is filled already), under the
 	 * pool lock. May be NULL. */
 	void (*do_stats)(void *owner, struct pool_status_ds *out);
+	/* A rollback replaces the dataset's tree by a snapshot's while the owner serves it
+	 * (pool_snap.c, S10): called under the pool lock in phase 1 of the rollback's txg, after
+	 * the owner's do_sync of that txg and before the old tree is closed. The owner lets go of
+	 * everything it holds of the old tree and reads the new one (pool_ds_tree) from its next
+	 * operation on; it must not start I/O. May be NULL: a rollback of a dataset whose owner
+	 * has none is refused while anything else holds the dataset open (-EBUSY). */
+	void (*do_rollback)(void *owner);
 };
 
 /* Attaches an owner (ops must outlive the dataset). Returns 0, or -EBUSY when one is attached

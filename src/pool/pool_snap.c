@@ -86,7 +86,8 @@
  *   S8 (rollback, phase 1) the later snapshots destroyed (asked for), the file system's dead
  *      list dropped (its blocks are the snapshot's, and the file system's again), its tree as it
  *      was queued for freeing as a destroyed dataset whose line ends at the snapshot (S2 keeps
- *      the snapshot's blocks), its root and REFER the snapshot's; refused while it is open.
+ *      the snapshot's blocks), its root and REFER the snapshot's; refused while it is open,
+ *      unless its owner follows rollbacks (S10).
  *   S7 (clones) a clone's record names its origin (file system id and txg); its line starts
  *      there (prev_snap_txg = the origin's txg), so what it shares with the origin is dead-listed,
  *      never freed, through it; the origin is not destroyed while a record names it; a clone
@@ -94,6 +95,16 @@
  *      them: only the chunks are freed).
  *   S9 (promote, phase 1) the origin's snapshots up to the clone's origin move to the clone and
  *      the origin becomes the clone of that snapshot, as below; refused while either is open.
+ *   S10 (rollback of a served file system) when the file system's owner has do_rollback (the
+ *      NFS back end's does), other holds of it do not refuse the rollback: in its phase 1,
+ *      after the owner's do_sync of that txg has put every change made before it into the old
+ *      tree (so that tree, queued for freeing, names every block they wrote), the owner is told
+ *      (do_rollback) before the old tree is closed, drops what it knew of it and reads the new
+ *      one from its next operation on. Its log records are all tagged with this txg or an
+ *      earlier one (the open txg became the next when phase 1 began), so replay after a crash
+ *      skips them once the rollback is durable and applies them to the old tree while it is
+ *      not: no record of the old tree is ever replayed onto the new one. With -r, the later
+ *      snapshots are doomed and let go of by their users (.zfs/snapshot) first, as a destroy's.
  *
  * Promote (zfs promote). Let H be a file system with snapshots S1 < ... < Sn and C a clone of
  * Sk, with snapshots C1 < ... < Cm. C's line reads Sk, C1..Cm, C and H's S1..Sn, H; after the
@@ -1129,10 +1140,11 @@ static void pool_snap_do_rollback(struct pool *p, struct pool_snap_req *rq)
 		                   st->st_name);
 		goto out;
 	}
-	if (ds->ds_refs > 1 || ds->ds_destroying) {
+	bool follows = ds->ds_ops && ds->ds_ops->do_rollback; /* S10 */
+	if ((ds->ds_refs > 1 && !follows) || ds->ds_destroying) {
 		pool_snap_req_fail(rq, -EBUSY,
-		                   "%s is in use (exported, or being destroyed): take it out of the "
-		                   "exports and reload them first (SIGHUP)",
+		                   "%s is in use (being received into, read by another command, or "
+		                   "destroyed): try again when that is over",
 		                   ds->ds_name);
 		goto out;
 	}
@@ -1191,11 +1203,16 @@ static void pool_snap_do_rollback(struct pool *p, struct pool_snap_req *rq)
 		          "chunks stay allocated",
 		          p->p_name, ds->ds_name);
 	ds->ds_dl_id = 0;
-	/* 4. the file system becomes the snapshot; its owner's state was of the old tree */
-	if (ds->ds_ops && ds->ds_ops->do_detach)
-		ds->ds_ops->do_detach(ds->ds_owner);
-	ds->ds_ops = NULL;
-	ds->ds_owner = NULL;
+	/* 4. the file system becomes the snapshot; its owner's state was of the old tree: an
+	 * owner that follows rollbacks lets go of it (S10), any other goes */
+	if (follows) {
+		ds->ds_ops->do_rollback(ds->ds_owner);
+	} else {
+		if (ds->ds_ops && ds->ds_ops->do_detach)
+			ds->ds_ops->do_detach(ds->ds_owner);
+		ds->ds_ops = NULL;
+		ds->ds_owner = NULL;
+	}
 	btree_close(ds->ds_tree);
 	ds->ds_tree = tree;
 	tree = NULL;
@@ -1399,6 +1416,50 @@ static void pool_snap_undoom(struct pool *p, struct pool_snap_doom *doom)
 	pool_unlock(p);
 }
 
+/* Before a rollback -r of head ds to snapshot name (S10): dooms every later snapshot, as a
+ * destroy dooms its one. Returns 0 with *dooms_out (mem_free it after pool_snap_undoom of each
+ * of the *n_out), or an error with err saying why and nothing doomed. */
+static int pool_snap_doom_later(struct pool *p, struct pool_ds *ds, const char *name,
+                                struct pool_snap_doom **dooms_out, size_t *n_out, char *err,
+                                size_t err_len)
+{
+	struct pool_snap_rec *recs = NULL;
+	size_t n = 0, i, ndoomed = 0;
+	*dooms_out = NULL;
+	*n_out = 0;
+	pool_lock(p);
+	int rc = pool_sn_list(p, ds->ds_id, &recs, &n);
+	pool_unlock(p);
+	if (rc != 0) {
+		pool_say(err, err_len, "%s: its snapshots: %s", ds->ds_name, sh_strerror(rc));
+		return rc;
+	}
+	for (i = 0; i < n && strcmp(recs[i].sr_name, name) != 0; i++)
+		;
+	/* none later (or no such snapshot: the rollback itself says so) */
+	struct pool_snap_doom *dooms = i + 1 < n ? mem_zalloc((n - i - 1) * sizeof(*dooms)) : NULL;
+	if (i + 1 < n && !dooms) {
+		mem_free(recs);
+		return -ENOMEM;
+	}
+	for (size_t j = i + 1; rc == 0 && j < n; j++) {
+		bool doomed = false;
+		rc = pool_snap_doom(p, ds, recs[j].sr_name, &dooms[ndoomed], &doomed, err, err_len);
+		if (doomed)
+			ndoomed++;
+	}
+	mem_free(recs);
+	if (rc != 0) {
+		for (size_t j = 0; j < ndoomed; j++)
+			pool_snap_undoom(p, &dooms[j]);
+		mem_free(dooms);
+		return rc;
+	}
+	*dooms_out = dooms;
+	*n_out = ndoomed;
+	return 0;
+}
+
 int pool_snap_entries(struct pool *p, uint64_t head_id, struct pool_snap_entry **out,
                       size_t *n_out)
 {
@@ -1468,6 +1529,11 @@ static int pool_snap_request_ext(struct pool *p, enum pool_snap_op op, const cha
 	if (rc == 0 && op == POOL_SNAP_DESTROY)
 		rc = pool_snap_doom(p, rq.rq_targets[0].st_ds, rq.rq_targets[0].st_name, &doom,
 		                    &doomed, err, err_len);
+	struct pool_snap_doom *later = NULL;
+	size_t nlater = 0;
+	if (rc == 0 && op == POOL_SNAP_ROLLBACK && recursive)
+		rc = pool_snap_doom_later(p, rq.rq_targets[0].st_ds, rq.rq_targets[0].st_name,
+		                          &later, &nlater, err, err_len);
 	if (rc == 0) {
 		rc = pool_snap_run(p, &rq);
 		if (rq.rq_done && rq.rq_rc != 0)
@@ -1477,6 +1543,9 @@ static int pool_snap_request_ext(struct pool *p, enum pool_snap_op op, const cha
 	}
 	if (doomed)
 		pool_snap_undoom(p, &doom);
+	for (size_t i = 0; i < nlater; i++)
+		pool_snap_undoom(p, &later[i]);
+	mem_free(later);
 	pool_snap_targets_close(rq.rq_targets, n);
 	mem_free(rq.rq_targets);
 	return rc;

@@ -377,6 +377,8 @@ struct pool_fs {
 	struct pfs_owner *pf_owner;
 	uint8_t pf_verf[8];
 	bool pf_read_only; /* a snapshot (POOL/FS@SNAP): every change answers -EROFS */
+	struct fs_obj_id pf_root; /* zpl_root and zpl_info at the open */
+	struct fs_info pf_info;
 	struct pfs_snapdir *pf_snapdir; /* .zfs (pool_fs_snapdir.c); NULL for a snapshot */
 
 	pthread_mutex_t pf_lock;     /* the fields below */
@@ -459,6 +461,12 @@ static int pfs_env_space(void *ctx, uint64_t *total_bytes, uint64_t *free_bytes,
 	pool_space_held(o->po_pool, total_bytes, free_bytes, avail_bytes);
 	pool_ds_quota_space(o->po_ds, total_bytes, free_bytes, avail_bytes);
 	return 0;
+}
+
+static uint64_t pfs_env_txg(void *ctx)
+{
+	struct pfs_owner *o = ctx;
+	return pool_open_txg(o->po_pool); /* under the pool lock, as every zpl operation */
 }
 
 static void pfs_env_now(void *ctx, struct fs_time *now_out)
@@ -1205,6 +1213,22 @@ static void pfs_owner_free(struct pfs_owner *o)
 	mem_free(o);
 }
 
+/* A rollback (pool_snap.c, S10), under the pool lock in phase 1 right after this owner's
+ * do_sync: the zpl goes with every cached inode and directory entry of the old tree (it holds
+ * no dirty buffer: do_sync just wrote them), and so do the pending writes (their txgs' changes
+ * are the ones rolled back). The next request opens the zpl on the new tree (pfs_run). Indirect
+ * writes stay: a LOGGED one was freed by this do_sync (its record is tagged with this txg or an
+ * earlier one); a LIVE one's request runs on the new tree when its blocks land. */
+static void pfs_do_rollback(void *owner)
+{
+	struct pfs_owner *o = owner;
+	zpl_close(o->po_zpl);
+	o->po_zpl = NULL;
+	o->po_reap_seen = 0;
+	o->po_pend_pruned = 0;
+	pfs_pend_prune_all(o, UINT64_MAX);
+}
+
 static void pfs_do_detach(void *owner)
 {
 	struct pfs_owner *o = owner;
@@ -1221,6 +1245,7 @@ static const struct pool_ds_owner pfs_owner_ops = {
 	.do_replay_blocks = pfs_do_replay_blocks,
 	.do_seal = pfs_do_seal,
 	.do_stats = pfs_do_stats,
+	.do_rollback = pfs_do_rollback,
 };
 
 /* The inode cache of each dataset takes 1/256 of the pool's memory limit (--arc-max): 6 MiB of a
@@ -1259,6 +1284,7 @@ static struct pfs_owner *pfs_owner_new(struct pool_ds *ds)
 		.ze_adopt_block = pfs_env_adopt,
 		.ze_write_sealed = pfs_env_write_sealed,
 		.ze_drop_seal = pfs_env_drop_seal,
+		.ze_txg = pfs_env_txg,
 	};
 	return o;
 }
@@ -1782,6 +1808,20 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 	for (;;) {
 		struct blk_ptr missing;
 		pool_lock(p);
+		if (!o->po_zpl) {
+			/* A rollback let go of the zpl (pfs_do_rollback): open it on the new tree. */
+			int rc = pfs_owner_load_locked(o, false, &missing, NULL);
+			if (rc == -SH_ENEEDBLOCK) {
+				pool_unlock(p);
+				if (pfs_wait_blocks(pf, req, &c, &missing, NULL, 0))
+					continue;
+				return;
+			}
+			if (rc != 0) {
+				pfs_fail_locked(pf, req, c, -EIO);
+				return;
+			}
+		}
 		if (change) {
 			int rc = pool_tx_throttle(p, &c->pc_pw);
 			if (rc == POOL_THROTTLED) {
@@ -2018,21 +2058,17 @@ static void pfs_submit(struct fs *fs, struct fs_req *req)
 	pfs_run(pf, req, NULL);
 }
 
+/* The root and the limits as the zpl said at the open: a rollback keeps both (the root's id is
+ * the format's, the limits zpl's), and the zpl may be closed meanwhile (pfs_do_rollback). */
 static int pfs_root(struct fs *fs, struct fs_obj_id *root_out)
 {
-	struct pool_fs *pf = pfs_of(fs);
-	pool_lock(pf->pf_pool);
-	zpl_root(pf->pf_owner->po_zpl, root_out);
-	pool_unlock(pf->pf_pool);
+	*root_out = pfs_of(fs)->pf_root;
 	return 0;
 }
 
 static void pfs_info(struct fs *fs, struct fs_info *info_out)
 {
-	struct pool_fs *pf = pfs_of(fs);
-	pool_lock(pf->pf_pool);
-	zpl_info(pf->pf_owner->po_zpl, info_out);
-	pool_unlock(pf->pf_pool);
+	*info_out = pfs_of(fs)->pf_info;
 }
 
 static void pfs_write_verifier(struct fs *fs, uint8_t verf_out[8])
@@ -2135,7 +2171,22 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 	/* A snapshot (POOL/FS@SNAP) is served read only, as it is: never formatted or reaped. */
 	bool read_only = pool_ds_is_snapshot(ds);
 	bool formatted = false;
-	rc = pfs_owner_load_sync(o, !read_only, &formatted);
+	struct fs_obj_id root;
+	struct fs_info info;
+	for (;;) {
+		rc = pfs_owner_load_sync(o, !read_only, &formatted);
+		if (rc != 0)
+			break;
+		pool_lock(p);
+		bool loaded = o->po_zpl != NULL; /* not let go of by a rollback meanwhile */
+		if (loaded) {
+			zpl_root(o->po_zpl, &root);
+			zpl_info(o->po_zpl, &info);
+		}
+		pool_unlock(p);
+		if (loaded)
+			break;
+	}
 	if (rc == -ENOENT && read_only)
 		goto out_close; /* a snapshot of a file system never used */
 	if (rc != 0) {
@@ -2158,6 +2209,8 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 	pf->pf_ds = ds;
 	pf->pf_owner = o;
 	pf->pf_read_only = read_only;
+	pf->pf_root = root;
+	pf->pf_info = info;
 	VERIFY(pthread_mutex_init(&pf->pf_lock, NULL) == 0);
 	VERIFY(pthread_cond_init(&pf->pf_run_cv, NULL) == 0);
 	VERIFY(pthread_cond_init(&pf->pf_commit_cv, NULL) == 0);
@@ -2179,10 +2232,6 @@ int pool_fs_open(struct pool *p, const char *dataset, uint64_t fsid, struct fs *
 		goto out_free;
 	}
 	if (!read_only) {
-		struct fs_obj_id root;
-		pool_lock(p);
-		zpl_root(o->po_zpl, &root);
-		pool_unlock(p);
 		rc = pfs_snapdir_create(p, ds, &pf->pf_fs, &root, pfs_head_run, &pf->pf_snapdir);
 		if (rc != 0) {
 			pfs_stop_threads(pf, true, true);

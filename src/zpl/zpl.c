@@ -21,10 +21,13 @@
  *
  * So an object's inode, then its entries or extents, are adjacent, and a directory's entries are
  * one key range in hash order. Object ids start at ZPL_FIRST_OBJID (1 is reserved, the root is
- * ZPL_ROOT_OBJID) and are never reused: each create takes the next id and the next generation
- * from the meta record's counters. The generation is carried in object ids, so a handle to a
- * removed object stays stale whatever happens to its id later (and the rule keeps holding should a
- * later format recycle ids).
+ * ZPL_ROOT_OBJID) and are not reused within a line of states: each create takes the next id from
+ * the meta record's counter, and the next generation, raised to ZPL_GEN_OF_TXG of the txg the
+ * env says the create belongs to (ze_txg). The generation is carried in object ids, so a handle
+ * to a removed object stays stale whatever happens to its id later; and since txgs keep growing
+ * when the dataset is rolled back to an older state (whose counters hand out its ids again), an
+ * object created after a rollback never takes the (id, generation) of one the rollback dropped.
+ * An id at or above the counters is stale (a state the dataset left), not a bad handle.
  *
  * ---- Records (values; integers little-endian) ----
  *
@@ -608,9 +611,10 @@ int zpl_op_obj(struct zpl_op *op, const struct fs_obj_id *id, struct zpl_oino **
 		return -SH_EBADHANDLE;
 	uint64_t objid = zpl_get_le64(id->foi_bytes);
 	uint64_t gen = zpl_get_le64(id->foi_bytes + 8);
-	if (objid < ZPL_FIRST_OBJID || objid >= op->op_meta.me_next_objid || gen == 0 ||
-	    gen >= op->op_meta.me_next_gen)
-		return -SH_EBADHANDLE; /* never issued by this dataset */
+	if (objid < ZPL_FIRST_OBJID || gen == 0)
+		return -SH_EBADHANDLE; /* never issued by any dataset */
+	if (objid >= op->op_meta.me_next_objid || gen >= op->op_meta.me_next_gen)
+		return -ESTALE; /* issued by a state the dataset left: a rollback's */
 	struct zpl_oino *oi;
 	int rc = zpl_op_inode(op, objid, &oi);
 	if (rc == -ENOENT)
@@ -659,6 +663,11 @@ int zpl_op_new_inode(struct zpl_op *op, uint8_t type, struct zpl_oino **out)
 	} else {
 		objid = me->me_next_objid;
 		gen = me->me_next_gen;
+		const struct zpl_env *env = &op->op_z->z_env;
+		if (env->ze_txg) {
+			uint64_t floor = ZPL_GEN_OF_TXG(env->ze_txg(env->ze_ctx));
+			gen = SH_MAX(gen, floor);
+		}
 		if (objid == UINT64_MAX || gen == UINT64_MAX)
 			return -ENOSPC;
 	}

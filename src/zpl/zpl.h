@@ -118,7 +118,16 @@ struct zpl_env {
 	int (*ze_write_sealed)(void *ctx, void *sealed, void *data, bool may_take, bool *taken_out,
 	                       struct blk_ptr *bp_out);
 	void (*ze_drop_seal)(void *ctx, void *sealed);
+	/* May be NULL. The txg a change made now belongs to (numbers that only grow, whatever
+	 * happens to the tree: a rollback to an older state keeps them growing). A new object's
+	 * generation is then at least ZPL_GEN_OF_TXG(txg), so that no (object id, generation)
+	 * handed out before a rollback is handed out again after it, as ZFS's z_gen is the txg. */
+	uint64_t (*ze_txg)(void *ctx);
 };
+/* The least generation a create in txg may take: 2^24 generations per txg, more than the
+ * creates one txg's dirty limit can hold (each costs a 128-byte inode and an entry). */
+#define ZPL_GEN_TXG_SHIFT 24u
+#define ZPL_GEN_OF_TXG(txg) ((txg) < (UINT64_MAX >> ZPL_GEN_TXG_SHIFT) ? (txg) << ZPL_GEN_TXG_SHIFT : 0)
 
 struct zpl;
 

@@ -10,7 +10,8 @@
 # files copied in with nfs-cp before the command are in the snapshot's REFER, a file copied in
 # after it is not (the next snapshot's REFER has it); a snapshot is destroyed while served; the
 # server promotes a clone, not while its origin is exported; the
-# exported file system is not rolled back while served; an exports line naming a snapshot serves
+# exported file system is rolled back while served (a file written after the snapshot is gone at
+# once, the others read byte-exact, new files go on); an exports line naming a snapshot serves
 # it read only (its files byte-exact, writes refused, the snapshot not destroyed while exported);
 # offline, `fs rollback` refuses without
 # -r when a later snapshot exists, and with -r makes the file system its snapshot: served again,
@@ -162,8 +163,18 @@ check "the root lists .zfs only with snapdir=visible" bash -c '
 	nfs-ls "$1" >ls1 && grep -q " \.zfs\$" ls1 &&
 	"$0" fs set snapdir=hidden tank/home -d var/pool >/dev/null &&
 	nfs-ls "$1" >ls2 && ! grep -q " \.zfs\$" ls2' "$SHALE_BIN" "nfs://127.0.0.1/tank/home$url_q"
-check "an exported file system is not rolled back while served" bash -c '
-	! "$0" fs rollback tank/home@later -d var/pool 2>err && grep -q "in use" err' "$SHALE_BIN"
+head -c 500000 /dev/urandom >five.bin
+check "fs rollback of the exported file system on the served pool (the server makes it)" bash -c '
+	"$0" snapshot create tank/home@before5 -d var/pool >/dev/null && nfs-cp five.bin "$1" &&
+	"$0" fs rollback tank/home@before5 -d var/pool |
+		grep -q "^rolled tank/home back to tank/home@before5$"' "$SHALE_BIN" "$(url five.bin)"
+check "served on at once: the file written after the snapshot is gone, the others read byte-exact" bash -c "
+	! nfs-cp '$(url five.bin)' r5.bin 2>/dev/null &&
+	nfs-cp '$(url four.bin)' r4.bin && cmp four.bin r4.bin &&
+	nfs-cp '$(url one.bin)' r1.bin && cmp one.bin r1.bin"
+check "the rolled-back file system takes a new file, and its snapshot goes" bash -c '
+	nfs-cp five.bin "$1" && nfs-cp "$1" r6.bin && cmp five.bin r6.bin &&
+	"$0" snapshot destroy tank/home@before5 -d var/pool >/dev/null' "$SHALE_BIN" "$(url six.bin)"
 check "the server stops" stop
 # a snapshot exported on its own line: served read only
 echo "tank/home@later 127.0.0.1(rw,insecure,no_root_squash)" >var/exports

@@ -21,9 +21,9 @@
 #   kcspace=own     the space the file system reports is the server's alone (a pool): phase 1
 #                   also checks that a removed large file's space comes back (KC_SPACE=own)
 #   kcsnap=1        after phase 2, the snapshot checks (Shale's pool): the host takes and
-#                   destroys snapshots when asked ("# snap host STEP COMMAND" on the console,
-#                   answered by the file .kc-snap-STEP in the export's root) while the guest
-#                   browses .zfs/snapshot
+#                   destroys snapshots and rolls the file system back when asked ("# snap host
+#                   STEP COMMAND" on the console, answered by the file .kc-snap-STEP in the
+#                   export's root) while the guest browses .zfs/snapshot and holds files open
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
 mount -t proc proc /proc
@@ -264,6 +264,28 @@ snapshots() {
 	tap $? "snapshots: a read of kc1's open file after its destroy: $(cat /tmp/snap.err)"
 	snap_wait_listed /mnt/.zfs/snapshot kc1 0
 	tap $? "snapshots: kc1 leaves the listing of .zfs/snapshot (${i}s)"
+	# Rolled back while mounted, with files open: one the snapshot holds reads as it was, one
+	# made after it is stale, and the file system goes on.
+	want=$(sha256sum </mnt/.zfs/snapshot/kc2/st/big)
+	dd if=/dev/urandom of=$S/big bs=1M count=1 conv=notrunc 2>/dev/null &&
+		echo later >$S/after2 && rm $S/added && sync
+	tap $? "snapshots: the file system changed after kc2"
+	exec 4<$S/after2 5<$S/big
+	snap_host 4 fs rollback tank/home@kc2
+	tap $? "snapshots: the host rolled tank/home back to kc2 while it was mounted here"
+	echo 3 >/proc/sys/vm/drop_caches
+	[ "$(sha256sum <&5)" = "$want" ]
+	tap $? "snapshots: a file open across the rollback reads as kc2 holds it"
+	if cat <&4 >/dev/null 2>/tmp/snap.err; then rc=1; else rc=0; fi
+	exec 4<&- 5<&-
+	[ $rc -eq 0 ] && grep -qi "stale" /tmp/snap.err
+	tap $? "snapshots: a file made after kc2, open across the rollback: $(cat /tmp/snap.err)"
+	[ ! -e /mnt3/st/after2 ] && [ "$(cat /mnt3/st/added)" = new ] && [ ! -e /mnt3/st/small ]
+	tap $? "snapshots: looked up again, the tree is kc2's"
+	snap_wait_listed $S after2 0
+	tap $? "snapshots: after2 leaves the listing of a directory listed before the rollback (${i}s)"
+	echo post >$S/post && [ "$(cat $S/post)" = post ] && sync
+	tap $? "snapshots: the rolled-back file system takes new files"
 	# The snapshots' mounts go first (the client made them), then the file system's.
 	for m in $(grep ' /mnt/.zfs/snapshot/' /proc/mounts | cut -d' ' -f2); do
 		umount "$m" 2>/dev/null || umount -l "$m"

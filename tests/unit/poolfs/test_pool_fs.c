@@ -1744,6 +1744,150 @@ out_dev:
 	blk_dev_close(d);
 }
 
+/* A thread making and reading files while a rollback happens under it. */
+struct churn_arg {
+	struct fs *ca_fs;
+	atomic_bool ca_stop;
+	unsigned ca_ops, ca_unexpected;
+};
+
+static void *churn_main(void *arg)
+{
+	struct churn_arg *ca = arg;
+	struct fs_obj_id root, f;
+	uint8_t data[8192], got[8192];
+	if (fs_root(ca->ca_fs, &root) != 0)
+		return NULL;
+	for (unsigned i = 0; !atomic_load(&ca->ca_stop); i++) {
+		char nm[32];
+		snprintf(nm, sizeof(nm), "churn%u", i);
+		fill(data, sizeof(data), 1000 + i);
+		int rc = op_create(ca->ca_fs, FS_OP_CREATE, &root, nm, NULL, 0, &f);
+		if (rc == 0) {
+			/* the rollback may come between any two calls: the file is then gone */
+			rc = op_write(ca->ca_fs, &f, 0, data, sizeof(data),
+			              i % 2 ? FS_FILE_SYNC : FS_UNSTABLE, NULL);
+			uint32_t n = 0;
+			if (rc == 0)
+				rc = op_read(ca->ca_fs, &f, 0, sizeof(got), got, &n, NULL);
+			if (rc == 0 && (n != sizeof(data) || memcmp(got, data, n) != 0))
+				ca->ca_unexpected++;
+		}
+		if (rc != 0 && rc != -ESTALE)
+			ca->ca_unexpected++;
+		ca->ca_ops++;
+	}
+	return NULL;
+}
+
+/* A rollback of a file system being served: the open file system follows it at once, handles of
+ * what the snapshot holds stay valid, those of later objects are stale and are never handed out
+ * again, later snapshots browsed through .zfs go (-r), and a crash after the rollback replays
+ * only what came after it. */
+static void test_rollback_served(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_fs(0);
+	o.po_log_region_bytes = 16 * MIB;
+	struct pool *p = pool_new(d, &o);
+	struct fs *fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	static uint8_t a[40 * KIB], b[96 * KIB], c[12 * KIB], got[96 * KIB];
+	fill(a, sizeof(a), 21);
+	fill(b, sizeof(b), 22);
+	fill(c, sizeof(c), 23);
+	struct fs_obj_id root, keep, dir, late, sdir, s2root, s2late, fresh, fdir;
+	struct fs_attr at;
+	char names[64][32];
+	unsigned n = 0;
+	uint32_t got_n = 0;
+	char err[200];
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "keep", NULL, 0, &keep) == 0);
+	CHECK(op_write(fs, &keep, 0, a, sizeof(a), FS_FILE_SYNC, NULL) == 0);
+	CHECK(op_create(fs, FS_OP_MKDIR, &root, "d", NULL, 0, &dir) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &dir, "g", NULL, 0, NULL) == 0);
+	const char *s1 = "fs@s1", *s2 = "fs@s2";
+	CHECK(pool_snapshot_create(p, &s1, 1, err, sizeof(err)) == 0);
+	/* after it: a large stable write (its own blocks, logged), an UNSTABLE one, a create, a
+	 * remove; a second snapshot, browsed through .zfs */
+	CHECK(op_write(fs, &keep, 0, b, sizeof(b), FS_FILE_SYNC, NULL) == 0);
+	CHECK(op_write(fs, &keep, 4096, c, sizeof(c), FS_UNSTABLE, NULL) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "late", NULL, 0, &late) == 0);
+	CHECK(op_write(fs, &late, 0, c, sizeof(c), FS_FILE_SYNC, NULL) == 0);
+	CHECK(op_remove(fs, FS_OP_REMOVE, &dir, "g") == 0);
+	CHECK(pool_snapshot_create(p, &s2, 1, err, sizeof(err)) == 0);
+	CHECK(op_lookup(fs, &root, ".zfs", &sdir, NULL) == 0);
+	CHECK(op_lookup(fs, &sdir, "snapshot", &sdir, NULL) == 0);
+	CHECK(op_lookup(fs, &sdir, "s2", &s2root, NULL) == 0);
+	CHECK(op_lookup(fs, &s2root, "late", &s2late, NULL) == 0);
+	CHECK(op_write(fs, &late, 0, a, sizeof(a), FS_UNSTABLE, NULL) == 0);
+
+	/* refused without -r, naming the later snapshot; then made while served and browsed */
+	CHECK(pool_fs_rollback(p, s1, false, err, sizeof(err)) == -ENOTEMPTY &&
+	      strstr(err, "fs@s2") != NULL);
+	struct churn_arg ca = {.ca_fs = fs};
+	pthread_t churner;
+	CHECK(pthread_create(&churner, NULL, churn_main, &ca) == 0);
+	usleep(50000);
+	int rc = pool_fs_rollback(p, s1, true, err, sizeof(err));
+	CHECKF(rc == 0, "%s", err);
+	usleep(50000);
+	atomic_store(&ca.ca_stop, true);
+	pthread_join(churner, NULL);
+	CHECKF(ca.ca_ops > 0 && ca.ca_unexpected == 0, "%u ops, %u unexpected", ca.ca_ops,
+	       ca.ca_unexpected);
+
+	/* the snapshot's state, through the handles clients held */
+	CHECK(op_getattr(fs, &keep, &at) == 0 && at.fa_size == sizeof(a));
+	CHECK(op_read(fs, &keep, 0, sizeof(got), got, &got_n, NULL) == 0 && got_n == sizeof(a) &&
+	      memcmp(got, a, sizeof(a)) == 0);
+	CHECK(op_lookup(fs, &dir, "g", NULL, NULL) == 0);
+	CHECK(op_getattr(fs, &late, &at) == -ESTALE);
+	CHECK(op_lookup(fs, &root, "late", NULL, NULL) == -ENOENT);
+	CHECK(op_getattr(fs, &s2late, &at) == -ESTALE);
+	CHECK(op_getattr(fs, &s2root, &at) == -ESTALE);
+	CHECK(op_readdir_all(fs, &sdir, false, names, 64, &n) == 0 && n == 1 &&
+	      strcmp(names[0], "s1") == 0);
+	/* new objects never take a dropped one's handle */
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "fresh", NULL, 0, &fresh) == 0);
+	CHECK(fresh.foi_len != late.foi_len ||
+	      memcmp(fresh.foi_bytes, late.foi_bytes, late.foi_len) != 0);
+	CHECK(op_getattr(fs, &late, &at) == -ESTALE);
+	CHECK(op_write(fs, &fresh, 0, c, sizeof(c), FS_FILE_SYNC, NULL) == 0);
+	CHECK(op_create(fs, FS_OP_MKDIR, &root, "fdir", NULL, 0, &fdir) == 0);
+	CHECK(op_write(fs, &keep, 0, c, 4096, FS_FILE_SYNC, NULL) == 0);
+	fs_destroy(fs);
+	pool_close(p); /* no last txg: a crash after the replies */
+
+	p = NULL;
+	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	if (!p)
+		goto out_dev;
+	fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	CHECK(op_read(fs, &fresh, 0, sizeof(got), got, &got_n, NULL) == 0 && got_n == sizeof(c) &&
+	      memcmp(got, c, sizeof(c)) == 0);
+	CHECK(op_getattr(fs, &fdir, &at) == 0 && at.fa_type == FS_DIR);
+	CHECK(op_read(fs, &keep, 0, sizeof(got), got, &got_n, NULL) == 0 && got_n == sizeof(a) &&
+	      memcmp(got, c, 4096) == 0 && memcmp(got + 4096, a + 4096, sizeof(a) - 4096) == 0);
+	CHECK(op_getattr(fs, &late, &at) == -ESTALE);
+	CHECK(op_lookup(fs, &root, "late", NULL, NULL) == -ENOENT);
+	CHECK(op_lookup(fs, &dir, "g", NULL, NULL) == 0);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	for (int i = 0; i < 1000 && (pool_snap_free_queued(p) > 0 || pool_destroy_queued(p) > 0); i++)
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	fs_destroy(fs);
+out:
+	pool_done(p, d);
+	return;
+out_dev:
+	blk_dev_close(d);
+}
+
 /* .zfs/snapshot with 2,000 snapshots: READDIR pages through them (seven entries a reply) with
  * cookies that are unique and in order, every page resumed where the last stopped, none missing
  * or twice; one destroyed leaves the listing. */
@@ -1813,5 +1957,6 @@ int main(void)
 	TAP_RUN(test_snapshot_served);
 	TAP_RUN(test_snapdir);
 	TAP_RUN(test_snapdir_many);
+	TAP_RUN(test_rollback_served);
 	return tap_finish();
 }

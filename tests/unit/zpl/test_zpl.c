@@ -820,19 +820,20 @@ static void test_format_open(void)
 	CHECK(a.fa_type == FS_DIR && a.fa_mode == 0755 && a.fa_nlink == 2 && a.fa_uid == 0 &&
 	      a.fa_gid == 0);
 	CHECK(a.fa_fileid == ZPL_ROOT_OBJID && a.fa_fsid == 0x1234);
-	/* Ids: short, reserved, never issued, wrong generation. */
+	/* Ids: short, reserved (bad handles), beyond the counters (stale). */
 	bad = root;
 	bad.foi_len = 8;
 	CHECK(t_getattr(e, &bad, NULL) == -SH_EBADHANDLE);
 	bad = root;
 	bad.foi_bytes[0] = 1;
 	CHECK(t_getattr(e, &bad, NULL) == -SH_EBADHANDLE);
+	/* beyond the counters: a state the dataset left (a rollback's), so stale */
 	bad = root;
 	bad.foi_bytes[0] = 200;
-	CHECK(t_getattr(e, &bad, NULL) == -SH_EBADHANDLE);
+	CHECK(t_getattr(e, &bad, NULL) == -ESTALE);
 	bad = root;
 	bad.foi_bytes[8] = 77;
-	CHECK(t_getattr(e, &bad, NULL) == -SH_EBADHANDLE);
+	CHECK(t_getattr(e, &bad, NULL) == -ESTALE);
 	/* Format refuses a tree that is not empty. */
 	CHECK(zpl_format(e->e_tree, &e->e_env, &root_cred, 0755, NULL, NULL) == -EEXIST);
 	struct zpl *z2;
