@@ -954,8 +954,16 @@ static int pfs_recv_incremental_target(struct pool *p, const char *fs, const str
 		pool_lock(p);
 		changed = btree_is_dirty(pool_ds_tree(ds)) ||
 		          memcmp(&ds->ds_root, &ents[n - 1].se_root, sizeof(ds->ds_root)) != 0;
+		/* held by another (an export): refused before -F changes anything, as the owner's
+		 * take-over would refuse it after */
+		bool busy = ds->ds_refs > 1;
 		pool_unlock(p);
-		if ((i + 1 < n || changed) && !force) {
+		if (busy) {
+			snprintf(err, err_len, "%s is in use (exported): take it out of the exports and "
+			                       "reload them first (SIGHUP)",
+			         fs);
+			rc = -EBUSY;
+		} else if ((i + 1 < n || changed) && !force) {
 			snprintf(err, err_len,
 			         i + 1 < n ? "%s has snapshots after the stream's base %s: -F destroys them"
 			                   : "%s has changed since its snapshot %s: -F rolls it back",
