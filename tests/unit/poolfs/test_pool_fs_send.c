@@ -301,6 +301,24 @@ static void change_tree(struct fs *fs, int r)
 	}
 }
 
+/* Both pools synced and checked clean. */
+static void pools_check(struct pool *a, struct pool *b)
+{
+	CHECK(pool_txg_wait_synced(a, 0) == 0 && pool_txg_wait_synced(b, 0) == 0);
+	CHECK(pool_check(a, report_print, NULL) == 0);
+	CHECK(pool_check(b, report_print, NULL) == 0);
+}
+
+/* Both pools exported, their leaves closed; no request completed twice. */
+static void pools_done(struct pool *a, struct blk_dev *da, struct pool *b, struct blk_dev *db)
+{
+	CHECK(pool_export(a) == 0);
+	CHECK(pool_export(b) == 0);
+	blk_dev_close(da);
+	blk_dev_close(db);
+	CHECK(bad_completions == 0);
+}
+
 static void test_send_receive(void)
 {
 	struct blk_dev *da = mem_dev(128 * MIB), *db = mem_dev(128 * MIB);
@@ -352,17 +370,11 @@ static void test_send_receive(void)
 		snprintf(sb, sizeof(sb), "copy@s%d", r);
 		CHECK(snaps_same(a, sa, b, sb));
 	}
-	CHECK(pool_txg_wait_synced(a, 0) == 0 && pool_txg_wait_synced(b, 0) == 0);
-	CHECK(pool_check(a, report_print, NULL) == 0);
-	CHECK(pool_check(b, report_print, NULL) == 0);
+	pools_check(a, b);
 out_fs:
 	fs_destroy(fs);
 out:
-	CHECK(pool_export(a) == 0);
-	CHECK(pool_export(b) == 0);
-	blk_dev_close(da);
-	blk_dev_close(db);
-	CHECK(bad_completions == 0);
+	pools_done(a, da, b, db);
 }
 
 /* Whether fs of p still is its snapshot latest (by name) with nothing changed: what a refused or
