@@ -1,7 +1,8 @@
 /* shale_send.c: `shale send` and `shale receive`, replication between pools, in the manner of
  * zfs send and zfs receive (the stream and what a receive promises: src/poolfs/pool_fs_send.c).
  *
- *   shale send POOL/FS@SNAP [-i @BASE | -i POOL/FS@BASE] [-d DIR]   the stream to stdout
+ *   shale send [-c] POOL/FS@SNAP [-i @BASE | -i POOL/FS@BASE] [-d DIR]   the stream to stdout
+ *                                   (-c: compressed blocks as stored, zfs send -c)
  *   shale receive [-F] POOL/FS [-d DIR]                            a stream from stdin
  *
  * A pool a server holds is asked through its status socket, the stream flowing over it (the
@@ -27,8 +28,10 @@ static void send_cmd_usage(FILE *out)
 {
 	fprintf(out,
 		"usage:\n"
-		"  shale send POOL/FS@SNAP [-i @BASE] [-d DIR] > STREAM    the snapshot whole, or with\n"
-		"      -i what changed since BASE (an older snapshot of the same file system)\n"
+		"  shale send [-c] POOL/FS@SNAP [-i @BASE] [-d DIR] > STREAM    the snapshot whole, or\n"
+		"      with -i what changed since BASE (an older snapshot of the same file system);\n"
+		"      -c: compressed blocks as stored (a receiver that compresses alike writes them\n"
+		"      as they come)\n"
 		"  shale receive [-F] POOL/FS [-d DIR] < STREAM     a full stream makes POOL/FS; an\n"
 		"      incremental one needs POOL/FS at the stream's base, unchanged since (-F rolls it\n"
 		"      back there first, destroying later snapshots); all or nothing\n"
@@ -101,10 +104,11 @@ static int send_copy_out(const char *cmd, int fd)
 	return status;
 }
 
-/* Both commands' options: -d DIR, and send's -i BASE or receive's -F (spec says which). Returns
- * -1 to go on (optind at the operands), else the exit status (help, a usage error). */
+/* Both commands' options: -d DIR, and send's -i BASE and -c or receive's -F (spec says which;
+ * -c and -F set *flag). Returns -1 to go on (optind at the operands), else the exit status
+ * (help, a usage error). */
 static int send_cmd_options(int argc, char **argv, const char *spec, const char **dir,
-                            const char **from, bool *force)
+                            const char **from, bool *flag)
 {
 	static const struct option longopts[] = {
 		{"dir", required_argument, NULL, 'd'},
@@ -118,7 +122,8 @@ static int send_cmd_options(int argc, char **argv, const char *spec, const char 
 		switch (opt) {
 		case 'd': *dir = optarg; break;
 		case 'i': *from = optarg; break;
-		case 'F': *force = true; break;
+		case 'c':
+		case 'F': *flag = true; break;
 		case 'h': send_cmd_usage(stdout); return 0;
 		default: send_cmd_usage(stderr); return 2;
 		}
@@ -129,6 +134,7 @@ static int send_cmd_options(int argc, char **argv, const char *spec, const char 
 /* A send (so_snapshot set) or a receive (so_fs) on a pool nobody serves. */
 struct send_offline {
 	const char *so_snapshot, *so_from; /* send */
+	bool so_stored;                    /* send -c */
 	const char *so_fs;                 /* receive */
 	bool so_force;
 };
@@ -145,7 +151,8 @@ static int send_offline_run(const char *cmd, const char *dir, const char *pool,
 	int rc;
 	if (so->so_snapshot) {
 		struct pool_fs_send_stats st;
-		rc = pool_fs_send(p, so->so_snapshot, so->so_from, STDOUT_FILENO, &st, err,
+		rc = pool_fs_send(p, so->so_snapshot, so->so_from,
+		                  so->so_stored ? POOL_FS_SEND_STORED : 0, STDOUT_FILENO, &st, err,
 		                  sizeof(err));
 	} else {
 		struct pool_fs_recv_stats st;
@@ -166,8 +173,8 @@ static int send_offline_run(const char *cmd, const char *dir, const char *pool,
 int shale_send_main(int argc, char **argv)
 {
 	const char *cmd = "shale send", *dir, *from = NULL;
-	bool unused = false;
-	int status = send_cmd_options(argc, argv, "d:i:h", &dir, &from, &unused);
+	bool stored = false;
+	int status = send_cmd_options(argc, argv, "cd:i:h", &dir, &from, &stored);
 	if (status >= 0)
 		return status;
 	char pool[POOL_NAME_MAX + 1], from_pool[POOL_NAME_MAX + 1];
@@ -191,8 +198,8 @@ int shale_send_main(int argc, char **argv)
 	int fd;
 	if (pool_statsock_connect(dir, pool, &fd) == 0) {
 		char request[2 * POOL_SNAP_FULL_MAX + 32];
-		int n = snprintf(request, sizeof(request), "send %s%s%s\n", snapshot, from ? " " : "",
-		                 from ? from : "");
+		int n = snprintf(request, sizeof(request), "send %s%s%s%s\n", stored ? "-c " : "",
+		                 snapshot, from ? " " : "", from ? from : "");
 		status = 1;
 		if (n > 0 && sh_write_all(fd, request, (size_t)n) == 0) {
 			(void)shutdown(fd, SHUT_WR);
@@ -203,7 +210,7 @@ int shale_send_main(int argc, char **argv)
 		close(fd);
 		return status;
 	}
-	struct send_offline so = {.so_snapshot = snapshot, .so_from = from};
+	struct send_offline so = {.so_snapshot = snapshot, .so_from = from, .so_stored = stored};
 	return send_offline_run(cmd, dir, pool, &so, NULL);
 }
 

@@ -291,6 +291,13 @@ struct blk_prepared {
  * Returns 0 or -ENOMEM; release with blk_prepared_fini. */
 SH_MUST_CHECK int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
 			      struct blk_prepared *out);
+/* Prepares a block from bytes as another pool stored them (psize bytes compressed with compress,
+ * lsize logical; a `send -c` stream's), without compressing again: they are first decompressed
+ * into logical_out (lsize bytes), and -EINVAL is returned unless that gives exactly lsize bytes,
+ * so that nothing unreadable is ever written. Returns 0, -EINVAL, or -ENOMEM. */
+SH_MUST_CHECK int blk_prepare_stored(const void *phys, uint32_t psize, uint32_t lsize,
+                                     enum blk_compress compress, void *logical_out,
+                                     struct blk_prepared *out);
 void blk_prepared_fini(struct blk_prepared *prepared);
 /* Fills bp for a prepared block placed at (vdev_index, offset) with the given type, level, birth
  * and fill. */
@@ -310,6 +317,11 @@ void blk_block_write(struct blk_vdev *vdev, const struct blk_ptr *bp, const stru
 void blk_block_read(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
 		    void (*done)(void *arg, int status), void *arg);
 SH_MUST_CHECK int blk_block_read_sync(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out);
+/* The same without decompressing: out receives the bp->bp_psize bytes as stored (compressed
+ * with bp->bp_compress), once they match the checksum; bad copies are read around and repaired
+ * as above. Not a hole. Blocks; not on the engine thread (-EDEADLK). */
+SH_MUST_CHECK int blk_block_read_raw_sync(struct blk_vdev *vdev, const struct blk_ptr *bp,
+                                          void *out);
 SH_MUST_CHECK int blk_block_write_sync(struct blk_vdev *vdev, const struct blk_ptr *bp,
 				       const struct blk_prepared *prepared);
 

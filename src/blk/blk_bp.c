@@ -175,6 +175,31 @@ int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
 	return 0;
 }
 
+int blk_prepare_stored(const void *phys, uint32_t psize, uint32_t lsize, enum blk_compress compress,
+                       void *logical_out, struct blk_prepared *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (lsize == 0 || lsize > BLK_MAX_BLOCK_BYTES || compress > BLK_COMPRESS_ZSTD ||
+	    psize == 0 || psize > lsize || (compress == BLK_COMPRESS_OFF && psize != lsize))
+		return -EINVAL;
+	/* the bytes must be what they claim: they decompress to exactly lsize bytes */
+	if (blk_decompress(compress, phys, psize, logical_out, lsize) != 0)
+		return -EINVAL;
+	uint32_t asize = (uint32_t)blk_round_up(psize, BLK_SECTOR_BYTES);
+	uint8_t *buf = mem_aligned_alloc(BLK_SECTOR_BYTES, asize);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, phys, psize);
+	memset(buf + psize, 0, asize - psize);
+	out->bw_buf = buf;
+	out->bw_lsize = lsize;
+	out->bw_psize = psize;
+	out->bw_asize = asize;
+	out->bw_compress = (uint8_t)compress;
+	blk_checksum(buf, psize, out->bw_cksum);
+	return 0;
+}
+
 void blk_prepared_fini(struct blk_prepared *prepared)
 {
 	mem_free(prepared->bw_buf);

@@ -450,6 +450,7 @@ struct blk_block_read_ctx {
 	struct blk_vdev *rd_vdev;
 	struct blk_ptr rd_bp;
 	void *rd_out;
+	bool rd_raw;                 /* blk_block_read_raw: rd_out takes the psize stored bytes */
 	void (*rd_done)(void *arg, int status);
 	void *rd_arg;
 	uint8_t *rd_bounce;          /* asize bytes, sector-aligned */
@@ -568,8 +569,10 @@ static void blk_block_read_io_done(struct blk_io *io)
 		uint8_t cksum[16];
 		blk_checksum(ctx->rd_bounce, bp->bp_psize, cksum);
 		bool good = memcmp(cksum, bp->bp_cksum, sizeof(cksum)) == 0 &&
-		            blk_decompress(bp->bp_compress, ctx->rd_bounce, bp->bp_psize,
-		                           ctx->rd_out, bp->bp_lsize) == 0;
+		            (ctx->rd_raw ? (memcpy(ctx->rd_out, ctx->rd_bounce, bp->bp_psize), true)
+		                         : blk_decompress(bp->bp_compress, ctx->rd_bounce,
+		                                          bp->bp_psize, ctx->rd_out,
+		                                          bp->bp_lsize) == 0);
 		if (good) {
 			blk_block_read_repair(ctx);
 			return;
@@ -607,8 +610,8 @@ static bool blk_block_ptr_readable(const struct blk_vdev *vdev, const struct blk
 	       blk_vdev_in_range(vdev, bp->bp_offset, bp->bp_asize);
 }
 
-void blk_block_read(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
-                    void (*done)(void *arg, int status), void *arg)
+static void blk_block_read_any(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
+                               bool raw, void (*done)(void *arg, int status), void *arg)
 {
 	struct blk_block_read_ctx *ctx = mem_zalloc(sizeof(*ctx));
 	if (!ctx) {
@@ -618,6 +621,7 @@ void blk_block_read(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
 	ctx->rd_vdev = vdev;
 	ctx->rd_bp = *bp;
 	ctx->rd_out = out;
+	ctx->rd_raw = raw;
 	ctx->rd_done = done;
 	ctx->rd_arg = arg;
 	if (blk_ptr_is_hole(bp))
@@ -647,9 +651,27 @@ void blk_block_read(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
 	blk_submit(vdev->vd_engine, &ctx->rd_io);
 }
 
+void blk_block_read(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
+                    void (*done)(void *arg, int status), void *arg)
+{
+	blk_block_read_any(vdev, bp, out, false, done, arg);
+}
+
 static void blk_block_sync_done(void *arg, int status)
 {
 	blk_vdev_wait_signal(arg, status);
+}
+
+int blk_block_read_raw_sync(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out)
+{
+	if (blk_engine_on_thread(vdev->vd_engine))
+		return -EDEADLK;
+	if (blk_ptr_is_hole(bp))
+		return -EINVAL;
+	struct blk_vdev_wait w;
+	blk_vdev_wait_init(&w);
+	blk_block_read_any(vdev, bp, out, true, blk_block_sync_done, &w);
+	return blk_vdev_wait_finish(&w);
 }
 
 int blk_block_read_sync(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out)

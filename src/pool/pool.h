@@ -93,9 +93,10 @@ typedef int (*pool_fs_diff_fn)(struct pool *p, const char *from, const char *to,
  * "receive" while a process holds the pool, carried the same way (pool_fs_send and
  * pool_fs_receive, poolfs/pool_fs.h, behind the server's adapters). send writes snapshot's stream
  * (from: NULL, or its base) to fd and says how many bytes it wrote; receive reads one from fd
- * into file system fs. 0, or a negative errno with err saying why. */
-typedef int (*pool_fs_send_fn)(struct pool *p, const char *snapshot, const char *from, int fd,
-                               uint64_t *written, char *err, size_t err_len);
+ * into file system fs; stored asks for blocks as stored (send -c). 0, or a negative errno with err
+ * saying why. */
+typedef int (*pool_fs_send_fn)(struct pool *p, const char *snapshot, const char *from,
+                               bool stored, int fd, uint64_t *written, char *err, size_t err_len);
 typedef int (*pool_fs_receive_fn)(struct pool *p, const char *fs, bool force, int fd, char *err,
                                   size_t err_len);
 

@@ -179,6 +179,18 @@ SH_MUST_CHECK int pool_sync_write_sealed(struct pool *p, struct pool_sealed *s, 
                                          bool may_take, bool *taken_out, uint8_t type,
                                          uint8_t level, uint64_t fill, struct blk_ptr *bp_out);
 void pool_sealed_free(struct pool *p, struct pool_sealed *s);
+/* A sealed block made of bytes as another pool stored them (blk_prepare_stored: psize bytes
+ * compressed with compress, decompressed into logical_out, lsize bytes, to check them), written
+ * as they are by pool_sync_write_sealed (with logical_out as its data). -EINVAL for bytes that
+ * do not decompress to lsize, -ENOMEM. */
+SH_MUST_CHECK int pool_seal_stored(struct pool *p, const void *phys, uint32_t psize,
+                                   uint32_t lsize, enum blk_compress compress, void *logical_out,
+                                   struct pool_sealed **out);
+/* The bytes of bp's block as stored (bp_psize of them, compressed with bp_compress) into out,
+ * checked against the checksum, read from the leaves (not through the cache: the cache keeps
+ * logical bytes); bad copies read around and repaired. Blocks: not under the pool lock, not on
+ * the blk engine thread. Returns 0, -EIO, or the read's error. */
+SH_MUST_CHECK int pool_block_read_stored(struct pool *p, const struct blk_ptr *bp, void *out);
 /* Only inside do_sync, for a block the owner wrote and allocated itself before the sync
  * (pool_iblock_alloc, birth = the syncing txg) and now references from the syncing dataset's
  * tree instead of writing its data again (block adoption): charges the block to the dataset's

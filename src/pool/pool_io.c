@@ -587,6 +587,29 @@ int pool_seal_block(struct pool *p, const void *data, uint32_t lsize, enum blk_c
 	return 0;
 }
 
+int pool_seal_stored(struct pool *p, const void *phys, uint32_t psize, uint32_t lsize,
+                     enum blk_compress compress, void *logical_out, struct pool_sealed **out)
+{
+	struct pool_sealed *s = mem_zalloc(sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	int rc = blk_prepare_stored(phys, psize, lsize, compress, logical_out, &s->sl_prep);
+	if (rc != 0) {
+		mem_free(s);
+		return rc;
+	}
+	atomic_fetch_add(&p->p_sealed_bytes, s->sl_prep.bw_asize);
+	*out = s;
+	return 0;
+}
+
+int pool_block_read_stored(struct pool *p, const struct blk_ptr *bp, void *out)
+{
+	if (!pool_bp_valid(p, bp) || blk_ptr_is_hole(bp))
+		return -EIO;
+	return blk_block_read_raw_sync(pool_bp_vdev(p, bp), bp, out);
+}
+
 void pool_sealed_free(struct pool *p, struct pool_sealed *s)
 {
 	if (!s)

@@ -356,13 +356,15 @@ static void pool_statsock_stream_timeouts(int fd)
 	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
-/* "send FS@SNAP [FROM]": the stream itself, or, when nothing of it was written, "error: TEXT". A
- * failure part way leaves the stream without its last record, which the command notices. */
+/* "send [-c] FS@SNAP [FROM]": the stream itself, or, when nothing of it was written, "error:
+ * TEXT". A failure part way leaves the stream without its last record, which the command
+ * notices. -c: compressed blocks as stored. */
 static int pool_statsock_send_stream(struct pool_statsock *ss, int fd, const char *args)
 {
 	char snapshot[POOL_SNAP_FULL_MAX + 2], from[POOL_SNAP_FULL_MAX + 2], err[512] = "", x;
 	pool_fs_send_fn send_fn = ss->ss_pool->p_opts.po_fs_send;
-	int n = sscanf(args, "%130s %130s %c", snapshot, from, &x);
+	bool stored = strncmp(args, "-c ", 3) == 0;
+	int n = sscanf(stored ? args + 3 : args, "%130s %130s %c", snapshot, from, &x);
 	uint64_t written = 0;
 	int rc;
 	if (!send_fn) {
@@ -373,8 +375,8 @@ static int pool_statsock_send_stream(struct pool_statsock *ss, int fd, const cha
 		snprintf(err, sizeof(err), "the request does not parse");
 	} else {
 		pool_statsock_stream_timeouts(fd);
-		rc = send_fn(ss->ss_pool, snapshot, n == 2 ? from : NULL, fd, &written, err,
-		             sizeof(err));
+		rc = send_fn(ss->ss_pool, snapshot, n == 2 ? from : NULL, stored, fd, &written,
+		             err, sizeof(err));
 	}
 	log_info("pool %s: send %s: %s", pool_name(ss->ss_pool), args, rc == 0 ? "done" : err);
 	if (rc == 0 || written > 0)

@@ -66,15 +66,20 @@ void pool_fs_stats(struct fs *fs, struct pool_fs_stats *st);
 
 struct pool_fs_send_stats {
 	uint64_t ss_puts, ss_dels; /* entries sent, keys removed */
-	uint64_t ss_data_bytes;    /* blocks' bytes */
+	uint64_t ss_data_bytes;    /* blocks' bytes, as they travel */
+	uint64_t ss_stored_blocks; /* blocks sent as stored (POOL_FS_SEND_STORED) */
 	uint64_t ss_stream_bytes;  /* all of it that reached fd */
 };
+/* pool_fs_send's flags: compressed blocks travel as stored (zfs send -c), not decompressed;
+ * a receiver with the same compression writes them as they come. */
+#define POOL_FS_SEND_STORED 0x1u
 /* Writes snapshot "fs@snap" of pool p to fd as a stream: full, or with from ("@base" or
- * "fs@base", an older snapshot of the same file system) what changed since it. Blocking (reads
- * the pool): not on an event loop. 0, or an error with err saying why (-ENOENT, -EINVAL, a write's
- * error: -EPIPE when the reader went away). */
-SH_MUST_CHECK int pool_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
-                               struct pool_fs_send_stats *st, char *err, size_t err_len);
+ * "fs@base", an older snapshot of the same file system) what changed since it; flags:
+ * POOL_FS_SEND_STORED or 0. Blocking (reads the pool): not on an event loop. 0, or an error with
+ * err saying why (-ENOENT, -EINVAL, a write's error: -EPIPE when the reader went away). */
+SH_MUST_CHECK int pool_fs_send(struct pool *p, const char *snapshot, const char *from,
+                               unsigned flags, int fd, struct pool_fs_send_stats *st, char *err,
+                               size_t err_len);
 
 struct pool_fs_recv_stats {
 	uint64_t rs_puts, rs_dels, rs_data_bytes, rs_stream_bytes;

@@ -39,14 +39,15 @@
  *   offset  size  field
  *        0     4  magic 0x53524853 ("SHRS")
  *        4     2  type: 1 BEGIN, 2 PUT, 3 DEL, 4 END
- *        6     2  flags, 0
+ *        6     2  flags: 0, or for a PUT in a stream of version 2, PFS_REC_F_STORED (1): its
+ *                 block as stored
  *        8     4  sequence number: 0 for BEGIN, then +1 per record (a record lost, repeated
  *                 or moved is found)
  *       12     4  payload length n (at most POOL_FS_SEND_PAYLOAD_MAX)
  *       16     n  payload
  *     16+n     8  XXH3-64 of bytes [0, 16 + n)
  * BEGIN payload (PFS_SEND_BEGIN_BYTES + name):
- *        0     4  stream version (1)
+ *        0     4  stream version: 1, or 2 when PUTs may carry blocks as stored (send -c)
  *        4     4  kind: 1 full, 2 incremental
  *        8     8  the snapshot's GUID
  *       16     8  the base's GUID (incremental; 0 for full)
@@ -64,9 +65,21 @@
  *        8     k  key
  *      8+k     v  value (an extent with data: all zero, the receiver's pointer goes there)
  *    8+k+v     d  data
+ * PUT payload with PFS_REC_F_STORED: as above, d the bytes as stored, and between value and data
+ *    8+k+v     1  the block's compression (1 lz4, 2 zstd)
+ *  8+k+v+1     3  zero
+ *  8+k+v+4     4  its logical bytes (d..BLK_MAX_BLOCK_BYTES)
+ *  8+k+v+8     d  the block as stored
  * DEL payload: 2 key length k, then the key.
- * END payload: 8 PUTs, 8 DELs, 8 data bytes (the counts the receiver checks).
- * Blocks travel as their logical bytes (the receiver compresses them with its own setting).
+ * END payload: 8 PUTs, 8 DELs, 8 data bytes (the sum of the PUTs' d: the counts the receiver
+ * checks).
+ * Blocks travel as their logical bytes (the receiver compresses them with its own setting), or
+ * with send -c (POOL_FS_SEND_STORED) a compressed block as stored, read from the leaves past the
+ * cache (pool_block_read_stored): the receiver decompresses it to check it decompresses to its
+ * logical size (a block that would not read back is refused, never written) and writes the
+ * bytes as they came when its file system compresses the same way (pool_seal_stored), else
+ * seals the logical bytes anew. So a stream of compressible data is smaller and neither side
+ * compresses it again.
  *
  * ---- Concurrency ----
  * The sender reads snapshot trees under the pool lock a batch at a time, loading what misses
@@ -87,6 +100,9 @@
 
 #define PFS_SEND_MAGIC 0x53524853u
 #define PFS_SEND_VERSION 1u
+#define PFS_SEND_VERSION_STORED 2u /* may hold PUTs of blocks as stored (send -c) */
+#define PFS_REC_F_STORED 0x1u      /* a PUT's block as stored (PFS_SEND_STORED_HDR first) */
+#define PFS_SEND_STORED_HDR 8u
 #define PFS_SEND_HDR 16u
 #define PFS_SEND_SUM 8u
 #define PFS_SEND_BEGIN_BYTES 48u
@@ -158,6 +174,8 @@ struct pfs_writer {
 	uint64_t w_puts, w_dels, w_data_bytes;
 	uint64_t w_written; /* bytes written to w_fd */
 	int w_err;
+	bool w_stored;      /* send -c: compressed blocks as stored */
+	uint64_t w_stored_blocks;
 };
 
 static int pfs_writer_flush(struct pfs_writer *w)
@@ -171,13 +189,14 @@ static int pfs_writer_flush(struct pfs_writer *w)
 	return w->w_err;
 }
 
-/* Appends a record of type with payload (n bytes, already in w_rec + PFS_SEND_HDR). */
-static int pfs_writer_emit(struct pfs_writer *w, enum pfs_send_type type, uint32_t n)
+/* Appends a record of type and flags with payload (n bytes, already in w_rec + PFS_SEND_HDR). */
+static int pfs_writer_emit_flags(struct pfs_writer *w, enum pfs_send_type type, uint16_t flags,
+                                 uint32_t n)
 {
 	uint8_t *r = w->w_rec;
 	pfs_put_le32(r, PFS_SEND_MAGIC);
 	pfs_put_le16(r + 4, (uint16_t)type);
-	pfs_put_le16(r + 6, 0);
+	pfs_put_le16(r + 6, flags);
 	pfs_put_le32(r + 8, w->w_seq++);
 	pfs_put_le32(r + 12, n);
 	pfs_put_le64(r + PFS_SEND_HDR + n, XXH3_64bits(r, PFS_SEND_HDR + n));
@@ -192,6 +211,11 @@ static int pfs_writer_emit(struct pfs_writer *w, enum pfs_send_type type, uint32
 	memcpy(w->w_buf + w->w_len, r, total);
 	w->w_len += total;
 	return w->w_err;
+}
+
+static int pfs_writer_emit(struct pfs_writer *w, enum pfs_send_type type, uint32_t n)
+{
+	return pfs_writer_emit_flags(w, type, 0, n);
 }
 
 /* Room for a payload of n bytes in w_rec. */
@@ -229,6 +253,7 @@ struct pfs_cursor {
 	uint32_t c_last_len;
 	bool c_started, c_eof;
 	bool c_prefetch; /* the batch's blocks are read ahead (the snapshot sent, not its base) */
+	bool c_stored;   /* send -c: compressed blocks are not (they are read as stored) */
 	int c_err;
 };
 
@@ -264,7 +289,9 @@ static void pfs_cursor_prefetch(struct pfs_cursor *c)
 	for (uint32_t i = 0; i < c->c_n; i++) {
 		const struct pfs_entry *e = &c->c_ents[i];
 		struct blk_ptr bp;
-		if (pfs_entry_block(e->e_key, e->e_klen, e->e_val, e->e_vlen, &bp) == PFS_ENTRY_BLOCK)
+		if (pfs_entry_block(e->e_key, e->e_klen, e->e_val, e->e_vlen, &bp) ==
+		        PFS_ENTRY_BLOCK &&
+		    !(c->c_stored && bp.bp_compress != BLK_COMPRESS_OFF)) /* read as stored */
 			(void)!pool_block_load(c->c_pool, &bp, pfs_prefetch_done, NULL);
 	}
 }
@@ -341,15 +368,19 @@ static void pfs_cursor_close(struct pfs_cursor *c)
 /* ---------------------------------------------------------------------------------------------
  * Sending */
 
-/* PUT of entry e, with its block's data when it is an extent that names one. */
+/* PUT of entry e, with its block's data when it is an extent that names one: its logical
+ * bytes, or with send -c, a compressed block's bytes as stored. */
 static int pfs_send_put(struct pfs_writer *w, struct pool *p, const struct pfs_entry *e)
 {
 	struct blk_ptr bp;
 	int kind = pfs_entry_block(e->e_key, e->e_klen, e->e_val, e->e_vlen, &bp);
 	if (kind < 0)
 		return kind;
-	uint32_t d = kind == PFS_ENTRY_BLOCK ? bp.bp_lsize : 0;
-	uint8_t *pl = pfs_writer_payload(w, PFS_SEND_PUT_HDR + e->e_klen + e->e_vlen + d);
+	bool stored = w->w_stored && kind == PFS_ENTRY_BLOCK && bp.bp_compress != BLK_COMPRESS_OFF;
+	uint32_t d = kind != PFS_ENTRY_BLOCK ? 0 : stored ? bp.bp_psize : bp.bp_lsize;
+	uint32_t pre = stored ? PFS_SEND_STORED_HDR : 0;
+	uint32_t n = PFS_SEND_PUT_HDR + e->e_klen + e->e_vlen + pre + d;
+	uint8_t *pl = pfs_writer_payload(w, n);
 	if (!pl)
 		return w->w_err;
 	pfs_put_le16(pl, (uint16_t)e->e_klen);
@@ -357,6 +388,20 @@ static int pfs_send_put(struct pfs_writer *w, struct pool *p, const struct pfs_e
 	pfs_put_le32(pl + 4, d);
 	memcpy(pl + PFS_SEND_PUT_HDR, e->e_key, e->e_klen);
 	uint8_t *val = pl + PFS_SEND_PUT_HDR + e->e_klen;
+	if (stored) {
+		memset(val, 0, e->e_vlen); /* the receiver's pointer goes there */
+		uint8_t *hdr = val + e->e_vlen;
+		memset(hdr, 0, PFS_SEND_STORED_HDR);
+		hdr[0] = bp.bp_compress;
+		pfs_put_le32(hdr + 4, bp.bp_lsize);
+		int rc = pool_block_read_stored(p, &bp, hdr + PFS_SEND_STORED_HDR);
+		if (rc != 0)
+			return rc;
+		w->w_data_bytes += d;
+		w->w_stored_blocks++;
+		w->w_puts++;
+		return pfs_writer_emit_flags(w, PFS_REC_PUT, PFS_REC_F_STORED, n);
+	}
 	if (kind == PFS_ENTRY_BLOCK) {
 		memset(val, 0, e->e_vlen); /* the receiver's pointer goes there */
 		const void *img;
@@ -428,7 +473,7 @@ static int pfs_send_entries(struct pfs_writer *w, struct pool *p, struct pfs_cur
 	}
 }
 
-int pool_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
+int pool_fs_send(struct pool *p, const char *snapshot, const char *from, unsigned flags, int fd,
                  struct pool_fs_send_stats *st, char *err, size_t err_len)
 {
 	char fs[POOL_DS_NAME_MAX + 1], snap[POOL_SNAP_NAME_MAX + 1], base[POOL_SNAP_NAME_MAX + 1];
@@ -478,10 +523,12 @@ int pool_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
 		return rc;
 
 	struct pfs_cursor to = {0}, base_c = {0};
-	struct pfs_writer w = {.w_fd = fd};
+	bool stored = (flags & POOL_FS_SEND_STORED) != 0;
+	struct pfs_writer w = {.w_fd = fd, .w_stored = stored};
 	w.w_buf = mem_alloc(PFS_SEND_BUF_BYTES);
 	rc = w.w_buf ? pfs_cursor_open(p, snapshot, &to) : -ENOMEM;
 	to.c_prefetch = true;
+	to.c_stored = stored;
 	if (rc == 0 && from) {
 		char full[POOL_SNAP_FULL_MAX + 1];
 		snprintf(full, sizeof(full), "%s@%s", fs, base);
@@ -493,7 +540,7 @@ int pool_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
 		rc = w.w_err;
 	if (rc == 0) {
 		memset(pl, 0, PFS_SEND_BEGIN_BYTES);
-		pfs_put_le32(pl, PFS_SEND_VERSION);
+		pfs_put_le32(pl, stored ? PFS_SEND_VERSION_STORED : PFS_SEND_VERSION);
 		pfs_put_le32(pl + 4, from ? PFS_SEND_INCREMENTAL : PFS_SEND_FULL);
 		pfs_put_le64(pl + 8, to_ent.se_guid);
 		pfs_put_le64(pl + 16, from ? from_ent.se_guid : 0);
@@ -523,6 +570,7 @@ int pool_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
 	st->ss_puts = w.w_puts;
 	st->ss_dels = w.w_dels;
 	st->ss_data_bytes = w.w_data_bytes;
+	st->ss_stored_blocks = w.w_stored_blocks;
 	st->ss_stream_bytes = w.w_written;
 	pfs_cursor_close(&to);
 	pfs_cursor_close(&base_c);
@@ -674,25 +722,64 @@ static int pfs_recv_lock(struct pfs_recv *rv)
 	}
 }
 
+/* A block as stored (PFS_REC_F_STORED): its compression and logical size. */
+struct pfs_stored {
+	enum blk_compress st_compress;
+	uint32_t st_lsize;
+};
+
+/* The pending block of data (d bytes; as stored when stored is not NULL) for key. Returns 0
+ * with *out, -ENOMEM, or -EBADMSG for stored bytes that do not decompress to their size. */
+static int pfs_pending_make(struct pfs_recv *rv, const uint8_t *key, uint32_t klen,
+                            const uint8_t *data, uint32_t d, const struct pfs_stored *stored,
+                            struct pfs_pending **out)
+{
+	uint32_t lsize = stored ? stored->st_lsize : d;
+	struct pfs_pending *pp = mem_alloc(sizeof(*pp) + lsize);
+	if (!pp)
+		return -ENOMEM;
+	memcpy(pp->pp_key, key, klen);
+	pp->pp_klen = klen;
+	pp->pp_lsize = lsize;
+	pp->pp_sealed = NULL;
+	enum blk_compress mine = pool_ds_compress(rv->rv_ds);
+	if (stored) {
+		/* decompressed into pp_data to check it; written as it came when this file system
+		 * compresses the same way (no compression again), else sealed anew below */
+		int rc = pool_seal_stored(rv->rv_pool, data, d, lsize, stored->st_compress,
+		                          pp->pp_data, &pp->pp_sealed);
+		if (rc != 0) {
+			mem_free(pp);
+			return rc == -EINVAL ? -EBADMSG : rc;
+		}
+		if (stored->st_compress == mine) {
+			*out = pp;
+			return 0;
+		}
+		pool_sealed_free(rv->rv_pool, pp->pp_sealed);
+		pp->pp_sealed = NULL;
+	} else {
+		memcpy(pp->pp_data, data, d);
+	}
+	/* compressed here, not in the sync under the pool lock (NULL: the sync does it) */
+	if (pool_seal_block(rv->rv_pool, pp->pp_data, lsize, mine, &pp->pp_sealed) != 0)
+		pp->pp_sealed = NULL;
+	*out = pp;
+	return 0;
+}
+
 /* One PUT or DEL (put false) applied to the tree: the old value's block freed, the new value
- * put, an extent's data (data, d bytes) pending for do_sync. */
+ * put, an extent's data (data, d bytes; as stored when stored is not NULL) pending for do_sync.
+ * -EBADMSG: stored bytes that do not decompress to their size. */
 static int pfs_recv_apply(struct pfs_recv *rv, bool put, const uint8_t *key, uint32_t klen,
-                          const uint8_t *val, uint32_t vlen, const uint8_t *data, uint32_t d)
+                          const uint8_t *val, uint32_t vlen, const uint8_t *data, uint32_t d,
+                          const struct pfs_stored *stored)
 {
 	struct pfs_pending *pp = NULL;
 	if (d > 0) {
-		pp = mem_alloc(sizeof(*pp) + d);
-		if (!pp)
-			return -ENOMEM;
-		memcpy(pp->pp_key, key, klen);
-		pp->pp_klen = klen;
-		pp->pp_lsize = d;
-		memcpy(pp->pp_data, data, d);
-		/* compressed here, not in the sync under the pool lock (NULL: the sync does it) */
-		pp->pp_sealed = NULL;
-		if (pool_seal_block(rv->rv_pool, data, d, pool_ds_compress(rv->rv_ds),
-		                    &pp->pp_sealed) != 0)
-			pp->pp_sealed = NULL;
+		int rc = pfs_pending_make(rv, key, klen, data, d, stored, &pp);
+		if (rc != 0)
+			return rc;
 	}
 	struct pool *p = rv->rv_pool;
 	uint8_t old[POOL_DS_VAL_MAX];
@@ -728,7 +815,7 @@ static int pfs_recv_apply(struct pfs_recv *rv, bool put, const uint8_t *key, uin
 			else
 				rv->rv_pending = pp;
 			rv->rv_pending_tail = pp;
-			rv->rv_pending_bytes += d;
+			rv->rv_pending_bytes += pp->pp_lsize;
 			pp = NULL;
 		}
 		pool_unlock(p);
@@ -746,6 +833,8 @@ struct pfs_reader {
 	size_t r_cap;
 	uint32_t r_seq;
 	uint64_t r_bytes;
+	uint16_t r_flags;   /* the last record's */
+	uint32_t r_version; /* the stream's (BEGIN), once known */
 };
 
 /* The next record: its type and payload (valid until the next call). -EPROTO (with why) for a
@@ -767,7 +856,7 @@ static int pfs_reader_next(struct pfs_reader *r, enum pfs_send_type *type, const
 		return -EPROTO;
 	}
 	uint32_t len = pfs_get_le32(hdr + 12);
-	if (pfs_get_le32(hdr) != PFS_SEND_MAGIC || pfs_get_le16(hdr + 6) != 0 ||
+	if (pfs_get_le32(hdr) != PFS_SEND_MAGIC || (pfs_get_le16(hdr + 6) & ~PFS_REC_F_STORED) != 0 ||
 	    len > POOL_FS_SEND_PAYLOAD_MAX) {
 		snprintf(err, err_len, "not a stream record at byte %" PRIu64, r->r_bytes);
 		return -EPROTO;
@@ -801,6 +890,7 @@ static int pfs_reader_next(struct pfs_reader *r, enum pfs_send_type *type, const
 	}
 	r->r_seq++;
 	r->r_bytes += need;
+	r->r_flags = pfs_get_le16(hdr + 6);
 	*type = (enum pfs_send_type)pfs_get_le16(hdr + 4);
 	*pl = r->r_rec + PFS_SEND_HDR;
 	*n = len;
@@ -808,6 +898,7 @@ static int pfs_reader_next(struct pfs_reader *r, enum pfs_send_type *type, const
 }
 
 struct pfs_begin {
+	uint32_t b_version;
 	uint32_t b_kind;
 	struct pool_snap_entry b_snap; /* name, GUID, creation */
 	uint64_t b_base_guid;
@@ -820,12 +911,16 @@ static int pfs_begin_parse(const uint8_t *pl, uint32_t n, struct pfs_begin *b, c
 {
 	memset(b, 0, sizeof(*b));
 	uint32_t m = n >= PFS_SEND_BEGIN_BYTES ? pl[37] : 0;
-	if (n < PFS_SEND_BEGIN_BYTES || pfs_get_le32(pl) != PFS_SEND_VERSION ||
+	uint32_t version = n >= PFS_SEND_BEGIN_BYTES ? pfs_get_le32(pl) : 0;
+	if (n < PFS_SEND_BEGIN_BYTES ||
+	    (version != PFS_SEND_VERSION && version != PFS_SEND_VERSION_STORED) ||
 	    n != PFS_SEND_BEGIN_BYTES + m || m == 0 || m > POOL_SNAP_NAME_MAX) {
-		snprintf(err, err_len, "not a stream of version %u (or its first record is damaged)",
-		         PFS_SEND_VERSION);
+		snprintf(err, err_len,
+		         "not a stream of version %u or %u (or its first record is damaged)",
+		         PFS_SEND_VERSION, PFS_SEND_VERSION_STORED);
 		return -EPROTO;
 	}
+	b->b_version = version;
 	b->b_kind = pfs_get_le32(pl + 4);
 	b->b_snap.se_guid = pfs_get_le64(pl + 8);
 	b->b_base_guid = pfs_get_le64(pl + 16);
@@ -873,15 +968,31 @@ static int pfs_recv_records(struct pfs_recv *rv, struct pfs_reader *r, struct po
 			snprintf(err, err_len, "record %" PRIu32 " is of no known type", r->r_seq - 1);
 			return -EPROTO;
 		}
+		/* blocks as stored only in a stream that says it may hold them, only in PUTs */
+		bool stored = (r->r_flags & PFS_REC_F_STORED) != 0;
+		if (stored && (!put || r->r_version != PFS_SEND_VERSION_STORED)) {
+			snprintf(err, err_len, "record %" PRIu32 " is of no known kind", r->r_seq - 1);
+			return -EPROTO;
+		}
 		uint32_t k = n >= 2 ? pfs_get_le16(pl) : 0, v = 0, d = 0, at = put ? PFS_SEND_PUT_HDR : 2;
+		uint32_t pre = stored ? PFS_SEND_STORED_HDR : 0;
 		if (put && n >= PFS_SEND_PUT_HDR) {
 			v = pfs_get_le16(pl + 2);
 			d = pfs_get_le32(pl + 4);
 		}
-		const uint8_t *key = pl + at, *val = key + k, *data = val + v;
+		const uint8_t *key = pl + at, *val = key + k, *data = val + v + pre;
 		struct blk_ptr bp;
 		bool ok = n >= at && k >= 1 && k <= BTREE_KEY_MAX && v <= POOL_DS_VAL_MAX &&
-		          d <= BLK_MAX_BLOCK_BYTES && (uint64_t)at + k + v + d == n;
+		          d <= BLK_MAX_BLOCK_BYTES && (uint64_t)at + k + v + pre + d == n;
+		struct pfs_stored st_block = {0};
+		if (ok && stored) {
+			const uint8_t *hdr = val + v;
+			st_block.st_compress = (enum blk_compress)hdr[0];
+			st_block.st_lsize = pfs_get_le32(hdr + 4);
+			ok = (hdr[0] == BLK_COMPRESS_LZ4 || hdr[0] == BLK_COMPRESS_ZSTD) && hdr[1] == 0 &&
+			     hdr[2] == 0 && hdr[3] == 0 && d >= 1 && st_block.st_lsize >= d &&
+			     st_block.st_lsize <= BLK_MAX_BLOCK_BYTES;
+		}
 		if (ok && put) {
 			/* an extent's data and its (zero) value go together; nothing else has data */
 			int kind = pfs_entry_block(key, k, val, v, &bp);
@@ -898,7 +1009,14 @@ static int pfs_recv_records(struct pfs_recv *rv, struct pfs_reader *r, struct po
 			snprintf(err, err_len, "record %" PRIu32 " does not parse", r->r_seq - 1);
 			return -EPROTO;
 		}
-		rc = pfs_recv_apply(rv, put, key, k, val, v, data, d);
+		rc = pfs_recv_apply(rv, put, key, k, val, v, data, d, stored ? &st_block : NULL);
+		if (rc == -EBADMSG) {
+			snprintf(err, err_len,
+			         "record %" PRIu32 "'s block is damaged (it does not decompress to its "
+			         "size)",
+			         r->r_seq - 1);
+			return -EPROTO;
+		}
 		if (rc == -ENOENT) {
 			snprintf(err, err_len,
 			         "record %" PRIu32 " removes what the file system does not hold: it is "
@@ -1001,6 +1119,8 @@ int pool_fs_receive(struct pool *p, const char *fs, bool force, int fd,
 	}
 	if (rc == 0)
 		rc = pfs_begin_parse(pl, n, &b, err, err_len);
+	if (rc == 0)
+		r.r_version = b.b_version;
 	if (rc == 0 && b.b_kind == PFS_SEND_FULL) {
 		struct pool_ds_props props = {.dp_record_bytes = b.b_record_bytes,
 		                              .dp_compress = (enum pool_compress)(b.b_compress + 1),

@@ -63,11 +63,12 @@ struct server_pools {
 };
 
 /* The status socket's "send" and "receive" (pool_open_opts.po_fs_send/po_fs_receive). */
-static int server_fs_send(struct pool *p, const char *snapshot, const char *from, int fd,
-                          uint64_t *written, char *err, size_t err_len)
+static int server_fs_send(struct pool *p, const char *snapshot, const char *from, bool stored,
+                          int fd, uint64_t *written, char *err, size_t err_len)
 {
 	struct pool_fs_send_stats st;
-	int rc = pool_fs_send(p, snapshot, from, fd, &st, err, err_len);
+	int rc = pool_fs_send(p, snapshot, from, stored ? POOL_FS_SEND_STORED : 0, fd, &st, err,
+	                      err_len);
 	*written = st.ss_stream_bytes;
 	return rc;
 }

@@ -9,7 +9,9 @@
 # .zfs/snapshot/s1 still the first state; the same stream again refused; the server stopped, an
 # offline full send and receive into dst/copy2; a stream cut short or damaged refused with
 # nothing left behind; an incremental stream into a file system changed since its base refused,
-# then taken with -F; both pools checked clean. Needs $SHALE_BIN, nfs-cp and nfs-ls.
+# then taken with -F; send -c of compressible data (a quarter of the plain stream), received
+# through the server and read back through NFS, and offline the same stream; both pools
+# checked clean. Needs $SHALE_BIN, nfs-cp and nfs-ls.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/../lib/tap.sh"
@@ -87,6 +89,17 @@ check "dst/copy holds s2: the new files and the old ones, through NFS" bash -c "
 check "and its .zfs/snapshot/s1 is still the first state" bash -c "
 	nfs-cp '$(url dst/copy/.zfs/snapshot/s1/one.bin)' d1 && cmp one.bin d1 &&
 	! nfs-cp '$(url dst/copy/.zfs/snapshot/s1/four.bin)' d4 2>/dev/null"
+yes "shale send -c sends compressed blocks as they are stored" | head -c 3000000 >text.bin
+check "send -c of a served pool: compressed blocks as stored, a stream a quarter the size" bash -c "
+	nfs-cp text.bin '$(url src/home/text.bin)' && S snapshot create src/home@t >/dev/null &&
+	S send src/home@t -i @s2 >t.stream && S send -c src/home@t -i @s2 >tc.stream &&
+	[ \$(stat -c %s tc.stream) -lt \$((\$(stat -c %s t.stream) / 4)) ]"
+check "a full send -c received through the server, its files byte-exact through NFS" bash -c '
+	S send -c src/home@t >tcfull.stream && S receive dst/tcopy <tcfull.stream >/dev/null &&
+	echo "dst/tcopy 127.0.0.1(rw,insecure,no_root_squash)" >>var/exports &&
+	kill -HUP "$0" && sleep 1 &&
+	nfs-cp "$1/text.bin$2" t1 && cmp text.bin t1 && nfs-cp "$1/one.bin$2" t2 && cmp one.bin t2
+' "$pid" "nfs://127.0.0.1/dst/tcopy" "$url_q"
 check "the server stops" stop
 
 # ---- offline ----
@@ -109,6 +122,9 @@ check "a target changed since its base is refused, then taken with -F" bash -c '
 	! S receive dst/copy2 <inc3.stream 2>err && grep -q "after the stream" err &&
 	S receive -F dst/copy2 <inc3.stream >/dev/null &&
 	S snapshot list dst | grep -q "^dst/copy2@s3 " && ! S snapshot list dst | grep -q "@mine "'
+check "offline: send -c and receive, the same stream as the server sent" bash -c '
+	S send -c src/home@t >tcoff.stream && cmp tcfull.stream tcoff.stream &&
+	S receive dst/tcopy2 <tcoff.stream >/dev/null && S snapshot list dst | grep -q "^dst/tcopy2@t "'
 check "both pools check clean" bash -c '
 	S pool check src | grep -q " 0 problems" && S pool check dst | grep -q " 0 problems"'
 tap_finish send_receive

@@ -10,7 +10,8 @@
  * nothing behind ("fz" absent, "inc" at its snapshot), and an accepted one is undone for the next
  * input (its snapshot and file system destroyed, or "inc" rolled back). The seeds are streams
  * made by hand to the format's table (docs/design.md): a full one with a metadata entry, an
- * inode and an extent with its block, and an incremental one that removes and puts. */
+ * inode and an extent with its block, the same as version 2 with the block as stored (a zstd
+ * frame; send -c), and an incremental one that removes and puts. */
 #include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>

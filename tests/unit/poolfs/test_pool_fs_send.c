@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "pool_fs_fixture.h"
 #include "pool/pool.h"
@@ -73,13 +74,17 @@ static int stream_new(void)
 	return fd;
 }
 
-/* Sends snapshot (from: NULL or the base) into a new memory file, rewound; -1 on failure. */
-static int send_to_fd(struct pool *p, const char *snapshot, const char *from)
+/* Sends snapshot (from: NULL or the base; flags as pool_fs_send's) into a new memory file,
+ * rewound, with its statistics in *st_out (may be NULL); -1 on failure. */
+static int send_to_fd_ext(struct pool *p, const char *snapshot, const char *from, unsigned flags,
+                          struct pool_fs_send_stats *st_out)
 {
 	int fd = stream_new();
 	struct pool_fs_send_stats st;
 	char err[256] = "";
-	int rc = pool_fs_send(p, snapshot, from, fd, &st, err, sizeof(err));
+	int rc = pool_fs_send(p, snapshot, from, flags, fd, &st, err, sizeof(err));
+	if (st_out)
+		*st_out = st;
 	CHECKF(rc == 0, "send %s: %s", snapshot, err);
 	printf("# send %s%s%s: %" PRIu64 " puts, %" PRIu64 " dels, %" PRIu64 " data bytes, %" PRIu64
 	       " stream bytes\n",
@@ -91,6 +96,11 @@ static int send_to_fd(struct pool *p, const char *snapshot, const char *from)
 	}
 	VERIFY(lseek(fd, 0, SEEK_SET) == 0);
 	return fd;
+}
+
+static int send_to_fd(struct pool *p, const char *snapshot, const char *from)
+{
+	return send_to_fd_ext(p, snapshot, from, 0, NULL);
 }
 
 static int recv_from_fd(struct pool *p, const char *fs, bool force, int fd, char *err,
@@ -492,6 +502,161 @@ out:
 	CHECK(bad_completions == 0);
 }
 
+static uint32_t le32_at(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The first PUT of a block as stored in stream b (len bytes): its record's offset, or -1. */
+static long stream_find_stored(const uint8_t *b, size_t len)
+{
+	size_t at = 0;
+	while (at + 16 <= len) {
+		uint32_t n = le32_at(b + at + 12);
+		if (b[at + 4] == 2 && b[at + 6] == 1)
+			return (long)at;
+		at += 16 + (size_t)n + 8;
+	}
+	return -1;
+}
+
+/* Edits of a send -c stream's first stored block, the record's checksum made right again: the
+ * logical size it claims is one sector more (its bytes no longer decompress to it), or its
+ * compressed bytes are cut short (d and the record's length one less). */
+static void stored_reseal(uint8_t *b, long at, uint32_t n)
+{
+	uint64_t sum = XXH3_64bits(b + at, 16 + (size_t)n);
+	for (unsigned i = 0; i < 8; i++)
+		b[at + 16 + n + i] = (uint8_t)(sum >> (8 * i));
+}
+
+/* The first stored PUT of stream b: its record's offset and payload length, the prefix before
+ * its data (compression, zero, logical bytes) and its data's length. */
+struct stored_put {
+	long sp_at;
+	uint32_t sp_n, sp_d;
+	uint8_t *sp_hdr;
+};
+
+static struct stored_put stored_put_find(uint8_t *b, size_t len)
+{
+	struct stored_put sp = {.sp_at = stream_find_stored(b, len)};
+	VERIFY(sp.sp_at >= 0);
+	sp.sp_n = le32_at(b + sp.sp_at + 12);
+	uint8_t *pl = b + sp.sp_at + 16;
+	uint32_t k = (uint32_t)pl[0] | (uint32_t)pl[1] << 8, v = (uint32_t)pl[2] | (uint32_t)pl[3] << 8;
+	sp.sp_d = le32_at(pl + 4);
+	sp.sp_hdr = pl + 8 + k + v;
+	return sp;
+}
+
+static void edit_stored_lsize(uint8_t *b, size_t *len)
+{
+	struct stored_put sp = stored_put_find(b, *len);
+	uint32_t lsize = le32_at(sp.sp_hdr + 4) + 4096;
+	for (unsigned i = 0; i < 4; i++)
+		sp.sp_hdr[4 + i] = (uint8_t)(lsize >> (8 * i));
+	stored_reseal(b, sp.sp_at, sp.sp_n);
+}
+
+static void edit_stored_garbage(uint8_t *b, size_t *len)
+{
+	struct stored_put sp = stored_put_find(b, *len);
+	memset(sp.sp_hdr + 8, 0xff, sp.sp_d); /* no compressed form decodes from that */
+	stored_reseal(b, sp.sp_at, sp.sp_n);
+}
+
+/* Compressible files: every block compresses. */
+static void make_text(struct fs *fs, const char *name, uint32_t bytes, unsigned seed)
+{
+	static uint8_t text[512 * KIB];
+	VERIFY(bytes <= sizeof(text));
+	for (uint32_t i = 0; i < bytes; i++)
+		text[i] = (uint8_t)("the quick brown fox jumps over the lazy dog "[(i + seed) % 44]);
+	struct fs_obj_id root, f;
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, name, NULL, 0, &f) == 0);
+	CHECK(op_write(fs, &f, 0, text, bytes, FS_UNSTABLE, NULL) == 0);
+}
+
+/* send -c: compressed blocks travel as stored, a smaller stream for compressible data; received
+ * as they came where the target compresses alike, decompressed and sealed anew where it does
+ * not; the received file systems the sender's; stored bytes that do not decompress to what
+ * they claim refused, nothing left behind. */
+static void test_send_stored(void)
+{
+	struct blk_dev *da = mem_dev(128 * MIB), *db = mem_dev(128 * MIB);
+	struct pool *a = pool_new(da, "src", true), *b = pool_new(db, "dst", false);
+	struct fs *fs = NULL;
+	char err[256];
+	struct pool_fs_send_stats plain, stored;
+	CHECK(pool_ds_set_compress(a, "fs", POOL_COMPRESS_LZ4) == 0);
+	CHECK(pool_fs_open(a, "fs", 77, &fs) == 0);
+	if (!fs)
+		goto out;
+	make_tree(fs); /* incompressible data: sent as it is */
+	make_text(fs, "text1", 500 * KIB, 0);
+	make_text(fs, "text2", 20 * KIB, 7);
+	snap(a, "fs@s0");
+	int fd0 = send_to_fd_ext(a, "fs@s0", NULL, 0, &plain);
+	int fd = send_to_fd_ext(a, "fs@s0", NULL, POOL_FS_SEND_STORED, &stored);
+	CHECK(fd >= 0 && fd0 >= 0);
+	if (fd < 0 || fd0 < 0)
+		goto out_fs;
+	CHECKF(stored.ss_stored_blocks >= 5 && stored.ss_puts == plain.ss_puts &&
+	       stored.ss_stream_bytes + 400 * KIB < plain.ss_stream_bytes,
+	       "%" PRIu64 " stored blocks, %" PRIu64 " against %" PRIu64 " stream bytes",
+	       stored.ss_stored_blocks, stored.ss_stream_bytes, plain.ss_stream_bytes);
+	close(fd0);
+	/* damaged stored blocks, their records' checksums right: refused, nothing left */
+	void (*damage[])(uint8_t *, size_t *) = {edit_stored_lsize, edit_stored_garbage};
+	for (unsigned i = 0; i < 2; i++) {
+		int bad = stream_edit(fd, damage[i]);
+		err[0] = '\0';
+		CHECK(recv_from_fd(b, "copy", false, bad, err, sizeof(err)) == -EPROTO &&
+		      strstr(err, "does not decompress") != NULL);
+		printf("# damaged stored block %u: %s\n", i, err);
+		struct fs *left = NULL;
+		CHECK(pool_fs_open(b, "copy", 85, &left) == -ENOENT);
+		if (left)
+			fs_destroy(left);
+		close(bad);
+	}
+	/* a full stream makes the copy with the sender's compression: written as they came */
+	err[0] = '\0';
+	int rc = recv_from_fd(b, "copy", false, fd, err, sizeof(err));
+	CHECKF(rc == 0, "receive: %s", err);
+	close(fd);
+	CHECK(snaps_same(a, "fs@s0", b, "copy@s0"));
+	/* incrementals: into the copy as it is, then after it changed its compression */
+	for (int r = 1; r <= 2; r++) {
+		char cur[16], bcur[16], from[8];
+		change_tree(fs, r);
+		snprintf(cur, sizeof(cur), "text%d", 10 + r);
+		make_text(fs, cur, 300 * KIB, (unsigned)r);
+		snprintf(cur, sizeof(cur), "fs@s%d", r);
+		snprintf(bcur, sizeof(bcur), "copy@s%d", r);
+		snprintf(from, sizeof(from), "@s%d", r - 1);
+		snap(a, cur);
+		if (r == 2)
+			CHECK(pool_ds_set_compress(b, "copy", POOL_COMPRESS_ZSTD) == 0);
+		fd = send_to_fd_ext(a, cur, from, POOL_FS_SEND_STORED, &stored);
+		if (fd < 0)
+			break;
+		CHECK(stored.ss_stored_blocks >= 3);
+		err[0] = '\0';
+		rc = recv_from_fd(b, "copy", false, fd, err, sizeof(err));
+		CHECKF(rc == 0, "receive %s: %s", cur, err);
+		close(fd);
+		CHECK(snaps_same(a, cur, b, bcur));
+	}
+	pools_check(a, b);
+out_fs:
+	fs_destroy(fs);
+out:
+	pools_done(a, da, b, db);
+}
+
 /* SETATTR of mode and owner. */
 static int op_chmod_chown(struct fs *fs, const struct fs_obj_id *obj, uint32_t mode, uint32_t uid,
                           uint32_t gid)
@@ -724,6 +889,7 @@ int main(void)
 {
 	TAP_RUN(test_send_receive);
 	TAP_RUN(test_receive_refused);
+	TAP_RUN(test_send_stored);
 	TAP_RUN(test_send_many);
 	TAP_RUN(test_receive_crash);
 	return tap_finish();
