@@ -169,8 +169,9 @@ struct pfs_writer {
 	uint8_t *w_buf;
 	size_t w_len;
 	uint32_t w_seq;
-	uint8_t *w_rec;       /* one record being made */
+	uint8_t *w_rec;       /* a record too large for w_buf being made */
 	size_t w_rec_cap;
+	uint8_t *w_cur;       /* the record being made: in w_buf at w_len, or w_rec */
 	uint64_t w_puts, w_dels, w_data_bytes;
 	uint64_t w_written; /* bytes written to w_fd */
 	int w_err;
@@ -193,7 +194,7 @@ static int pfs_writer_flush(struct pfs_writer *w)
 static int pfs_writer_emit_flags(struct pfs_writer *w, enum pfs_send_type type, uint16_t flags,
                                  uint32_t n)
 {
-	uint8_t *r = w->w_rec;
+	uint8_t *r = w->w_cur;
 	pfs_put_le32(r, PFS_SEND_MAGIC);
 	pfs_put_le16(r + 4, (uint16_t)type);
 	pfs_put_le16(r + 6, flags);
@@ -201,15 +202,12 @@ static int pfs_writer_emit_flags(struct pfs_writer *w, enum pfs_send_type type, 
 	pfs_put_le32(r + 12, n);
 	pfs_put_le64(r + PFS_SEND_HDR + n, XXH3_64bits(r, PFS_SEND_HDR + n));
 	size_t total = PFS_SEND_HDR + n + PFS_SEND_SUM;
-	if (w->w_len + total > PFS_SEND_BUF_BYTES && pfs_writer_flush(w) != 0)
-		return w->w_err;
-	if (total > PFS_SEND_BUF_BYTES) {
-		if (w->w_err == 0 && (w->w_err = sh_write_all(w->w_fd, r, total)) == 0)
-			w->w_written += total;
+	if (r != w->w_rec) { /* made in place (pfs_writer_payload) */
+		w->w_len += total;
 		return w->w_err;
 	}
-	memcpy(w->w_buf + w->w_len, r, total);
-	w->w_len += total;
+	if (pfs_writer_flush(w) == 0 && (w->w_err = sh_write_all(w->w_fd, r, total)) == 0)
+		w->w_written += total;
 	return w->w_err;
 }
 
@@ -218,10 +216,18 @@ static int pfs_writer_emit(struct pfs_writer *w, enum pfs_send_type type, uint32
 	return pfs_writer_emit_flags(w, type, 0, n);
 }
 
-/* Room for a payload of n bytes in w_rec. */
+/* Room for a record with a payload of n bytes: in place at the end of w_buf (written out first
+ * when the record does not fit after what it holds), so that no byte is copied again; or in
+ * w_rec for a record larger than w_buf. Returns where its payload goes. */
 static uint8_t *pfs_writer_payload(struct pfs_writer *w, size_t n)
 {
 	size_t need = PFS_SEND_HDR + n + PFS_SEND_SUM;
+	if (need <= PFS_SEND_BUF_BYTES) {
+		if (w->w_len + need > PFS_SEND_BUF_BYTES && pfs_writer_flush(w) != 0)
+			return NULL;
+		w->w_cur = w->w_buf + w->w_len;
+		return w->w_cur + PFS_SEND_HDR;
+	}
 	if (need > w->w_rec_cap) {
 		uint8_t *r = mem_realloc(w->w_rec, need);
 		if (!r) {
@@ -231,6 +237,7 @@ static uint8_t *pfs_writer_payload(struct pfs_writer *w, size_t n)
 		w->w_rec = r;
 		w->w_rec_cap = need;
 	}
+	w->w_cur = w->w_rec;
 	return w->w_rec + PFS_SEND_HDR;
 }
 
@@ -588,7 +595,7 @@ struct pfs_pending {
 	uint32_t pp_klen;
 	uint32_t pp_lsize;
 	struct pool_sealed *pp_sealed; /* compressed and checksummed before the sync (or NULL) */
-	uint8_t pp_data[]; /* pp_lsize bytes */
+	uint8_t *pp_data;  /* pp_lsize bytes, mem_alloc: the cache takes it at the sync (no copy) */
 };
 
 struct pfs_recv {
@@ -612,13 +619,15 @@ static int pfs_recv_do_sync(void *owner, uint64_t txg)
 	while (rv->rv_pending) {
 		struct pfs_pending *pp = rv->rv_pending;
 		struct blk_ptr bp;
-		bool taken;
+		bool taken = false, sealed = pp->pp_sealed != NULL;
 		int rc = pp->pp_sealed
-		             ? pool_sync_write_sealed(rv->rv_pool, pp->pp_sealed, pp->pp_data, false,
+		             ? pool_sync_write_sealed(rv->rv_pool, pp->pp_sealed, pp->pp_data, true,
 		                                      &taken, POOL_BT_DATA, 0, 1, &bp)
 		             : pool_sync_write(rv->rv_pool, pp->pp_data, pp->pp_lsize, POOL_BT_DATA, 0,
 		                               1, &bp);
 		pp->pp_sealed = NULL; /* consumed, also on a failure */
+		if (rc == 0 && sealed && taken)
+			pp->pp_data = NULL; /* the cache's now */
 		uint8_t val[BLK_PTR_DISK_BYTES];
 		if (rc == 0) {
 			blk_ptr_encode(&bp, val);
@@ -633,6 +642,7 @@ static int pfs_recv_do_sync(void *owner, uint64_t txg)
 		}
 		rv->rv_pending = pp->pp_next;
 		rv->rv_pending_bytes -= pp->pp_lsize;
+		mem_free(pp->pp_data);
 		mem_free(pp);
 	}
 	rv->rv_pending_tail = NULL;
@@ -660,6 +670,8 @@ static void pfs_pending_free(struct pool *p, struct pfs_pending *pp)
 {
 	if (pp && pp->pp_sealed)
 		pool_sealed_free(p, pp->pp_sealed);
+	if (pp)
+		mem_free(pp->pp_data);
 	mem_free(pp);
 }
 
@@ -735,7 +747,11 @@ static int pfs_pending_make(struct pfs_recv *rv, const uint8_t *key, uint32_t kl
                             struct pfs_pending **out)
 {
 	uint32_t lsize = stored ? stored->st_lsize : d;
-	struct pfs_pending *pp = mem_alloc(sizeof(*pp) + lsize);
+	struct pfs_pending *pp = mem_zalloc(sizeof(*pp));
+	if (pp && !(pp->pp_data = mem_alloc(lsize))) {
+		mem_free(pp);
+		pp = NULL;
+	}
 	if (!pp)
 		return -ENOMEM;
 	memcpy(pp->pp_key, key, klen);
@@ -749,7 +765,7 @@ static int pfs_pending_make(struct pfs_recv *rv, const uint8_t *key, uint32_t kl
 		int rc = pool_seal_stored(rv->rv_pool, data, d, lsize, stored->st_compress,
 		                          pp->pp_data, &pp->pp_sealed);
 		if (rc != 0) {
-			mem_free(pp);
+			pfs_pending_free(rv->rv_pool, pp);
 			return rc == -EINVAL ? -EBADMSG : rc;
 		}
 		if (stored->st_compress == mine) {
