@@ -444,6 +444,10 @@ SH_MUST_CHECK int pool_snapshot_create_received(struct pool *p, const char *name
  * when none). Cheap: no space figures. 0, -ENOMEM, -EIO. */
 SH_MUST_CHECK int pool_snap_entries(struct pool *p, uint64_t head_id,
                                     struct pool_snap_entry **out, size_t *n_out);
+/* A number that moves whenever a snapshot record may have changed (a create, destroy, rollback,
+ * promote or receive made in phase 1): a list pool_snap_entries gave after reading an equal
+ * number is still current. Any thread, no lock. */
+uint64_t pool_snap_gen(struct pool *p);
 
 /* Limits what dataset `name` may hold (zfs set quota; 0 removes the limit): its allocated bytes
  * plus the data it has dirty. A change that would take it over the limit fails with -EDQUOT

@@ -468,6 +468,7 @@ struct pool {
 	struct pool_snap_req *p_snap_reqs, *p_snap_reqs_tail;
 	/* Snapshots being destroyed: none of them may be opened meanwhile (pool_snap_ds_hold). */
 	struct pool_snap_doom *p_snap_dooms;
+	_Atomic uint64_t p_snap_gen; /* pool_snap_gen: bumped by each phase 1 that ran requests */
 	/* Who holds snapshots open of its own accord (.zfs/snapshot), asked to let go of one
 	 * before its destroy; the lock is held while they are asked (pool_snap.c). */
 	pthread_mutex_t p_snap_users_lock;

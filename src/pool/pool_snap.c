@@ -1253,6 +1253,7 @@ int pool_snap_sync(struct pool *p, uint64_t txg)
 		rq->rq_done = true;
 		rq->rq_txg = txg;
 		*link = rq->rq_next;
+		atomic_fetch_add(&p->p_snap_gen, 1); /* after its records changed (under the lock) */
 	}
 	p->p_snap_reqs_tail = last;
 	return 0;
@@ -1458,6 +1459,11 @@ static int pool_snap_doom_later(struct pool *p, struct pool_ds *ds, const char *
 	*dooms_out = dooms;
 	*n_out = ndoomed;
 	return 0;
+}
+
+uint64_t pool_snap_gen(struct pool *p)
+{
+	return atomic_load(&p->p_snap_gen);
 }
 
 int pool_snap_entries(struct pool *p, uint64_t head_id, struct pool_snap_entry **out,

@@ -46,6 +46,10 @@
  *      find no snapshot and answer -ESTALE. Nothing on an event loop ever waits: requests
  *      only take sd_lock briefly or go to the worker.
  *   D3 The worker is the only thread that opens snapshots, so a txg has at most one entry.
+ *   D4 The snapshot list is read (pool_snap_entries, every record under the pool lock) only when
+ *      the pool's snapshot generation (pool_snap_gen: bumped by every phase 1 that changed a
+ *      snapshot record) moved since the cached list was read; the generation is read before
+ *      the records, so a change that races the read leaves the list stale and read again.
  *
  * ---- Concurrency ----
  * sd_lock guards the table, the counters of busy entries, the worker's queue and the list's
@@ -141,7 +145,72 @@ struct pfs_snapdir {
 	bool sd_digest_valid;
 	struct fs_time sd_changed;   /* when the list was last seen to change */
 	uint64_t sd_opens, sd_closes, sd_forwarded;
+	struct pfs_sd_list *sd_list; /* the snapshot list as last read (one reference) */
 };
+
+/* The file system's snapshots as pool_snap_entries gave them when the pool's snapshot generation
+ * was sl_gen: shared by the requests that use it (sl_refs, under sd_lock) and replaced when the
+ * generation moves, so that a GETATTR of .zfs/snapshot reads no snapshot record (rule D4). */
+struct pfs_sd_list {
+	unsigned sl_refs;
+	uint64_t sl_gen;
+	size_t sl_n;
+	struct pool_snap_entry *sl_ents;
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * The snapshot list (rule D4) */
+
+static void pfs_sd_list_free(struct pfs_sd_list *l)
+{
+	if (l) {
+		mem_free(l->sl_ents);
+		mem_free(l);
+	}
+}
+
+static void pfs_sd_list_put(struct pfs_snapdir *sd, struct pfs_sd_list *l)
+{
+	pthread_mutex_lock(&sd->sd_lock);
+	bool last = --l->sl_refs == 0;
+	pthread_mutex_unlock(&sd->sd_lock);
+	if (last)
+		pfs_sd_list_free(l);
+}
+
+/* The current list with a reference (pfs_sd_list_put it), read again when it is stale. */
+static int pfs_sd_list_get(struct pfs_snapdir *sd, struct pfs_sd_list **out)
+{
+	uint64_t gen = pool_snap_gen(sd->sd_pool);
+	pthread_mutex_lock(&sd->sd_lock);
+	struct pfs_sd_list *l = sd->sd_list;
+	if (l && l->sl_gen == gen) {
+		l->sl_refs++;
+		pthread_mutex_unlock(&sd->sd_lock);
+		*out = l;
+		return 0;
+	}
+	pthread_mutex_unlock(&sd->sd_lock);
+	l = mem_zalloc(sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	int rc = pool_snap_entries(sd->sd_pool, sd->sd_head_id, &l->sl_ents, &l->sl_n);
+	if (rc != 0) {
+		mem_free(l);
+		return rc;
+	}
+	l->sl_gen = gen;
+	l->sl_refs = 2; /* the caller's and the cache's */
+	pthread_mutex_lock(&sd->sd_lock);
+	struct pfs_sd_list *old = sd->sd_list;
+	sd->sd_list = l;
+	bool last = old && --old->sl_refs == 0;
+	pthread_mutex_unlock(&sd->sd_lock);
+	if (last)
+		pfs_sd_list_free(old);
+	*out = l;
+	return 0;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Ids */
@@ -285,11 +354,12 @@ static void pfs_sd_ent_put(struct pfs_snapdir *sd, struct pfs_snap_ent *e)
  * listing's error. */
 static int pfs_sd_snap_name(struct pfs_snapdir *sd, uint64_t txg, char *full, size_t full_len)
 {
-	struct pool_snap_entry *ents;
-	size_t n;
-	int rc = pool_snap_entries(sd->sd_pool, sd->sd_head_id, &ents, &n);
+	struct pfs_sd_list *l;
+	int rc = pfs_sd_list_get(sd, &l);
 	if (rc != 0)
 		return rc;
+	const struct pool_snap_entry *ents = l->sl_ents;
+	size_t n = l->sl_n;
 	rc = -ESTALE;
 	for (size_t i = 0; i < n; i++) {
 		if (ents[i].se_txg == txg) {
@@ -302,7 +372,7 @@ static int pfs_sd_snap_name(struct pfs_snapdir *sd, uint64_t txg, char *full, si
 			break;
 		}
 	}
-	mem_free(ents);
+	pfs_sd_list_put(sd, l);
 	return rc;
 }
 
@@ -318,6 +388,7 @@ static int pfs_sd_ent_get(struct pfs_snapdir *sd, uint64_t txg, struct pfs_snap_
 		if (!e->se_dead) {
 			e->se_busy++;
 			e->se_used = ++sd->sd_clock;
+			sd->sd_forwarded++;
 			pthread_mutex_unlock(&sd->sd_lock);
 			*out = e;
 			return 0;
@@ -363,6 +434,7 @@ static int pfs_sd_ent_get(struct pfs_snapdir *sd, uint64_t txg, struct pfs_snap_
 	sd->sd_ents = e;
 	sd->sd_nents++;
 	sd->sd_opens++;
+	sd->sd_forwarded++; /* the request that opened it goes there */
 	pthread_mutex_unlock(&sd->sd_lock);
 	while (victims) {
 		struct pfs_snap_ent *v = victims;
@@ -710,13 +782,14 @@ static void pfs_sd_ctl_fsstat_done(struct fs_req *inner)
 static void pfs_sd_ctl_run(struct pfs_snapdir *sd, struct pfs_sd_call *call, unsigned kind)
 {
 	struct fs_req *outer = call->sc_outer;
-	struct pool_snap_entry *ents = NULL;
-	size_t n = 0;
-	int rc = pool_snap_entries(sd->sd_pool, sd->sd_head_id, &ents, &n);
+	struct pfs_sd_list *l;
+	int rc = pfs_sd_list_get(sd, &l);
 	if (rc != 0) {
 		pfs_sd_call_finish(call, rc);
 		return;
 	}
+	const struct pool_snap_entry *ents = l->sl_ents;
+	size_t n = l->sl_n;
 	pfs_sd_ctl_attr(sd, kind, ents, n, &call->sc_ctl_attr);
 	const struct fs_attr *attr = &call->sc_ctl_attr;
 	switch (outer->fr_op) {
@@ -732,7 +805,7 @@ static void pfs_sd_ctl_run(struct pfs_snapdir *sd, struct pfs_sd_call *call, uns
 	case FS_OP_LOOKUP:
 		rc = pfs_sd_ctl_lookup(sd, call, kind, ents, n);
 		if (rc == 1) {
-			mem_free(ents);
+			pfs_sd_list_put(sd, l);
 			return; /* an inner request finishes it */
 		}
 		break;
@@ -740,7 +813,7 @@ static void pfs_sd_ctl_run(struct pfs_snapdir *sd, struct pfs_sd_call *call, uns
 		rc = pfs_sd_ctl_readdir(sd, outer, kind, ents, n, attr);
 		break;
 	case FS_OP_FSSTAT:
-		mem_free(ents);
+		pfs_sd_list_put(sd, l);
 		call->sc_inner = *outer;
 		call->sc_inner.fr_obj = sd->sd_root;
 		pfs_sd_call_start(call, sd->sd_head, true, pfs_sd_ctl_fsstat_done);
@@ -759,7 +832,7 @@ static void pfs_sd_ctl_run(struct pfs_snapdir *sd, struct pfs_sd_call *call, uns
 		rc = -EROFS; /* nothing in .zfs changes (a change's wcc stays empty) */
 		break;
 	}
-	mem_free(ents);
+	pfs_sd_list_put(sd, l);
 	pfs_sd_call_finish(call, rc);
 }
 
@@ -813,15 +886,14 @@ static void pfs_sd_root_readdir(struct pfs_snapdir *sd, struct pfs_sd_call *call
 	uint64_t cookie = call->sc_outer->u.readdir.rd_cookie;
 	if (call->sc_outer->u.readdir.rd_plus && cookie < PFS_SD_COOKIE_ZFS) {
 		/* .zfs's attributes, while no lock is held (the listing runs under the pool's) */
-		struct pool_snap_entry *ents;
-		size_t n;
-		int rc = pool_snap_entries(sd->sd_pool, sd->sd_head_id, &ents, &n);
+		struct pfs_sd_list *l;
+		int rc = pfs_sd_list_get(sd, &l);
 		if (rc != 0) {
 			pfs_sd_call_finish(call, rc);
 			return;
 		}
-		pfs_sd_ctl_attr(sd, PFS_SD_KIND_ZFS, ents, n, &call->sc_ctl_attr);
-		mem_free(ents);
+		pfs_sd_ctl_attr(sd, PFS_SD_KIND_ZFS, l->sl_ents, l->sl_n, &call->sc_ctl_attr);
+		pfs_sd_list_put(sd, l);
 	}
 	if (cookie == PFS_SD_COOKIE_ZFS) {
 		inner->u.readdir.rd_cookie = 2; /* after "..": the names */
@@ -841,10 +913,7 @@ static void pfs_sd_forward(struct pfs_snapdir *sd, struct pfs_sd_call *call,
 {
 	struct fs_req *outer = call->sc_outer;
 	struct fs_req *inner = &call->sc_inner;
-	call->sc_ent = e;
-	pthread_mutex_lock(&sd->sd_lock);
-	sd->sd_forwarded++;
-	pthread_mutex_unlock(&sd->sd_lock);
+	call->sc_ent = e; /* sd_forwarded was counted with its busy count, under sd_lock */
 	if (outer->fr_op == FS_OP_LOOKUP && strcmp(outer->u.lookup.lk_name, "..") == 0 &&
 	    pfs_sd_id_eq(&inner->fr_obj, &e->se_root)) {
 		/* up from a snapshot's root: .zfs/snapshot, answered by the worker */
@@ -954,6 +1023,7 @@ void pfs_snapdir_submit(struct pfs_snapdir *sd, struct fs_req *req)
 	if (e && !e->se_dead) {
 		e->se_busy++;
 		e->se_used = ++sd->sd_clock;
+		sd->sd_forwarded++;
 		pthread_mutex_unlock(&sd->sd_lock);
 		pfs_sd_forward(sd, call, e);
 		return;
@@ -1018,6 +1088,9 @@ void pfs_snapdir_destroy(struct pfs_snapdir *sd)
 		sd->sd_ents = e->se_next;
 		pfs_sd_ent_close(e);
 	}
+	/* every request ended: the cache holds the last reference */
+	VERIFY(!sd->sd_list || sd->sd_list->sl_refs == 1);
+	pfs_sd_list_free(sd->sd_list);
 	pthread_cond_destroy(&sd->sd_cv);
 	pthread_mutex_destroy(&sd->sd_lock);
 	mem_free(sd);

@@ -1888,6 +1888,60 @@ out_dev:
 	blk_dev_close(d);
 }
 
+/* A destroy of a snapshot whose READ buffer a reader holds past the wait (PFS_SD_RELEASE_WAIT_S,
+ * 10 s): refused with EBUSY, saying why, the snapshot whole and readable; once the buffer is let
+ * go, the destroy goes through. */
+static void test_snapdir_busy(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_fs(0);
+	struct pool *p = pool_new(d, &o);
+	struct fs *fs = fs_open_ok(p);
+	if (!fs)
+		goto out;
+	static uint8_t a[40 * KIB], got[40 * KIB];
+	fill(a, sizeof(a), 31);
+	struct fs_obj_id root, f, sdir, sroot, sf;
+	char err[200];
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "f", NULL, 0, &f) == 0);
+	CHECK(op_write(fs, &f, 0, a, sizeof(a), FS_FILE_SYNC, NULL) == 0);
+	const char *s1 = "fs@s1";
+	CHECK(pool_snapshot_create(p, &s1, 1, err, sizeof(err)) == 0);
+	CHECK(op_lookup(fs, &root, ".zfs", &sdir, NULL) == 0);
+	CHECK(op_lookup(fs, &sdir, "snapshot", &sdir, NULL) == 0);
+	CHECK(op_lookup(fs, &sdir, "s1", &sroot, NULL) == 0);
+	CHECK(op_lookup(fs, &sroot, "f", &sf, NULL) == 0);
+	struct call held;
+	call_init(&held, fs, FS_OP_READ, &sf);
+	held.c_req.u.read.rd_count = 4096;
+	CHECK(call_run(&held) == 0 && held.c_req.u.read.rd_buf.fb_len == 4096);
+	uint64_t t0 = clock_monotonic_ns();
+	int rc = pool_snapshot_destroy(p, s1, err, sizeof(err));
+	uint64_t waited_ms = (clock_monotonic_ns() - t0) / 1000000u;
+	CHECKF(rc == -EBUSY && strstr(err, "being read") != NULL && waited_ms >= 9000 &&
+	       waited_ms < 30000,
+	       "%d after %" PRIu64 " ms: %s", rc, waited_ms, err);
+	/* nothing changed: listed, readable through the handles held */
+	char names[4][32];
+	unsigned n = 0;
+	uint32_t got_n = 0;
+	CHECK(op_readdir_all(fs, &sdir, false, names, 4, &n) == 0 && n == 1 &&
+	      strcmp(names[0], "s1") == 0);
+	CHECK(op_read(fs, &sf, 0, sizeof(got), got, &got_n, NULL) == 0 && got_n == sizeof(a) &&
+	      memcmp(got, a, sizeof(a)) == 0);
+	held.c_req.u.read.rd_buf.fb_release(held.c_req.u.read.rd_buf.fb_release_arg);
+	call_fini(&held);
+	CHECKF(pool_snapshot_destroy(p, s1, err, sizeof(err)) == 0, "%s", err);
+	struct fs_attr at;
+	CHECK(op_getattr(fs, &sf, &at) == -ESTALE);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	fs_destroy(fs);
+out:
+	pool_done(p, d);
+}
+
 /* .zfs/snapshot with 2,000 snapshots: READDIR pages through them (seven entries a reply) with
  * cookies that are unique and in order, every page resumed where the last stopped, none missing
  * or twice; one destroyed leaves the listing. */
@@ -1956,6 +2010,7 @@ int main(void)
 	TAP_RUN(test_sealed_sync);
 	TAP_RUN(test_snapshot_served);
 	TAP_RUN(test_snapdir);
+	TAP_RUN(test_snapdir_busy);
 	TAP_RUN(test_snapdir_many);
 	TAP_RUN(test_rollback_served);
 	return tap_finish();
