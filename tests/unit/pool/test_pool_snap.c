@@ -71,12 +71,6 @@ static int set_key(struct kv *kv, unsigned k, unsigned v)
 	return kv_exec(kv, KV_OP_PUT, key, klen, buf, len, NULL, 0, NULL, NULL, NULL);
 }
 
-static void report_print(void *arg, const char *line)
-{
-	(void)arg;
-	printf("#   check: %s\n", line);
-}
-
 static struct pool_open_opts opts_kv(void)
 {
 	struct pool_open_opts o = {0};

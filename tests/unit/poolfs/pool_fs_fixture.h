@@ -47,6 +47,46 @@
 #define MIB (1024ull * 1024ull)
 #define ACK_NONE UINT64_MAX /* an acknowledgement's global number before it came */
 
+/* ---- pools ---- */
+
+/* A memory leaf of bytes. */
+static inline struct blk_dev *mem_dev(uint64_t bytes)
+{
+	struct blk_dev *d = NULL;
+	VERIFY(blk_dev_create_mem(bytes, &d) == 0);
+	return d;
+}
+
+/* Options for a pool of file systems: owners attached through pool_fs_attach, no timed txgs
+ * (tests sync when they say so); arc_max 0 is the default. */
+static inline struct pool_open_opts opts_fs(uint64_t arc_max)
+{
+	struct pool_open_opts o = {0};
+	o.po_attach = pool_fs_attach;
+	o.po_txg_interval_ms = 60000;
+	o.po_arc_max_bytes = arc_max;
+	return o;
+}
+
+/* pool_check's report, as TAP comments. */
+static inline void report_print(void *arg, const char *line)
+{
+	(void)arg;
+	printf("#   check: %s\n", line);
+}
+
+/* len pseudo-random bytes from seed (xorshift: the same seed, the same bytes). */
+static inline void fill(uint8_t *buf, size_t len, uint64_t seed)
+{
+	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (size_t i = 0; i < len; i++) {
+		s ^= s << 13;
+		s ^= s >> 7;
+		s ^= s << 17;
+		buf[i] = (uint8_t)s;
+	}
+}
+
 /* ---- the synchronous driver ---- */
 
 static const struct fs_cred root_cred = {.fc_uid = 0, .fc_gid = 0};

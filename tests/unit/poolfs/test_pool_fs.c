@@ -24,22 +24,6 @@
 
 /* ---- pools ---- */
 
-static struct blk_dev *mem_dev(uint64_t bytes)
-{
-	struct blk_dev *d = NULL;
-	VERIFY(blk_dev_create_mem(bytes, &d) == 0);
-	return d;
-}
-
-static struct pool_open_opts opts_fs(uint64_t arc_max)
-{
-	struct pool_open_opts o = {0};
-	o.po_attach = pool_fs_attach;
-	o.po_txg_interval_ms = 60000; /* tests sync when they say so */
-	o.po_arc_max_bytes = arc_max;
-	return o;
-}
-
 static struct pool *pool_new(struct blk_dev *d, const struct pool_open_opts *o)
 {
 	struct pool_create_args a = {.pc_name = "tank", .pc_opts = o};
@@ -47,23 +31,6 @@ static struct pool *pool_new(struct blk_dev *d, const struct pool_open_opts *o)
 	VERIFY(pool_create_on_devs(&a, &d, 1, NULL, 0, &p) == 0);
 	VERIFY(pool_ds_create(p, "fs", NULL) == 0);
 	return p;
-}
-
-static void report_print(void *arg, const char *line)
-{
-	(void)arg;
-	printf("#   check: %s\n", line);
-}
-
-static void fill(uint8_t *buf, size_t len, uint64_t seed)
-{
-	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-	for (size_t i = 0; i < len; i++) {
-		s ^= s << 13;
-		s ^= s >> 7;
-		s ^= s << 17;
-		buf[i] = (uint8_t)s;
-	}
 }
 
 static struct fs *fs_open_ok(struct pool *p)

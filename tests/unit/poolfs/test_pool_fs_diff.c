@@ -17,22 +17,6 @@
 #include "poolfs/pool_fs.h"
 #include "tap.h"
 
-static struct blk_dev *mem_dev(uint64_t bytes)
-{
-	struct blk_dev *d = NULL;
-	VERIFY(blk_dev_create_mem(bytes, &d) == 0);
-	return d;
-}
-
-static struct pool_open_opts opts_fs(uint64_t arc_max)
-{
-	struct pool_open_opts o = {0};
-	o.po_attach = pool_fs_attach;
-	o.po_txg_interval_ms = 60000; /* tests sync when they say so */
-	o.po_arc_max_bytes = arc_max;
-	return o;
-}
-
 static struct pool *pool_new(struct blk_dev *d, const struct pool_open_opts *o)
 {
 	struct pool_create_args a = {.pc_name = "tank", .pc_opts = o};

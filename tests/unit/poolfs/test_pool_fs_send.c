@@ -21,13 +21,6 @@
 #include "poolfs/pool_fs.h"
 #include "tap.h"
 
-static struct blk_dev *mem_dev(uint64_t bytes)
-{
-	struct blk_dev *d = NULL;
-	VERIFY(blk_dev_create_mem(bytes, &d) == 0);
-	return d;
-}
-
 static struct pool *pool_new(struct blk_dev *d, const char *name, bool with_fs)
 {
 	struct pool_open_opts o = {0};
@@ -41,28 +34,11 @@ static struct pool *pool_new(struct blk_dev *d, const char *name, bool with_fs)
 	return p;
 }
 
-static void report_print(void *arg, const char *line)
-{
-	(void)arg;
-	printf("#   check: %s\n", line);
-}
-
 static void snap(struct pool *p, const char *name)
 {
 	char err[256] = "";
 	int rc = pool_snapshot_create(p, &name, 1, err, sizeof(err));
 	CHECKF(rc == 0, "snapshot %s: %s", name, err);
-}
-
-static void fill(uint8_t *buf, size_t len, uint64_t seed)
-{
-	uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-	for (size_t i = 0; i < len; i++) {
-		s ^= s << 13;
-		s ^= s >> 7;
-		s ^= s << 17;
-		buf[i] = (uint8_t)s;
-	}
 }
 
 /* ---- streams in memory files ---- */
