@@ -1855,6 +1855,133 @@ out_dev:
 	blk_dev_close(d);
 }
 
+/* What one power-cut image of test_rollback_served_crash must hold. */
+struct rbc_model {
+	uint64_t rm_rollback_ack;      /* pool_fs_rollback returned */
+	uint64_t rm_post_ack[8];       /* each post%d file's FILE_SYNC write acknowledged */
+	uint8_t rm_keep_before[8192];  /* keep's first bytes before the rollback and at s1 */
+	uint8_t rm_keep_at_s1[8192];
+	uint8_t rm_post[8][4096];
+};
+
+/* Imports the image of leaf at cut g and checks it (clean, and as rm says): the rollback either
+ * not there (only before its acknowledgement) or whole, and every post file acknowledged before
+ * the cut there with its bytes. *rolled counts the images that show it rolled back. */
+static bool rbc_verify(struct blk_dev *leaf, uint64_t g, enum blk_fault_mode mode, uint64_t seed,
+                       const struct rbc_model *rm, unsigned *rolled)
+{
+	struct pool_open_opts o = opts_fs(0);
+	struct blk_dev *img = NULL;
+	struct pool *p = NULL;
+	bool ok = crash_cut_import(&leaf, 1, g, mode, seed, &o, &img, &p);
+	struct fs *fs = NULL;
+	if (ok && pool_fs_open(p, "fs", 77, &fs) != 0)
+		ok = false;
+	if (ok) {
+		static uint8_t got[8192];
+		struct fs_obj_id root, keep, x;
+		uint32_t n = 0;
+		bool late = false;
+		ok = fs_root(fs, &root) == 0 && op_lookup(fs, &root, "keep", &keep, NULL) == 0 &&
+		     op_read(fs, &keep, 0, sizeof(got), got, &n, NULL) == 0 && n == sizeof(got);
+		late = ok && op_lookup(fs, &root, "late", NULL, NULL) == 0;
+		if (ok && late) {
+			/* not rolled back: only a cut before the command returned may show that */
+			ok = g < rm->rm_rollback_ack && memcmp(got, rm->rm_keep_before, n) == 0;
+		} else if (ok) {
+			(*rolled)++;
+			ok = memcmp(got, rm->rm_keep_at_s1, n) == 0;
+			for (unsigned i = 0; ok && i < 8; i++) {
+				char nm[16];
+				snprintf(nm, sizeof(nm), "post%u", i);
+				int rc = op_lookup(fs, &root, nm, &x, NULL);
+				if (rm->rm_post_ack[i] > g)
+					continue; /* not acknowledged before the cut: either way */
+				ok = rc == 0 && op_read(fs, &x, 0, 4096, got, &n, NULL) == 0 && n == 4096 &&
+				     memcmp(got, rm->rm_post[i], 4096) == 0;
+			}
+		}
+		if (!ok)
+			printf("#   cut %" PRIu64 " mode %d: %s\n", g, mode,
+			       late ? "the rollback is missing after it returned"
+			            : "an acknowledged change is missing or wrong");
+	}
+	if (fs)
+		fs_destroy(fs);
+	if (p)
+		pool_close(p);
+	blk_dev_close(img);
+	return ok;
+}
+
+/* Power cuts around a rollback of a served file system (a fault-injecting leaf): every image
+ * imports and checks clean; one cut after the command returned has the rollback, and every
+ * stable change acknowledged after it (new files made through the same open file system) is
+ * there. */
+static void test_rollback_served_crash(void)
+{
+	struct blk_dev *leaf = NULL;
+	VERIFY(blk_dev_create_fault(96 * MIB, &leaf) == 0);
+	struct pool_open_opts o = opts_fs(0);
+	o.po_log_region_bytes = 16 * MIB;
+	struct pool *p = pool_new(leaf, &o);
+	struct fs *fs = fs_open_ok(p);
+	static struct rbc_model rm;
+	if (!fs)
+		goto out;
+	struct fs_obj_id root, keep, late, post;
+	char err[200];
+	fill(rm.rm_keep_at_s1, sizeof(rm.rm_keep_at_s1), 41);
+	fill(rm.rm_keep_before, sizeof(rm.rm_keep_before), 42);
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "keep", NULL, 0, &keep) == 0);
+	CHECK(op_write(fs, &keep, 0, rm.rm_keep_at_s1, sizeof(rm.rm_keep_at_s1), FS_FILE_SYNC,
+	               NULL) == 0);
+	const char *s1 = "fs@s1";
+	CHECK(pool_snapshot_create(p, &s1, 1, err, sizeof(err)) == 0);
+	CHECK(op_write(fs, &keep, 0, rm.rm_keep_before, sizeof(rm.rm_keep_before), FS_FILE_SYNC,
+	               NULL) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "late", NULL, 0, &late) == 0);
+	CHECK(op_write(fs, &late, 0, rm.rm_keep_before, 4096, FS_FILE_SYNC, NULL) == 0);
+	uint64_t start = blk_fault_global_seq();
+	CHECKF(pool_fs_rollback(p, s1, false, err, sizeof(err)) == 0, "%s", err);
+	rm.rm_rollback_ack = blk_fault_global_seq();
+	for (unsigned i = 0; i < 8; i++) {
+		char nm[16];
+		snprintf(nm, sizeof(nm), "post%u", i);
+		fill(rm.rm_post[i], 4096, 100 + i);
+		rm.rm_post_ack[i] = ACK_NONE;
+		CHECK(op_create(fs, FS_OP_CREATE, &root, nm, NULL, 0, &post) == 0);
+		CHECK(op_write_ack(fs, &post, 0, rm.rm_post[i], 4096, FS_FILE_SYNC, NULL,
+		                   &rm.rm_post_ack[i]) == 0);
+		if (i == 3)
+			CHECK(pool_txg_wait_synced(p, 0) == 0); /* half of them in a txg */
+	}
+	fs_destroy(fs);
+	pool_close(p); /* the crash */
+	p = NULL;
+	struct crash_plan plan;
+	crash_plan_init(&plan, &leaf, 1, start, 24, 0x7b11);
+	unsigned images = 0, failed = 0, rolled = 0;
+	for (unsigned c = 0; c < plan.cp_ncuts && failed <= 4; c++) {
+		uint64_t g = crash_plan_cut(&plan, c);
+		for (int mode = BLK_FAULT_KEEP_ALL; mode <= BLK_FAULT_REORDER; mode++) {
+			images++;
+			failed += !rbc_verify(leaf, g, (enum blk_fault_mode)mode, c * 5 + (uint64_t)mode,
+			                      &rm, &rolled);
+		}
+	}
+	CHECKF(failed == 0, "%u of %u images failed", failed, images);
+	CHECKF(rolled > 0 && rolled < images, "%u of %u images rolled back", rolled, images);
+	printf("#   %u cut points (%zu flush events), %u images, %u of them rolled back\n",
+	       plan.cp_ncuts, plan.cp_nflush, images, rolled);
+	crash_plan_fini(&plan);
+out:
+	if (p)
+		pool_close(p);
+	blk_dev_close(leaf);
+}
+
 /* A destroy of a snapshot whose READ buffer a reader holds past the wait (PFS_SD_RELEASE_WAIT_S,
  * 10 s): refused with EBUSY, saying why, the snapshot whole and readable; once the buffer is let
  * go, the destroy goes through. */
@@ -1980,5 +2107,6 @@ int main(void)
 	TAP_RUN(test_snapdir_busy);
 	TAP_RUN(test_snapdir_many);
 	TAP_RUN(test_rollback_served);
+	TAP_RUN(test_rollback_served_crash);
 	return tap_finish();
 }
