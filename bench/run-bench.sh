@@ -47,8 +47,9 @@
 #      "sendrecv" is none either: bench/send_receive.sh --quick (`shale send` and `shale
 #      receive` of a 256 MiB file system, offline from a cold cache, against fio's direct
 #      sequential read of the sending pool's leaf and write beside the receiving one; its own
-#      pools in WORK/sendrecv). Its lines go to RESULTS/sendrecv-summary.txt and after the
-#      summary table.
+#      pools in WORK/sendrecv), then bench/send_receive-zfs.sh --quick (send and send | receive
+#      beside zfs-fuse's on the same data). Their lines go to RESULTS/sendrecv-summary.txt and
+#      sendrecv-zfs.txt, and after the summary table.
 #   6. Prints the summary table (bench/summarize.py): each speed goal of the comparison, the
 #      measured ratio Shale/Ganesha as median and range over the rounds, PASS or MISS, and each
 #      memory-pool phase's peak RSS against its goal; saves it as RESULTS/summary.txt, stops the
@@ -86,7 +87,7 @@
 # Needs root (namespaces, pinning), two or more CPUs, and the Debian packages nfs-ganesha,
 # nfs-ganesha-vfs, rpcbind and iperf3 (`make bench` installs whatever is missing); "snapshot"
 # also nfs-cp, libnfs-dev and zfs-fuse (snapshot-zfs.sh installs it when it is missing);
-# "sendrecv" nfs-cp and fio.
+# "sendrecv" nfs-cp, fio and zfs-fuse (send_receive-zfs.sh installs it when it is missing).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -562,11 +563,13 @@ for w in $workloads; do
 		continue
 		;;
 	sendrecv)
-		rm -f "$results/sendrecv-summary.txt"
+		rm -f "$results/sendrecv-summary.txt" "$results/sendrecv-zfs.txt"
 		start=$(date +%s)
-		say "$w: $here/send_receive.sh --quick"
-		"$here/send_receive.sh" --quick --shale "$shale" --results "$results" --work "$work/sendrecv" \
-			>"$logs/send_receive.sh.out" 2>&1 || { bench_failed+=("$w"); tail -n 5 "$logs/send_receive.sh.out" >&2; }
+		for s in send_receive.sh send_receive-zfs.sh; do
+			say "$w: $here/$s --quick"
+			"$here/$s" --quick --shale "$shale" --results "$results" --work "$work/sendrecv" \
+				>"$logs/$s.out" 2>&1 || { bench_failed+=("$w ($s)"); tail -n 5 "$logs/$s.out" >&2; }
+		done
 		say "$w: done after $(($(date +%s) - start))s"
 		kill -0 "$shale_pid" 2>/dev/null || fail "shale serve died during $w"
 		continue
@@ -635,8 +638,9 @@ case " $workloads " in *" snapshot "*)
 	done | tee -a "$results/summary.txt" ;;
 esac
 case " $workloads " in *" sendrecv "*)
-	[ -f "$results/sendrecv-summary.txt" ] &&
-		{ echo; echo "sendrecv-summary.txt:"; cat "$results/sendrecv-summary.txt"; } | tee -a "$results/summary.txt" ;;
+	for f in sendrecv-summary.txt sendrecv-zfs.txt; do
+		[ -f "$results/$f" ] && { echo; echo "$f:"; cat "$results/$f"; }
+	done | tee -a "$results/summary.txt" ;;
 esac
 if [ "${#bench_failed[@]}" -gt 0 ]; then
 	say "shale bench reported failed or unanswered operations, or failed, in: ${bench_failed[*]}"
