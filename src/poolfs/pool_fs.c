@@ -14,6 +14,11 @@
  *     zpl yet (po_zpl NULL); pool_fs_open formats it (root 0:0 mode 0755) and waits until the
  *     format's txg is durable, so that no log record can ever precede the format on disk.
  *     The owner also keeps the dataset's pending writes (below), since every open shares them.
+ *     A rollback of the dataset while it is open (pool_snap.c, S10) calls do_rollback in its
+ *     phase 1: the zpl is closed and the pending writes forgotten, and the next request opens
+ *     the zpl on the new tree (pfs_run); opens keep their root and limits, which a rollback
+ *     does not change, and new objects' generations follow the txgs (zpl_env.ze_txg), so no
+ *     handle a client kept from before names another object after it.
  *   - The file system (struct pool_fs): one pool_fs_open; the struct fs the NFS layer uses. It
  *     holds a dataset open (so the owner stays), the write verifier, two helper threads and the
  *     free list of slow-path contexts. fo_destroy closes the dataset.
