@@ -1814,8 +1814,10 @@ static void pfs_run(struct pool_fs *pf, struct fs_req *req, struct pfs_ctx *c)
 		struct blk_ptr missing;
 		pool_lock(p);
 		if (!o->po_zpl) {
-			/* A rollback let go of the zpl (pfs_do_rollback): open it on the new tree. */
-			int rc = pfs_owner_load_locked(o, false, &missing, NULL);
+			/* A rollback let go of the zpl (pfs_do_rollback): open it on the new tree,
+			 * formatting it when the snapshot was taken before the first open had (its
+			 * root is the same object, generation 1; replay formats an empty tree too) */
+			int rc = pfs_owner_load_locked(o, !pf->pf_read_only, &missing, NULL);
 			if (rc == -SH_ENEEDBLOCK) {
 				pool_unlock(p);
 				if (pfs_wait_blocks(pf, req, &c, &missing, NULL, 0))

@@ -1855,6 +1855,48 @@ out_dev:
 	blk_dev_close(d);
 }
 
+/* A rollback of a served file system to a snapshot taken before anything formatted it: the open
+ * file system formats it again at its next request, with the same root, and goes on. */
+static void test_rollback_served_unformatted(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_fs(0);
+	struct pool *p = pool_new(d, &o);
+	char err[200];
+	CHECK(pool_ds_create(p, "blank", NULL) == 0);
+	const char *s0 = "blank@s0";
+	CHECK(pool_snapshot_create(p, &s0, 1, err, sizeof(err)) == 0);
+	struct fs *fs = NULL;
+	CHECK(pool_fs_open(p, "blank", 78, &fs) == 0);
+	if (!fs)
+		goto out;
+	struct fs_obj_id root, f, root2;
+	struct fs_attr at;
+	char names[4][32];
+	unsigned n = 9;
+	CHECK(fs_root(fs, &root) == 0);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "f", NULL, 0, &f) == 0);
+	CHECK(op_write(fs, &f, 0, "data", 4, FS_FILE_SYNC, NULL) == 0);
+	CHECKF(pool_fs_rollback(p, s0, false, err, sizeof(err)) == 0, "%s", err);
+	CHECK(op_getattr(fs, &root, &at) == 0 && at.fa_type == FS_DIR);
+	CHECK(op_readdir_all(fs, &root, false, names, 4, &n) == 0 && n == 0);
+	CHECK(op_getattr(fs, &f, &at) == -ESTALE);
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "g", NULL, 0, NULL) == 0);
+	fs_destroy(fs);
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	CHECK(pool_check(p, report_print, NULL) == 0);
+	fs = NULL;
+	CHECK(pool_fs_open(p, "blank", 78, &fs) == 0);
+	if (fs) {
+		CHECK(fs_root(fs, &root2) == 0 && root2.foi_len == root.foi_len &&
+		      memcmp(root2.foi_bytes, root.foi_bytes, root.foi_len) == 0);
+		CHECK(op_lookup(fs, &root2, "g", NULL, NULL) == 0);
+		fs_destroy(fs);
+	}
+out:
+	pool_done(p, d);
+}
+
 /* What one power-cut image of test_rollback_served_crash must hold. */
 struct rbc_model {
 	uint64_t rm_rollback_ack;      /* pool_fs_rollback returned */
@@ -2107,6 +2149,7 @@ int main(void)
 	TAP_RUN(test_snapdir_busy);
 	TAP_RUN(test_snapdir_many);
 	TAP_RUN(test_rollback_served);
+	TAP_RUN(test_rollback_served_unformatted);
 	TAP_RUN(test_rollback_served_crash);
 	return tap_finish();
 }
