@@ -740,15 +740,21 @@ struct pfs_stored {
 	uint32_t st_lsize;
 };
 
-/* The pending block of data (d bytes; as stored when stored is not NULL) for key. Returns 0
- * with *out, -ENOMEM, or -EBADMSG for stored bytes that do not decompress to their size. */
+/* The pending block of data (d bytes; as stored when stored is not NULL) for key; a logical
+ * block in *take (a mem_alloc buffer of exactly d bytes, the reader's) is taken, *take set to
+ * NULL, instead of copied. Returns 0 with *out, -ENOMEM, or -EBADMSG for stored bytes that do
+ * not decompress to their size. */
 static int pfs_pending_make(struct pfs_recv *rv, const uint8_t *key, uint32_t klen,
                             const uint8_t *data, uint32_t d, const struct pfs_stored *stored,
-                            struct pfs_pending **out)
+                            uint8_t **take, struct pfs_pending **out)
 {
 	uint32_t lsize = stored ? stored->st_lsize : d;
+	bool taking = !stored && take && *take == data;
 	struct pfs_pending *pp = mem_zalloc(sizeof(*pp));
-	if (pp && !(pp->pp_data = mem_alloc(lsize))) {
+	if (pp && taking) {
+		pp->pp_data = *take;
+		*take = NULL;
+	} else if (pp && !(pp->pp_data = mem_alloc(lsize))) {
 		mem_free(pp);
 		pp = NULL;
 	}
@@ -774,7 +780,7 @@ static int pfs_pending_make(struct pfs_recv *rv, const uint8_t *key, uint32_t kl
 		}
 		pool_sealed_free(rv->rv_pool, pp->pp_sealed);
 		pp->pp_sealed = NULL;
-	} else {
+	} else if (!taking) {
 		memcpy(pp->pp_data, data, d);
 	}
 	/* compressed here, not in the sync under the pool lock (NULL: the sync does it) */
@@ -789,11 +795,11 @@ static int pfs_pending_make(struct pfs_recv *rv, const uint8_t *key, uint32_t kl
  * -EBADMSG: stored bytes that do not decompress to their size. */
 static int pfs_recv_apply(struct pfs_recv *rv, bool put, const uint8_t *key, uint32_t klen,
                           const uint8_t *val, uint32_t vlen, const uint8_t *data, uint32_t d,
-                          const struct pfs_stored *stored)
+                          const struct pfs_stored *stored, uint8_t **take)
 {
 	struct pfs_pending *pp = NULL;
 	if (d > 0) {
-		int rc = pfs_pending_make(rv, key, klen, data, d, stored, &pp);
+		int rc = pfs_pending_make(rv, key, klen, data, d, stored, take, &pp);
 		if (rc != 0)
 			return rc;
 	}
@@ -851,14 +857,88 @@ struct pfs_reader {
 	uint64_t r_bytes;
 	uint16_t r_flags;   /* the last record's */
 	uint32_t r_version; /* the stream's (BEGIN), once known */
+	/* The last record's data when it is a PUT of a block's logical bytes: read into a buffer
+	 * of its own (mem_alloc of exactly r_data_len bytes), not into r_rec, so that the receiver
+	 * takes it as the block's pending data instead of copying it (NULL once taken). */
+	uint8_t *r_data;
+	uint32_t r_data_len;
+	XXH3_state_t *r_sum; /* the checksum of a record read in parts */
 };
 
-/* The next record: its type and payload (valid until the next call). -EPROTO (with why) for a
- * record that is not whole, not right, or out of order; -ENODATA at the end of the input before
- * any byte of a record. */
+static void pfs_reader_fini(struct pfs_reader *r)
+{
+	mem_free(r->r_rec);
+	mem_free(r->r_data);
+	if (r->r_sum)
+		XXH3_freeState(r->r_sum);
+	r->r_rec = r->r_data = NULL;
+	r->r_sum = NULL;
+}
+
+/* Reads n bytes into buf: 0, the read's error, or -EPROTO (why in err) when the stream ends. */
+static int pfs_reader_read(struct pfs_reader *r, void *buf, size_t n, char *err, size_t err_len)
+{
+	size_t got = 0;
+	int rc = sh_read_full(r->r_fd, buf, n, &got);
+	if (rc == 0 && got < n) {
+		snprintf(err, err_len, "the stream ends inside record %" PRIu32, r->r_seq);
+		rc = -EPROTO;
+	}
+	return rc;
+}
+
+/* The rest of a PUT whose first PFS_SEND_PUT_HDR payload bytes are in r_rec already: when it
+ * names data of its own (d > 0, the lengths adding up), its key and value into r_rec, its data
+ * into r_data, its checksum checked over the parts; 1 when it does not (the caller reads it
+ * whole). 0 or an error. */
+static int pfs_reader_put_parts(struct pfs_reader *r, uint32_t len, char *err, size_t err_len)
+{
+	const uint8_t *ph = r->r_rec + PFS_SEND_HDR;
+	uint32_t k = pfs_get_le16(ph), v = pfs_get_le16(ph + 2), d = pfs_get_le32(ph + 4);
+	uint64_t prefix = (uint64_t)PFS_SEND_PUT_HDR + k + v;
+	if (d == 0 || d > BLK_MAX_BLOCK_BYTES || prefix + d != len)
+		return 1;
+	if (!r->r_sum && !(r->r_sum = XXH3_createState()))
+		return -ENOMEM;
+	uint8_t *data = mem_alloc(d);
+	if (!data)
+		return -ENOMEM;
+	uint8_t sum[PFS_SEND_SUM];
+	int rc = pfs_reader_read(r, r->r_rec + PFS_SEND_HDR + PFS_SEND_PUT_HDR,
+	                         (size_t)prefix - PFS_SEND_PUT_HDR, err, err_len);
+	if (rc == 0)
+		rc = pfs_reader_read(r, data, d, err, err_len);
+	if (rc == 0)
+		rc = pfs_reader_read(r, sum, sizeof(sum), err, err_len);
+	if (rc == 0) {
+		(void)XXH3_64bits_reset(r->r_sum);
+		(void)XXH3_64bits_update(r->r_sum, r->r_rec, PFS_SEND_HDR + (size_t)prefix);
+		(void)XXH3_64bits_update(r->r_sum, data, d);
+		if (pfs_get_le64(sum) != XXH3_64bits_digest(r->r_sum)) {
+			snprintf(err, err_len, "record %" PRIu32 " is damaged (its checksum is wrong)",
+			         r->r_seq);
+			rc = -EPROTO;
+		}
+	}
+	if (rc != 0) {
+		mem_free(data);
+		return rc;
+	}
+	r->r_data = data;
+	r->r_data_len = d;
+	return 0;
+}
+
+/* The next record: its type and payload (valid until the next call). A PUT of a block's logical
+ * bytes has them in r_data instead, and its payload ends before them (*n still counts them).
+ * -EPROTO (with why) for a record that is not whole, not right, or out of order; -ENODATA at
+ * the end of the input before any byte of a record. */
 static int pfs_reader_next(struct pfs_reader *r, enum pfs_send_type *type, const uint8_t **pl,
                            uint32_t *n, char *err, size_t err_len)
 {
+	mem_free(r->r_data);
+	r->r_data = NULL;
+	r->r_data_len = 0;
 	uint8_t hdr[PFS_SEND_HDR];
 	size_t got = 0;
 	int rc = sh_read_full(r->r_fd, hdr, sizeof(hdr), &got);
@@ -891,15 +971,24 @@ static int pfs_reader_next(struct pfs_reader *r, enum pfs_send_type *type, const
 		r->r_cap = need;
 	}
 	memcpy(r->r_rec, hdr, PFS_SEND_HDR);
-	rc = sh_read_full(r->r_fd, r->r_rec + PFS_SEND_HDR, len + PFS_SEND_SUM, &got);
-	if (rc != 0)
-		return rc;
-	if (got < len + PFS_SEND_SUM) {
-		snprintf(err, err_len, "the stream ends inside record %" PRIu32, r->r_seq);
-		return -EPROTO;
+	uint32_t done = 0; /* payload bytes in r_rec already */
+	if (pfs_get_le16(hdr + 4) == PFS_REC_PUT && pfs_get_le16(hdr + 6) == 0 &&
+	    len >= PFS_SEND_PUT_HDR) {
+		rc = pfs_reader_read(r, r->r_rec + PFS_SEND_HDR, PFS_SEND_PUT_HDR, err, err_len);
+		if (rc == 0)
+			rc = pfs_reader_put_parts(r, len, err, err_len);
+		if (rc < 0)
+			return rc;
+		done = PFS_SEND_PUT_HDR; /* rc 1: the rest follows whole */
 	}
-	if (pfs_get_le64(r->r_rec + PFS_SEND_HDR + len) !=
-	    XXH3_64bits(r->r_rec, PFS_SEND_HDR + len)) {
+	if (!r->r_data) {
+		rc = pfs_reader_read(r, r->r_rec + PFS_SEND_HDR + done, len - done + PFS_SEND_SUM,
+		                     err, err_len);
+		if (rc != 0)
+			return rc;
+	}
+	if (!r->r_data && pfs_get_le64(r->r_rec + PFS_SEND_HDR + len) !=
+	                      XXH3_64bits(r->r_rec, PFS_SEND_HDR + len)) {
 		snprintf(err, err_len, "record %" PRIu32 " is damaged (its checksum is wrong)",
 		         r->r_seq);
 		return -EPROTO;
@@ -997,6 +1086,8 @@ static int pfs_recv_records(struct pfs_recv *rv, struct pfs_reader *r, struct po
 			d = pfs_get_le32(pl + 4);
 		}
 		const uint8_t *key = pl + at, *val = key + k, *data = val + v + pre;
+		if (r->r_data) /* read apart (pfs_reader_next): the lengths were checked there */
+			data = r->r_data;
 		struct blk_ptr bp;
 		bool ok = n >= at && k >= 1 && k <= BTREE_KEY_MAX && v <= POOL_DS_VAL_MAX &&
 		          d <= BLK_MAX_BLOCK_BYTES && (uint64_t)at + k + v + pre + d == n;
@@ -1025,7 +1116,8 @@ static int pfs_recv_records(struct pfs_recv *rv, struct pfs_reader *r, struct po
 			snprintf(err, err_len, "record %" PRIu32 " does not parse", r->r_seq - 1);
 			return -EPROTO;
 		}
-		rc = pfs_recv_apply(rv, put, key, k, val, v, data, d, stored ? &st_block : NULL);
+		rc = pfs_recv_apply(rv, put, key, k, val, v, data, d, stored ? &st_block : NULL,
+		                    &r->r_data);
 		if (rc == -EBADMSG) {
 			snprintf(err, err_len,
 			         "record %" PRIu32 "'s block is damaged (it does not decompress to its "
@@ -1150,7 +1242,7 @@ int pool_fs_receive(struct pool *p, const char *fs, bool force, int fd,
 		rc = pfs_recv_incremental_target(p, fs, &b, force, err, err_len);
 	}
 	if (rc != 0) {
-		mem_free(r.r_rec);
+		pfs_reader_fini(&r);
 		return rc == -ENODATA ? -EPROTO : rc;
 	}
 	/* From here on, a failure puts the file system back as it was. */
@@ -1228,6 +1320,6 @@ int pool_fs_receive(struct pool *p, const char *fs, bool force, int fd,
 			          "import undoes it)",
 			          pool_name(p), fs, undo_err);
 	}
-	mem_free(r.r_rec);
+	pfs_reader_fini(&r);
 	return rc;
 }
