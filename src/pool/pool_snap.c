@@ -664,14 +664,20 @@ int pool_dl_kill(struct pool_ds *ds, const struct blk_ptr *bp)
 	if (ds->ds_queued)
 		return 0; /* S2 */
 	uint64_t key = pool_line_bucket(ds, bp->bp_birth_txg);
-	struct pool_dl_kills *dk = NULL;
-	for (uint32_t i = 0; i < ds->ds_nkills; i++) {
-		if (ds->ds_kills[i].dk_key == key) {
-			dk = &ds->ds_kills[i];
-			break;
-		}
+	/* ds_kills is kept in key order, so that finding the bucket's list is a binary search
+	 * however many buckets a txg's kills touch (one per snapshot interval they were born in) */
+	uint32_t lo = 0, hi = ds->ds_nkills;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (ds->ds_kills[mid].dk_key < key)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	if (!dk) {
+	struct pool_dl_kills *dk = NULL;
+	if (lo < ds->ds_nkills && ds->ds_kills[lo].dk_key == key) {
+		dk = &ds->ds_kills[lo];
+	} else {
 		if (ds->ds_nkills == ds->ds_kills_cap) {
 			uint32_t cap = ds->ds_kills_cap ? ds->ds_kills_cap * 2 : 4;
 			struct pool_dl_kills *n = mem_realloc(ds->ds_kills, cap * sizeof(*n));
@@ -680,7 +686,10 @@ int pool_dl_kill(struct pool_ds *ds, const struct blk_ptr *bp)
 			ds->ds_kills = n;
 			ds->ds_kills_cap = cap;
 		}
-		dk = &ds->ds_kills[ds->ds_nkills++];
+		memmove(&ds->ds_kills[lo + 1], &ds->ds_kills[lo],
+		        (size_t)(ds->ds_nkills - lo) * sizeof(ds->ds_kills[0]));
+		ds->ds_nkills++;
+		dk = &ds->ds_kills[lo];
 		memset(dk, 0, sizeof(*dk));
 		dk->dk_key = key;
 	}
