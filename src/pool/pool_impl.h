@@ -405,7 +405,7 @@ struct pool_ds {
 	/* Snapshots (pool_snap.c). The line's latest snapshot (or a clone's origin): its txg (0 when
 	 * none) and id; the head's dead list (0: none yet); a clone's origin (its head's id and its
 	 * txg; 0 when not a clone); the line's bucket boundaries (its snapshots' txgs, ascending,
-	 * the origin's first); kills not written yet, by bucket (rule S1). */
+	 * the origin's first); kills not written yet, by bucket, in key order (rule S1). */
 	uint64_t ds_prev_snap_txg;
 	uint64_t ds_prev_snap_id;
 	uint64_t ds_dl_id;

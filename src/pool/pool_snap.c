@@ -637,19 +637,29 @@ void pool_snap_ds_fini(struct pool_ds *ds)
 	ds->ds_kill_mem = 0;
 }
 
-/* How many of a line's n boundaries (ascending) lie before a block born in txg birth: the
- * block's bucket is the last of those (bounds[i - 1]), or 0 when i is 0. */
-static uint32_t pool_bucket_index(const uint64_t *bounds, uint32_t n, uint64_t birth)
+/* How many of n ascending uint64 keys, the first at base and each stride bytes after the one
+ * before (an array of them, or a key field of an array of structures), are below key: where key
+ * is, or would go. */
+static uint32_t pool_key_lower_bound(const void *base, uint32_t n, size_t stride, uint64_t key)
 {
-	uint32_t lo = 0, hi = n; /* the first boundary >= birth is at hi */
+	uint32_t lo = 0, hi = n; /* the first key >= key is at hi */
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
-		if (bounds[mid] < birth)
+		uint64_t k;
+		memcpy(&k, (const uint8_t *)base + (size_t)mid * stride, sizeof(k));
+		if (k < key)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	return lo;
+}
+
+/* How many of a line's n boundaries (ascending) lie before a block born in txg birth: the
+ * block's bucket is the last of those (bounds[i - 1]), or 0 when i is 0. */
+static uint32_t pool_bucket_index(const uint64_t *bounds, uint32_t n, uint64_t birth)
+{
+	return pool_key_lower_bound(bounds, n, sizeof(bounds[0]), birth);
 }
 
 /* The bucket a block born in txg birth goes to: the latest boundary of the line before it. */
@@ -666,14 +676,9 @@ int pool_dl_kill(struct pool_ds *ds, const struct blk_ptr *bp)
 	uint64_t key = pool_line_bucket(ds, bp->bp_birth_txg);
 	/* ds_kills is kept in key order, so that finding the bucket's list is a binary search
 	 * however many buckets a txg's kills touch (one per snapshot interval they were born in) */
-	uint32_t lo = 0, hi = ds->ds_nkills;
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-		if (ds->ds_kills[mid].dk_key < key)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	uint32_t lo = ds->ds_nkills == 0 ? 0
+	                                 : pool_key_lower_bound(&ds->ds_kills[0].dk_key, ds->ds_nkills,
+	                                                        sizeof(ds->ds_kills[0]), key);
 	struct pool_dl_kills *dk = NULL;
 	if (lo < ds->ds_nkills && ds->ds_kills[lo].dk_key == key) {
 		dk = &ds->ds_kills[lo];
