@@ -49,6 +49,30 @@ static void pool_done(struct pool *p, struct blk_dev *d)
 	CHECK(bad_completions == 0);
 }
 
+/* How pool_reimport lets go of the pool before importing it again. */
+enum reimport_how {
+	REIMPORT_EXPORT, /* exported: a last txg, as at a clean stop of the server */
+	REIMPORT_CRASH,  /* closed without a last txg: a crash after the replies */
+};
+
+/* Destroys *fs, lets go of the pool *p on d as how says, imports d again with o into *p and
+ * opens "fs" on it into *fs (fs_open_ok). *p is NULL when the import failed (d stays open) and
+ * *fs NULL when the import or the open did; the caller closes what is left. */
+static void pool_reimport(struct pool **p, struct fs **fs, struct blk_dev *d,
+                          const struct pool_open_opts *o, enum reimport_how how)
+{
+	fs_destroy(*fs);
+	*fs = NULL;
+	if (how == REIMPORT_EXPORT)
+		CHECK(pool_export(*p) == 0);
+	else
+		pool_close(*p);
+	*p = NULL;
+	CHECK(pool_import_devs(&d, 1, o, p) == 0);
+	if (*p)
+		*fs = fs_open_ok(*p);
+}
+
 /* ---- tests ---- */
 
 static void test_every_op(void)
@@ -247,14 +271,10 @@ static void test_durability(void)
 	CHECK(op_rename(fs, &root, "r00", &root, "r00-renamed") == 0);
 	CHECK(op_write(fs, &ids[6], 0, big, 100000, FS_UNSTABLE, NULL) == 0);
 	CHECK(pool_synced_txg(p) == synced1); /* nothing above went into a txg */
-	fs_destroy(fs);
-	pool_close(p); /* no last txg: a crash after the replies */
 
-	p = NULL;
-	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	pool_reimport(&p, &fs, d, &o, REIMPORT_CRASH);
 	if (!p)
 		goto out_dev;
-	fs = fs_open_ok(p);
 	if (!fs)
 		goto out;
 	CHECK(fs_root(fs, &root) == 0);
@@ -390,13 +410,9 @@ static void test_sealed_sync(void)
 	printf("# %u syncs under %u writes: %" PRIu64 " blocks written sealed\n", syncs, w.sw_writes,
 	       st->ps_sealed_writes);
 	free(st);
-	fs_destroy(fs);
-	CHECK(pool_export(p) == 0);
-	p = NULL;
-	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	pool_reimport(&p, &fs, d, &o, REIMPORT_EXPORT);
 	if (!p)
 		goto out_dev;
-	fs = fs_open_ok(p);
 	if (!fs)
 		goto out;
 	for (int i = 0; i < SEAL_FILES; i++) {
@@ -634,24 +650,18 @@ static void test_remove_big_crash(void)
 	uint64_t free0 = 0;
 	make_big(p, fs, &root, 6000, &f, &free0);
 	CHECK(op_remove(fs, FS_OP_REMOVE, &root, "big") == 0);
-	fs_destroy(fs);
-	pool_close(p); /* a crash after the reply: the REMOVE is in the log only */
+	/* A crash after the reply (the REMOVE is in the log only), then one after some steps went
+	 * into a durable txg. */
 	for (int round = 0; round < 2; round++) {
-		p = NULL;
-		CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+		if (round == 1)
+			CHECK(pool_txg_wait_synced(p, 0) == 0);
+		pool_reimport(&p, &fs, d, &o, REIMPORT_CRASH);
 		if (!p)
 			goto out_dev;
-		fs = fs_open_ok(p);
 		if (!fs)
 			goto out;
 		CHECK(fs_root(fs, &root) == 0);
 		CHECK(op_lookup(fs, &root, "big", NULL, NULL) == -ENOENT);
-		if (round == 0) {
-			/* Some steps into a durable txg, then a crash. */
-			CHECK(pool_txg_wait_synced(p, 0) == 0);
-			fs_destroy(fs);
-			pool_close(p);
-		}
 	}
 	check_space_back(p, fs, &root, free0);
 	fs_destroy(fs);
@@ -1124,14 +1134,10 @@ static void test_commit_through_log(void)
 		expect_check(fs, &root, &ef[i]); /* the model itself is right before the crash */
 	/* UNSTABLE writes after the last COMMIT: not committed, either content is allowed */
 	CHECK(op_write(fs, &ef[0].ef_id, 0, data, 100, FS_UNSTABLE, NULL) == 0);
-	fs_destroy(fs);
-	pool_close(p); /* a crash after the replies */
 
-	p = NULL;
-	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	pool_reimport(&p, &fs, d, &o, REIMPORT_CRASH);
 	if (!p)
 		goto out_dev;
-	fs = fs_open_ok(p);
 	if (!fs)
 		goto out;
 	for (int i = 1; i < NEXP; i++)
@@ -1227,14 +1233,10 @@ static void test_commit_falls_back(void)
 	CHECK(op_commit(fs, &small) == 0);
 	pool_fs_stats(fs, &s0);
 	CHECK(s0.ps_txg_waits == s1.ps_txg_waits);
-	fs_destroy(fs);
-	pool_close(p); /* a crash */
 
-	p = NULL;
-	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	pool_reimport(&p, &fs, d, &o, REIMPORT_CRASH);
 	if (!p)
 		goto out_dev;
-	fs = fs_open_ok(p);
 	if (!fs)
 		goto out;
 	uint32_t got = 0;
@@ -1689,15 +1691,11 @@ static void test_snapdir(void)
 	CHECK(op_getattr(fs, &bad, &at) == -SH_EBADHANDLE);
 	CHECK(pool_txg_wait_synced(p, 0) == 0);
 	CHECK(pool_check(p, report_print, NULL) == 0);
-	fs_destroy(fs);
-	CHECK(pool_export(p) == 0);
 
 	/* across an export and import: the same handles */
-	p = NULL;
-	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	pool_reimport(&p, &fs, d, &o, REIMPORT_EXPORT);
 	if (!p)
 		goto out_dev;
-	fs = fs_open_ok(p);
 	if (!fs)
 		goto out;
 	CHECK(op_read(fs, &s2f, 0, sizeof(got), got, NULL, NULL) == 0 &&
@@ -1825,14 +1823,10 @@ static void test_rollback_served(void)
 	CHECK(op_write(fs, &fresh, 0, c, sizeof(c), FS_FILE_SYNC, NULL) == 0);
 	CHECK(op_create(fs, FS_OP_MKDIR, &root, "fdir", NULL, 0, &fdir) == 0);
 	CHECK(op_write(fs, &keep, 0, c, 4096, FS_FILE_SYNC, NULL) == 0);
-	fs_destroy(fs);
-	pool_close(p); /* no last txg: a crash after the replies */
 
-	p = NULL;
-	CHECK(pool_import_devs(&d, 1, &o, &p) == 0);
+	pool_reimport(&p, &fs, d, &o, REIMPORT_CRASH);
 	if (!p)
 		goto out_dev;
-	fs = fs_open_ok(p);
 	if (!fs)
 		goto out;
 	CHECK(op_read(fs, &fresh, 0, sizeof(got), got, &got_n, NULL) == 0 && got_n == sizeof(c) &&
