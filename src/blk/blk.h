@@ -280,17 +280,27 @@ SH_MUST_CHECK int blk_ptr_decode(const uint8_t in[BLK_PTR_DISK_BYTES], struct bl
 /* A block made ready to write: compressed (when that saves at least 1/8), padded with zeros to the
  * sector, and checksummed. bw_psize and bw_asize tell the allocator how much space to find. */
 struct blk_prepared {
-	void *bw_buf;        /* owned: sector-aligned, bw_asize bytes */
+	void *bw_buf;        /* sector-aligned, bw_asize bytes: owned, or lent when bw_lent */
 	uint32_t bw_lsize;
 	uint32_t bw_psize;
 	uint32_t bw_asize;
 	uint8_t bw_compress; /* what was actually used */
+	bool bw_lent;        /* bw_buf is the caller's data itself (blk_prepare_lend), not owned */
 	uint8_t bw_cksum[16];
 };
 /* Prepares lsize bytes of data (1 <= lsize <= BLK_MAX_BLOCK_BYTES) with the wanted compression.
  * Returns 0 or -ENOMEM; release with blk_prepared_fini. */
 SH_MUST_CHECK int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
 			      struct blk_prepared *out);
+/* blk_prepare, except that a block stored uncompressed (compress OFF, or compression saved too
+ * little) whose data is sector-aligned and whose lsize is a multiple of the sector is not copied:
+ * bw_buf is data itself and bw_lent is set. The caller then keeps data alive and unchanged until
+ * the write is done or the prepared block finished (blk_prepared_fini leaves it alone), or
+ * makes the block own a copy first (blk_prepared_own). */
+SH_MUST_CHECK int blk_prepare_lend(const void *data, uint32_t lsize, enum blk_compress compress,
+                                   struct blk_prepared *out);
+/* A lent prepared block takes a copy of its bytes of its own: 0 or -ENOMEM (still lent). */
+SH_MUST_CHECK int blk_prepared_own(struct blk_prepared *prepared);
 /* Prepares a block from bytes as another pool stored them (psize bytes compressed with compress,
  * lsize logical; a `send -c` stream's), without compressing again: they are first decompressed
  * into logical_out (lsize bytes), and -EINVAL is returned unless that gives exactly lsize bytes,

@@ -133,12 +133,28 @@ static size_t blk_compress_into(enum blk_compress compress, const void *src, uin
 	return ZSTD_isError(n) ? 0 : n;
 }
 
-int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
-                struct blk_prepared *out)
+/* blk_prepare_lend's block: data itself, stored uncompressed (lsize a multiple of the sector,
+ * data sector-aligned). */
+static int blk_prepare_lent(const void *data, uint32_t lsize, struct blk_prepared *out)
+{
+	out->bw_buf = (void *)data;
+	out->bw_lent = true;
+	out->bw_lsize = out->bw_psize = out->bw_asize = lsize;
+	out->bw_compress = (uint8_t)BLK_COMPRESS_OFF;
+	blk_checksum(data, lsize, out->bw_cksum);
+	return 0;
+}
+
+static int blk_prepare_as(const void *data, uint32_t lsize, enum blk_compress compress,
+                          bool may_lend, struct blk_prepared *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (lsize == 0 || lsize > BLK_MAX_BLOCK_BYTES || compress > BLK_COMPRESS_ZSTD)
 		return -EINVAL;
+	may_lend = may_lend && lsize % BLK_SECTOR_BYTES == 0 &&
+	           (uintptr_t)data % BLK_SECTOR_BYTES == 0;
+	if (may_lend && compress == BLK_COMPRESS_OFF)
+		return blk_prepare_lent(data, lsize, out);
 	/* Big enough for the uncompressed form, hence for any compressed form worth keeping. Not
 	 * zeroed: every byte up to asize is written below. */
 	uint32_t cap_bytes = (uint32_t)blk_round_up(lsize, BLK_SECTOR_BYTES);
@@ -148,6 +164,10 @@ int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
 	size_t psize = 0;
 	if (compress != BLK_COMPRESS_OFF)
 		psize = blk_compress_into(compress, data, lsize, buf, lsize - lsize / 8);
+	if (psize == 0 && may_lend) {
+		mem_free(buf);
+		return blk_prepare_lent(data, lsize, out);
+	}
 	if (psize == 0) {
 		compress = BLK_COMPRESS_OFF;
 		memcpy(buf, data, lsize);
@@ -172,6 +192,31 @@ int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
 		}
 	}
 	blk_checksum(buf, psize, out->bw_cksum);
+	return 0;
+}
+
+int blk_prepare(const void *data, uint32_t lsize, enum blk_compress compress,
+                struct blk_prepared *out)
+{
+	return blk_prepare_as(data, lsize, compress, false, out);
+}
+
+int blk_prepare_lend(const void *data, uint32_t lsize, enum blk_compress compress,
+                     struct blk_prepared *out)
+{
+	return blk_prepare_as(data, lsize, compress, true, out);
+}
+
+int blk_prepared_own(struct blk_prepared *prepared)
+{
+	if (!prepared->bw_lent)
+		return 0;
+	uint8_t *buf = mem_aligned_alloc(BLK_SECTOR_BYTES, prepared->bw_asize);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, prepared->bw_buf, prepared->bw_asize);
+	prepared->bw_buf = buf;
+	prepared->bw_lent = false;
 	return 0;
 }
 
@@ -202,7 +247,8 @@ int blk_prepare_stored(const void *phys, uint32_t psize, uint32_t lsize, enum bl
 
 void blk_prepared_fini(struct blk_prepared *prepared)
 {
-	mem_free(prepared->bw_buf);
+	if (!prepared->bw_lent)
+		mem_free(prepared->bw_buf);
 	memset(prepared, 0, sizeof(*prepared));
 }
 

@@ -169,12 +169,18 @@ SH_MUST_CHECK int pool_sync_write(struct pool *p, const void *data, uint32_t lsi
  * reservation) until pool_sync_write_sealed writes it or pool_sealed_free frees it.
  * pool_sync_write_sealed, only inside do_sync, is pool_sync_write of data, the lsize bytes s was
  * prepared from, and consumes s, on failure too. With may_take (data then being a buffer from
- * mem_alloc or arc_data_alloc of exactly lsize bytes), the cache takes data itself instead of a
+ * mem_alloc, mem_aligned_alloc or arc_data_alloc of exactly lsize bytes), the cache takes data itself instead of a
  * copy: *taken_out says so (only on success; data stays readable until the block is freed or the
  * sync ends). Returns as pool_sync_write. */
 struct pool_sealed;
 SH_MUST_CHECK int pool_seal_block(struct pool *p, const void *data, uint32_t lsize,
                                   enum blk_compress compress, struct pool_sealed **out);
+/* pool_seal_block, except that a block stored uncompressed whose data is sector-aligned and
+ * a whole number of sectors (blk_prepare_lend) is not copied: the sealed block's image is data
+ * itself, which must then stay alive and unchanged until pool_sync_write_sealed (whose may_take
+ * then avoids every copy; without it the write takes one) or pool_sealed_free. */
+SH_MUST_CHECK int pool_seal_block_lend(struct pool *p, const void *data, uint32_t lsize,
+                                       enum blk_compress compress, struct pool_sealed **out);
 SH_MUST_CHECK int pool_sync_write_sealed(struct pool *p, struct pool_sealed *s, void *data,
                                          bool may_take, bool *taken_out, uint8_t type,
                                          uint8_t level, uint64_t fill, struct blk_ptr *bp_out);

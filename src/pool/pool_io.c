@@ -569,22 +569,41 @@ struct pool_sealed {
 	struct blk_prepared sl_prep;
 };
 
-int pool_seal_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,
-                    struct pool_sealed **out)
+/* The memory a sealed block holds of its own: none when its image is the caller's data. */
+static uint64_t pool_sealed_mem(const struct pool_sealed *s)
+{
+	return s->sl_prep.bw_lent ? 0 : s->sl_prep.bw_asize;
+}
+
+static int pool_seal_block_as(struct pool *p, const void *data, uint32_t lsize,
+                              enum blk_compress compress, bool lend, struct pool_sealed **out)
 {
 	if (lsize == 0 || lsize > BLK_MAX_BLOCK_BYTES)
 		return -EINVAL;
 	struct pool_sealed *s = mem_zalloc(sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	int rc = blk_prepare(data, lsize, compress, &s->sl_prep);
+	int rc = lend ? blk_prepare_lend(data, lsize, compress, &s->sl_prep)
+	              : blk_prepare(data, lsize, compress, &s->sl_prep);
 	if (rc != 0) {
 		mem_free(s);
 		return rc;
 	}
-	atomic_fetch_add(&p->p_sealed_bytes, s->sl_prep.bw_asize);
+	atomic_fetch_add(&p->p_sealed_bytes, pool_sealed_mem(s));
 	*out = s;
 	return 0;
+}
+
+int pool_seal_block(struct pool *p, const void *data, uint32_t lsize, enum blk_compress compress,
+                    struct pool_sealed **out)
+{
+	return pool_seal_block_as(p, data, lsize, compress, false, out);
+}
+
+int pool_seal_block_lend(struct pool *p, const void *data, uint32_t lsize,
+                         enum blk_compress compress, struct pool_sealed **out)
+{
+	return pool_seal_block_as(p, data, lsize, compress, true, out);
 }
 
 int pool_seal_stored(struct pool *p, const void *phys, uint32_t psize, uint32_t lsize,
@@ -614,7 +633,7 @@ void pool_sealed_free(struct pool *p, struct pool_sealed *s)
 {
 	if (!s)
 		return;
-	atomic_fetch_sub(&p->p_sealed_bytes, s->sl_prep.bw_asize);
+	atomic_fetch_sub(&p->p_sealed_bytes, pool_sealed_mem(s));
 	blk_prepared_fini(&s->sl_prep);
 	mem_free(s);
 }
@@ -634,9 +653,17 @@ int pool_sync_write_sealed(struct pool *p, struct pool_sealed *s, void *data, bo
 		return -ENOMEM;
 	}
 	/* Its buffer moves into the write: phase 1's accounting (p_sync_bytes) from here on. */
-	atomic_fetch_sub(&p->p_sealed_bytes, s->sl_prep.bw_asize);
+	atomic_fetch_sub(&p->p_sealed_bytes, pool_sealed_mem(s));
 	w->wr_prep = s->sl_prep;
 	mem_free(s);
+	/* A lent image is data itself, which stays alive and unchanged through the write only
+	 * when the cache takes it (the write holds the cached buffer until done): otherwise the
+	 * write needs a copy of its own. */
+	if (!may_take && blk_prepared_own(&w->wr_prep) != 0) {
+		blk_prepared_fini(&w->wr_prep);
+		mem_free(w);
+		return -ENOMEM;
+	}
 	int rc = pool_write_place(p, w, data, may_take, SPACE_CLASS_NORMAL, type, level, fill,
 	                          true, bp_out);
 	if (rc != 0)

@@ -597,7 +597,9 @@ struct pfs_pending {
 	uint32_t pp_klen;
 	uint32_t pp_lsize;
 	struct pool_sealed *pp_sealed; /* compressed and checksummed before the sync (or NULL) */
-	uint8_t *pp_data;  /* pp_lsize bytes, mem_alloc: the cache takes it at the sync (no copy) */
+	/* pp_lsize bytes, sector-aligned (mem_aligned_alloc): the cache takes it at the sync (no
+	 * copy); the sealed block's image when it is stored uncompressed (pool_seal_block_lend) */
+	uint8_t *pp_data;
 };
 
 struct pfs_recv {
@@ -756,7 +758,7 @@ static int pfs_pending_make(struct pfs_recv *rv, const uint8_t *key, uint32_t kl
 	if (pp && taking) {
 		pp->pp_data = *take;
 		*take = NULL;
-	} else if (pp && !(pp->pp_data = mem_alloc(lsize))) {
+	} else if (pp && !(pp->pp_data = mem_aligned_alloc(BLK_SECTOR_BYTES, lsize))) {
 		mem_free(pp);
 		pp = NULL;
 	}
@@ -785,8 +787,10 @@ static int pfs_pending_make(struct pfs_recv *rv, const uint8_t *key, uint32_t kl
 	} else if (!taking) {
 		memcpy(pp->pp_data, data, d);
 	}
-	/* compressed here, not in the sync under the pool lock (NULL: the sync does it) */
-	if (pool_seal_block(rv->rv_pool, pp->pp_data, lsize, mine, &pp->pp_sealed) != 0)
+	/* compressed here, not in the sync under the pool lock (NULL: the sync does it); stored
+	 * uncompressed, pp_data itself is the image written (lent: the cache takes it at the sync,
+	 * and the write holds the cached buffer until it is done) */
+	if (pool_seal_block_lend(rv->rv_pool, pp->pp_data, lsize, mine, &pp->pp_sealed) != 0)
 		pp->pp_sealed = NULL;
 	*out = pp;
 	return 0;
@@ -902,7 +906,9 @@ static int pfs_reader_put_parts(struct pfs_reader *r, uint32_t len, char *err, s
 		return 1;
 	if (!r->r_sum && !(r->r_sum = XXH3_createState()))
 		return -ENOMEM;
-	uint8_t *data = mem_alloc(d);
+	/* sector-aligned, so that a block stored uncompressed is written from it (the sealed
+	 * block's image, pool_seal_block_lend) and then cached as it is: no copy of its bytes */
+	uint8_t *data = mem_aligned_alloc(BLK_SECTOR_BYTES, d);
 	if (!data)
 		return -ENOMEM;
 	uint8_t sum[PFS_SEND_SUM];

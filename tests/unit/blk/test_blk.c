@@ -385,6 +385,23 @@ static void file_round_trip(struct blk_engine *e, const char *name)
 	CHECK(st.blocks == 42);
 	CHECK(blk_flush_sync(e, f) == 0);
 
+	/* A lent block (its image the caller's sector-aligned buffer) goes through the file's
+	 * direct I/O as well as a copied one. */
+	uint8_t *lent = mem_aligned_alloc(SECTOR, 131072), *lent_back = mem_alloc(131072);
+	VERIFY(lent && lent_back);
+	fill_random(lent, 131072, 77);
+	struct blk_prepared lp;
+	CHECK(blk_prepare_lend(lent, 131072, BLK_COMPRESS_LZ4, &lp) == 0);
+	CHECK(lp.bw_lent && lp.bw_buf == lent);
+	struct blk_ptr lbp;
+	blk_ptr_fill(&lbp, &lp, 0, blk_vdev_data_start(v) + 8 * MIB, 5, 0, 78, 1);
+	CHECK(blk_block_write_sync(v, &lbp, &lp) == 0);
+	blk_prepared_fini(&lp);
+	CHECK(blk_block_read_sync(v, &lbp, lent_back) == 0 &&
+	      memcmp(lent, lent_back, 131072) == 0);
+	mem_free(lent);
+	mem_free(lent_back);
+
 	/* Raw I/O lands in the file at the offset asked for. */
 	uint8_t *buf = blk_buf_alloc(3 * SECTOR), *back = blk_buf_alloc(3 * SECTOR);
 	fill_random(buf, 3 * SECTOR, 9);
@@ -430,6 +447,51 @@ static void test_round_trip_file_fallback(void)
 	struct blk_engine *e = engine_new_fallback(32);
 	file_round_trip(e, "fallback.img");
 	blk_engine_destroy(e);
+}
+
+/* blk_prepare_lend lends the caller's bytes only when they are written as they are: stored
+ * uncompressed, sector-aligned, whole sectors. Otherwise it prepares a copy, as blk_prepare. */
+static void test_prepare_lend(void)
+{
+	uint8_t *data = mem_aligned_alloc(SECTOR, 131072 + SECTOR);
+	VERIFY(data);
+	struct blk_prepared p;
+	uint8_t ck[16];
+	/* incompressible: lent, whatever compression was asked for */
+	fill_random(data, 131072, 1);
+	for (int c = BLK_COMPRESS_OFF; c <= BLK_COMPRESS_ZSTD; c++) {
+		CHECK(blk_prepare_lend(data, 131072, c, &p) == 0);
+		CHECK(p.bw_lent && p.bw_buf == data && p.bw_compress == BLK_COMPRESS_OFF);
+		CHECK(p.bw_lsize == 131072 && p.bw_psize == 131072 && p.bw_asize == 131072);
+		blk_checksum(data, 131072, ck);
+		CHECK(memcmp(ck, p.bw_cksum, 16) == 0);
+		blk_prepared_fini(&p); /* leaves data alone: ASan would see a double free below */
+	}
+	/* compressible: compressed into a buffer of its own */
+	fill_text(data, 131072, 2);
+	CHECK(blk_prepare_lend(data, 131072, BLK_COMPRESS_LZ4, &p) == 0);
+	CHECK(!p.bw_lent && p.bw_buf != data && p.bw_compress == BLK_COMPRESS_LZ4);
+	blk_prepared_fini(&p);
+	/* not sector-aligned, or not whole sectors: copied */
+	fill_random(data, 131072 + SECTOR, 3);
+	CHECK(blk_prepare_lend(data + 16, 131072, BLK_COMPRESS_OFF, &p) == 0);
+	CHECK(!p.bw_lent && p.bw_buf != data + 16 && memcmp(p.bw_buf, data + 16, 131072) == 0);
+	CHECK((uintptr_t)p.bw_buf % SECTOR == 0);
+	blk_prepared_fini(&p);
+	CHECK(blk_prepare_lend(data, 5000, BLK_COMPRESS_OFF, &p) == 0);
+	CHECK(!p.bw_lent && p.bw_asize == 2 * SECTOR && memcmp(p.bw_buf, data, 5000) == 0);
+	blk_prepared_fini(&p);
+	/* blk_prepared_own: the block takes a copy; changing data afterwards changes nothing */
+	CHECK(blk_prepare_lend(data, 8192, BLK_COMPRESS_OFF, &p) == 0);
+	CHECK(p.bw_lent);
+	CHECK(blk_prepared_own(&p) == 0);
+	CHECK(!p.bw_lent && p.bw_buf != data && (uintptr_t)p.bw_buf % SECTOR == 0);
+	data[0] ^= 0xff;
+	blk_checksum(p.bw_buf, 8192, ck);
+	CHECK(memcmp(ck, p.bw_cksum, 16) == 0);
+	CHECK(blk_prepared_own(&p) == 0 && !p.bw_lent); /* an owned block stays as it is */
+	blk_prepared_fini(&p);
+	mem_free(data);
 }
 
 /* ---- mirrors: checksum repair, read-around ---- */
@@ -1802,6 +1864,7 @@ int main(void)
 	TAP_RUN(test_bp_round_trip);
 	TAP_RUN(test_bp_decode_rejects);
 	TAP_RUN(test_round_trip_mem_mirror);
+	TAP_RUN(test_prepare_lend);
 	TAP_RUN(test_round_trip_file_uring);
 	TAP_RUN(test_round_trip_file_fallback);
 	TAP_RUN(test_checksum_repair);
