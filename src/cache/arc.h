@@ -28,8 +28,10 @@
 #include "base/base.h"
 
 /* Data alignment of every buffer: malloc's, enough for any C object. Not the sector: blk reads
- * through a bounce buffer and writes a prepared copy, so no I/O touches a cache buffer, and
- * aligned allocations fragment the heap the cache shares with dirty data (arc_data_alloc). */
+ * through a bounce buffer and writes a prepared copy, so no I/O touches a cache buffer (but for
+ * a received block, which is written from the sector-aligned buffer the cache then takes while
+ * the write holds it), and aligned allocations fragment the heap the cache shares with dirty
+ * data (arc_data_alloc). */
 #define ARC_BUF_ALIGN 16u
 #define ARC_SHARDS_MAX 16u /* most shards a cache is split into (arc_create_shards) */
 

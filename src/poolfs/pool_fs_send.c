@@ -26,9 +26,11 @@
  * (pool_ds_free: to the dead list when a snapshot holds it), the new value put; an extent's
  * value goes in as "being written" (all zero) and its data waits in the pending list, which
  * do_sync writes with pool_sync_write and puts the pointer of, as zpl does with its dirty
- * buffers. A block's logical bytes are read from the stream into a buffer of their own (the
- * record's checksum taken over its parts), which the pending block takes and the cache takes
- * from it at the sync: they are not copied on the way. The pending bytes count as dirty data, so the throttle bounds them. At the end: the
+ * buffers. A block's logical bytes are read from the stream into a sector-aligned buffer of
+ * their own (the record's checksum taken over its parts), which the pending block takes and the
+ * cache takes from it at the sync; a block stored uncompressed is also written from it (the
+ * write holds the cached buffer until it is done): its bytes are not copied on the way. The
+ * pending bytes count as dirty data, so the throttle bounds them. At the end: the
  * counts of the END record checked, a txg synced (nothing pending), the stream's snapshot taken
  * with its GUID and creation time, the mark cleared, the owner let go. Any failure (a record
  * that does not parse or whose checksum is wrong, a cut-off stream, a full pool) stops it, and
