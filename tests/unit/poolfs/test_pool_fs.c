@@ -1748,7 +1748,9 @@ static void *churn_main(void *arg)
 /* A rollback of a file system being served: the open file system follows it at once, handles of
  * what the snapshot holds stay valid, those of later objects are stale and are never handed out
  * again, later snapshots browsed through .zfs go (-r), and a crash after the rollback replays
- * only what came after it. */
+ * only what came after it. The write verifier stays across the rollback, as knfsd's does over
+ * ZFS (clients do not send the dropped writes again); the file system opened after the crash has
+ * a new one (a restart: clients send their uncommitted writes again). */
 static void test_rollback_served(void)
 {
 	struct blk_dev *d = mem_dev(64 * MIB);
@@ -1768,6 +1770,7 @@ static void test_rollback_served(void)
 	unsigned n = 0;
 	uint32_t got_n = 0;
 	char err[200];
+	uint8_t verf0[8], verf[8];
 	CHECK(fs_root(fs, &root) == 0);
 	CHECK(op_create(fs, FS_OP_CREATE, &root, "keep", NULL, 0, &keep) == 0);
 	CHECK(op_write(fs, &keep, 0, a, sizeof(a), FS_FILE_SYNC, NULL) == 0);
@@ -1788,6 +1791,7 @@ static void test_rollback_served(void)
 	CHECK(op_lookup(fs, &sdir, "s2", &s2root, NULL) == 0);
 	CHECK(op_lookup(fs, &s2root, "late", &s2late, NULL) == 0);
 	CHECK(op_write(fs, &late, 0, a, sizeof(a), FS_UNSTABLE, NULL) == 0);
+	fs_write_verifier(fs, verf0);
 
 	/* refused without -r, naming the later snapshot; then made while served and browsed */
 	CHECK(pool_fs_rollback(p, s1, false, err, sizeof(err)) == -ENOTEMPTY &&
@@ -1798,6 +1802,9 @@ static void test_rollback_served(void)
 	usleep(50000);
 	int rc = pool_fs_rollback(p, s1, true, err, sizeof(err));
 	CHECKF(rc == 0, "%s", err);
+	/* the write verifier stays: a new one would have clients send the dropped writes again */
+	fs_write_verifier(fs, verf);
+	CHECK(memcmp(verf, verf0, sizeof(verf)) == 0);
 	usleep(50000);
 	atomic_store(&ca.ca_stop, true);
 	pthread_join(churner, NULL);
@@ -1806,6 +1813,9 @@ static void test_rollback_served(void)
 
 	/* the snapshot's state, through the handles clients held */
 	CHECK(op_getattr(fs, &keep, &at) == 0 && at.fa_size == sizeof(a));
+	/* and once a request opened the zpl on the rolled-back tree */
+	fs_write_verifier(fs, verf);
+	CHECK(memcmp(verf, verf0, sizeof(verf)) == 0);
 	CHECK(op_read(fs, &keep, 0, sizeof(got), got, &got_n, NULL) == 0 && got_n == sizeof(a) &&
 	      memcmp(got, a, sizeof(a)) == 0);
 	CHECK(op_lookup(fs, &dir, "g", NULL, NULL) == 0);
@@ -1829,6 +1839,9 @@ static void test_rollback_served(void)
 		goto out_dev;
 	if (!fs)
 		goto out;
+	/* a restart: a new verifier, so clients send their uncommitted writes again */
+	fs_write_verifier(fs, verf);
+	CHECK(memcmp(verf, verf0, sizeof(verf)) != 0);
 	CHECK(op_read(fs, &fresh, 0, sizeof(got), got, &got_n, NULL) == 0 && got_n == sizeof(c) &&
 	      memcmp(got, c, sizeof(c)) == 0);
 	CHECK(op_getattr(fs, &fdir, &at) == 0 && at.fa_type == FS_DIR);
