@@ -90,11 +90,13 @@
  * outside it, so it runs beside a serving process. The receiver's tree changes and do_sync are
  * under the pool lock; its pending list is touched only there. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -113,6 +115,10 @@
 #define PFS_SEND_PUT_HDR 8u
 #define PFS_SEND_BATCH 128u                 /* entries a cursor reads per hold of the lock */
 #define PFS_SEND_BUF_BYTES (1024u * 1024u)  /* the writer's buffer */
+/* A stream through a pipe (`shale send | shale receive`) has the pipe grown to this, the most an
+ * unprivileged process may ask for by default (/proc/sys/fs/pipe-max-size): with the default 64
+ * KiB, each 128 KiB block crossed it in several turns, each a wake-up of the other side. */
+#define PFS_PIPE_BYTES (1024 * 1024)
 
 enum pfs_send_type { PFS_REC_BEGIN = 1, PFS_REC_PUT = 2, PFS_REC_DEL = 3, PFS_REC_END = 4 };
 enum pfs_send_kind { PFS_SEND_FULL = 1, PFS_SEND_INCREMENTAL = 2 };
@@ -163,6 +169,18 @@ static int pfs_send_find(struct pool *p, uint64_t head_id, const char *snap,
 	}
 	mem_free(ents);
 	return rc;
+}
+
+/* A stream's fd that is a pipe is grown to PFS_PIPE_BYTES, or as far as allowed (a smaller
+ * pipe only costs wake-ups: nothing fails for it). */
+static void pfs_stream_pipe_grow(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
+		return;
+	for (int bytes = PFS_PIPE_BYTES; bytes > 65536; bytes /= 2)
+		if (fcntl(fd, F_SETPIPE_SZ, bytes) >= bytes)
+			return;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -536,6 +554,7 @@ int pool_fs_send(struct pool *p, const char *snapshot, const char *from, unsigne
 	struct pfs_cursor to = {0}, base_c = {0};
 	bool stored = (flags & POOL_FS_SEND_STORED) != 0;
 	struct pfs_writer w = {.w_fd = fd, .w_stored = stored};
+	pfs_stream_pipe_grow(fd);
 	w.w_buf = mem_alloc(PFS_SEND_BUF_BYTES);
 	rc = w.w_buf ? pfs_cursor_open(p, snapshot, &to) : -ENOMEM;
 	to.c_prefetch = true;
@@ -1224,6 +1243,7 @@ int pool_fs_receive(struct pool *p, const char *fs, bool force, int fd,
 		return -EINVAL;
 	}
 	struct pfs_reader r = {.r_fd = fd};
+	pfs_stream_pipe_grow(fd);
 	enum pfs_send_type type;
 	const uint8_t *pl;
 	uint32_t n;
