@@ -31,38 +31,14 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-top=$(cd "$here/.." && pwd)
-shale=$top/build/release/tools/shale
-results=$top/bench/results
-work=${TMPDIR:-/tmp}/shale-sendrecv-zfs
-quick=0
-inside=0
-args=("$@")
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--shale) shale=$2; shift 2 ;;
-	--results) results=$2; shift 2 ;;
-	--work) work=$2; shift 2 ;;
-	--quick) quick=1; shift ;;
-	--inside) inside=1; shift ;;
-	*) echo "usage: $0 [--shale PATH] [--results DIR] [--work DIR] [--quick]" >&2; exit 2 ;;
-	esac
-done
-die() { echo "send_receive-zfs.sh: $*" >&2; exit 1; }
-say() { echo "send_receive-zfs.sh: $*" >&2; }
-shale=$(cd "$(dirname "$shale")" && pwd)/$(basename "$shale")
-mkdir -p "$results" || die "cannot create $results"
-results=$(cd "$results" && pwd)
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$here/lib.sh"
+inside=0 # 1 once re-run in zfs-fuse's namespace (zfs_fuse_namespace)
+bench_own_opt() { [ "$1" = --inside ] && inside=1; }
+bench_parse_common_opts send_receive-zfs.sh shale-sendrecv-zfs "$@"
 out=$results/sendrecv-zfs.txt
 
-if [ "$inside" = 0 ]; then
-	if ! command -v zfs-fuse >/dev/null; then
-		say "installing zfs-fuse"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zfs-fuse \
-			>/dev/null || die "apt-get install zfs-fuse failed"
-	fi
-	exec unshare -m --propagation private "$0" "${args[@]}" --inside
-fi
+zfs_fuse_namespace
 
 if [ "$quick" = 1 ]; then
 	d_data=128 d_rounds=1
@@ -77,30 +53,16 @@ pool_size=${SRZ_POOL_SIZE:-3G}
 zfs_pid= serve_pid=
 cleanup() {
 	[ -n "$serve_pid" ] && kill -9 "$serve_pid" 2>/dev/null
-	if [ -n "$zfs_pid" ]; then
-		zpool export -f zsrc >/dev/null 2>&1
-		zpool export -f zdst >/dev/null 2>&1
-		kill "$zfs_pid" 2>/dev/null
-		wait "$zfs_pid" 2>/dev/null
-	fi
+	zfs_fuse_stop zsrc zdst
 	rm -rf "$work"
 }
 trap cleanup EXIT
-mount -t tmpfs tmpfs /run || die "cannot mount a tmpfs over /run in the namespace"
-mkdir -p /run/lock
+zfs_fuse_own_run
 rm -rf "$work"
 mkdir -p "$work/pool" "$work/state" "$work/zsrc" "$work/zdst" "$work/data" ||
 	die "cannot create $work"
 cd "$work" || die "cannot enter $work"
-summary=()
-note() { summary+=("$*"); say "$*"; }
-finish() {
-	printf '%s\n' "${summary[@]}" >"$out"
-	echo "---- send_receive-zfs.sh summary"
-	cat "$out"
-}
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; }
-now_ns() { date +%s%N; }
 
 # ---- zfs-fuse ---------------------------------------------------------------------------------
 zfs_version=$(dpkg-query -W -f='${Version}' zfs-fuse 2>/dev/null)
@@ -108,18 +70,8 @@ why=
 [ -c /dev/fuse ] || why="no /dev/fuse"
 grep -qw fuse /proc/filesystems || why="${why:+$why; }no fuse in /proc/filesystems"
 if [ -z "$why" ]; then
-	zfs-fuse --no-daemon --no-kstat-mount -p /run/zfs-fuse.pid >zfs-fuse.log 2>&1 &
-	zfs_pid=$!
-	for _ in $(seq 100); do
-		[ -S /run/zfs/zfs_socket ] && break
-		kill -0 "$zfs_pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if ! [ -S /run/zfs/zfs_socket ]; then
-		wait "$zfs_pid" 2>/dev/null
-		why="zfs-fuse exited with status $? before it made its socket: $(tr '\n' ' ' <zfs-fuse.log)"
-		zfs_pid=
-	fi
+	# shellcheck disable=SC2119 # no command prefix: the daemon runs unpinned here
+	zfs_fuse_start
 fi
 size_mb=$(numfmt --from=iec "$pool_size" | awk '{print int($1 / 1048576)}')
 for z in zsrc zdst; do
@@ -129,7 +81,7 @@ for z in zsrc zdst; do
 done
 if [ -n "$why" ]; then
 	note "zfs-fuse $zfs_version cannot run here: $why"
-	finish
+	bench_finish "$out"
 	exit 3
 fi
 
@@ -146,12 +98,7 @@ echo "src/fs 127.0.0.1(rw,insecure,no_root_squash)" >state/exports
 "$shale" serve --exports state/exports --state state --pool-dir pool --port 0 --no-portmap \
 	--ready-file state/ready --log-level warn >serve.log 2>&1 &
 serve_pid=$!
-for _ in $(seq 200); do
-	grep -q '^port=' state/ready 2>/dev/null && break
-	kill -0 "$serve_pid" 2>/dev/null || break
-	sleep 0.05
-done
-port=$(sed -n 's/^port=//p' state/ready 2>/dev/null)
+port=$(serve_wait "$serve_pid" state/ready)
 [ -n "$port" ] || die "shale serve did not start: $(cat serve.log)"
 for i in $(seq "$files"); do
 	nfs-cp "data/f$i" "nfs://127.0.0.1/src/fs/f$i?nfsport=$port&mountport=$port&version=3" \
@@ -210,4 +157,4 @@ note "send | receive: Shale $(rate shale-pipe) MB/s, zfs-fuse $(rate zfs-pipe) M
 	"Shale / zfs-fuse = $(ratio shale-pipe zfs-pipe)"
 note "check of src: $("$shale" pool check src -d pool 2>&1 | tail -1)"
 note "check of dst: $("$shale" pool check dst -d pool 2>&1 | tail -1)"
-finish
+bench_finish "$out"

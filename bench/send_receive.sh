@@ -43,20 +43,9 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-top=$(cd "$here/.." && pwd)
-shale=$top/build/release/tools/shale
-results=$top/bench/results
-work=${TMPDIR:-/tmp}/shale-sendrecv-bench
-quick=0
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--shale) shale=$2; shift 2 ;;
-	--results) results=$2; shift 2 ;;
-	--work) work=$2; shift 2 ;;
-	--quick) quick=1; shift ;;
-	*) echo "usage: $0 [--shale PATH] [--results DIR] [--work DIR] [--quick]" >&2; exit 2 ;;
-	esac
-done
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$here/lib.sh"
+bench_parse_common_opts send_receive.sh shale-sendrecv-bench "$@"
 if [ "$quick" = 1 ]; then
 	d_data=256 d_file=64
 else
@@ -68,12 +57,7 @@ file_mb=${SENDRECV_FILE_MB:-$d_file}
 extra_mb=$((data_mb / 2 > 1024 ? data_mb / 2 : 1024))
 pool_size=${SENDRECV_POOL_SIZE:-$((data_mb + extra_mb))M}
 fio_s=${SENDRECV_FIO_S:-20}
-shale=$(cd "$(dirname "$shale")" && pwd)/$(basename "$shale")
-mkdir -p "$results" || { echo "send_receive.sh: cannot create $results" >&2; exit 1; }
-results=$(cd "$results" && pwd)
 
-die() { echo "send_receive.sh: $*" >&2; exit 1; }
-say() { echo "send_receive.sh: $*" >&2; }
 for tool in fio nfs-cp python3; do
 	command -v "$tool" >/dev/null || die "$tool is not installed (scripts/install-deps.sh bench)"
 done
@@ -101,9 +85,6 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 psi_total() { sed -n 's/^some .*total=//p' /proc/pressure/cpu 2>/dev/null; }
 psi_start=$(psi_total)
 t_start=$(date +%s)
-summary=()
-note() { summary+=("$*"); say "$*"; }
-now_ns() { date +%s%N; }
 mbs() { python3 -c "import sys; print(f'{$1 / 1048576 / ($2 / 1e9):.1f}')"; } # bytes, ns
 dropped=1
 drop_caches() {
@@ -126,8 +107,7 @@ echo "src/fs 127.0.0.1(rw,insecure,no_root_squash)" >state/exports
 	--ready-file state/ready --log-level warn >serve.log 2>&1 &
 pid=$!
 pids+=("$pid")
-for _ in $(seq 400); do grep -q '^port=' state/ready 2>/dev/null && break; sleep 0.05; done
-port=$(sed -n 's/^port=//p' state/ready)
+port=$(serve_wait "$pid" state/ready)
 [ -n "$port" ] || die "the server did not start: $(tail -5 serve.log)"
 url() { echo "nfs://127.0.0.1/src/fs/$1?nfsport=$port&mountport=$port&version=3"; }
 head -c "$((file_mb * 1048576))" /dev/urandom >"$stream_dir/fill.bin" || die "cannot make the file to copy"
@@ -237,6 +217,4 @@ note "machine: $(nproc) CPUs; load average $load_start at the start, $(cut -d' '
 note "check of src: $(tail -1 check-src.txt)"
 note "check of dst after the piped receive: $check_pipe"
 note "check of dst after the receive from the file: $(tail -1 check-dst.txt)"
-printf '%s\n' "${summary[@]}" >"$results/sendrecv-summary.txt"
-echo "---- send_receive.sh summary"
-cat "$results/sendrecv-summary.txt"
+bench_finish "$results/sendrecv-summary.txt"

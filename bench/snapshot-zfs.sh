@@ -30,38 +30,14 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-top=$(cd "$here/.." && pwd)
-shale=$top/build/release/tools/shale
-results=$top/bench/results
-work=${TMPDIR:-/tmp}/shale-snapshot-zfs
-quick=0
-inside=0
-args=("$@")
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--shale) shale=$2; shift 2 ;;
-	--results) results=$2; shift 2 ;;
-	--work) work=$2; shift 2 ;;
-	--quick) quick=1; shift ;;
-	--inside) inside=1; shift ;;
-	*) echo "usage: $0 [--shale PATH] [--results DIR] [--work DIR] [--quick]" >&2; exit 2 ;;
-	esac
-done
-die() { echo "snapshot-zfs.sh: $*" >&2; exit 1; }
-say() { echo "snapshot-zfs.sh: $*" >&2; }
-shale=$(cd "$(dirname "$shale")" && pwd)/$(basename "$shale")
-mkdir -p "$results" || die "cannot create $results"
-results=$(cd "$results" && pwd)
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$here/lib.sh"
+inside=0 # 1 once re-run in zfs-fuse's namespace (zfs_fuse_namespace)
+bench_own_opt() { [ "$1" = --inside ] && inside=1; }
+bench_parse_common_opts snapshot-zfs.sh shale-snapshot-zfs "$@"
 out=$results/snapshot-zfs.txt
 
-if [ "$inside" = 0 ]; then
-	if ! command -v zfs-fuse >/dev/null; then
-		say "installing zfs-fuse"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zfs-fuse \
-			>/dev/null || die "apt-get install zfs-fuse failed"
-	fi
-	exec unshare -m --propagation private "$0" "${args[@]}" --inside
-fi
+zfs_fuse_namespace
 
 if [ "$quick" = 1 ]; then
 	d_fileset=64 d_seconds=15 d_rounds=1
@@ -84,26 +60,14 @@ pids=() zfs_pid=
 cleanup() {
 	local p
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-	if [ -n "$zfs_pid" ]; then
-		zpool export -f zt >/dev/null 2>&1
-		kill "$zfs_pid" 2>/dev/null
-		wait "$zfs_pid" 2>/dev/null
-	fi
+	zfs_fuse_stop zt
 	rm -rf "$work"
 }
 trap cleanup EXIT
-mount -t tmpfs tmpfs /run || die "cannot mount a tmpfs over /run in the namespace"
-mkdir -p /run/lock
+zfs_fuse_own_run
 rm -rf "$work"
 mkdir -p "$work/pool" "$work/state" "$work/state-zfs" "$work/zt" || die "cannot create $work"
 cd "$work" || die "cannot enter $work"
-summary=()
-note() { summary+=("$*"); say "$*"; }
-finish() {
-	printf '%s\n' "${summary[@]}" >"$out"
-	echo "---- snapshot-zfs.sh summary"
-	cat "$out"
-}
 
 # ---- zfs-fuse ---------------------------------------------------------------------------------
 zfs_version=$(dpkg-query -W -f='${Version}' zfs-fuse 2>/dev/null)
@@ -111,18 +75,7 @@ why=
 [ -c /dev/fuse ] || why="no /dev/fuse: $(ls -l /dev/fuse 2>&1)"
 grep -qw fuse /proc/filesystems || why="${why:+$why; }no fuse in /proc/filesystems (the kernel's FUSE module is not loaded)"
 if [ -z "$why" ]; then
-	"${pin_server[@]}" zfs-fuse --no-daemon --no-kstat-mount -p /run/zfs-fuse.pid >zfs-fuse.log 2>&1 &
-	zfs_pid=$!
-	for _ in $(seq 100); do
-		[ -S /run/zfs/zfs_socket ] && break
-		kill -0 "$zfs_pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if ! [ -S /run/zfs/zfs_socket ]; then
-		wait "$zfs_pid" 2>/dev/null
-		why="zfs-fuse exited with status $? before it made its socket: $(tr '\n' ' ' <zfs-fuse.log)"
-		zfs_pid=
-	fi
+	zfs_fuse_start "${pin_server[@]}"
 fi
 if [ -z "$why" ]; then
 	dd if=/dev/zero of=zt0.img bs=1M count="$(numfmt --from=iec "$pool_size" | awk '{print int($1 / 1048576)}')" \
@@ -131,7 +84,7 @@ if [ -z "$why" ]; then
 fi
 if [ -n "$why" ]; then
 	note "zfs-fuse $zfs_version cannot run here: $why"
-	finish
+	bench_finish "$out"
 	exit 3
 fi
 
@@ -147,8 +100,7 @@ serve() { # $1: state directory, then shale serve options; sets started_pid, sta
 		--no-portmap --ready-file "$st/ready" --log-level warn >"$st/serve.log" 2>&1 &
 	started_pid=$!
 	pids+=("$started_pid")
-	for _ in $(seq 400); do grep -q '^port=' "$st/ready" 2>/dev/null && break; sleep 0.05; done
-	started_port=$(sed -n 's/^port=//p' "$st/ready")
+	started_port=$(serve_wait "$started_pid" "$st/ready")
 	[ -n "$started_port" ] || die "shale serve did not start: $(tail -5 "$st/serve.log")"
 }
 serve state --pool-dir pool
@@ -161,7 +113,6 @@ bench() { # $1: port, $2: export, then options
 	"${pin_load[@]}" "$shale" bench sfs2008 --server "127.0.0.1:$p" --export "$e" \
 		--fileset-mb "$fileset_mb" --quiet "$@"
 }
-now_ns() { date +%s%N; }
 timed() { # $1: file of "start_ns end_ns" lines (or "failed"), then the command
 	local f=$1 t0 t1
 	shift
@@ -217,7 +168,7 @@ zfs_peak=$(peak_of "$zport" "$work/zt" peak-zfs.json)
 if [ -z "$shale_peak" ] || { [ -z "$zfs_peak" ] && [ -z "${SNAPZ_RATE:-}" ]; }; then
 	# the posix back end over zfs-fuse has answered NFS3ERR_STALE while making the file set
 	note "a peak's curve failed (Shale's pool: ${shale_peak:-failed}, zfs-fuse: ${zfs_peak:-failed})"
-	finish
+	bench_finish "$out"
 	exit 1
 fi
 rate=${SNAPZ_RATE:-$(python3 -c "print(int(min($shale_peak, $zfs_peak) / 2))")}
@@ -256,4 +207,4 @@ pids=()
 note "zfs-fuse's snapshots: $(zfs list -H -t snapshot -o name 2>/dev/null | wc -l); zpool status:" \
 	"$(zpool status -x zt 2>&1 | tr '\n' ' ' | cut -c1-120)"
 note "check of Shale's pool: $("$shale" pool check snap -d pool 2>&1 | tail -1)"
-finish
+bench_finish "$out"

@@ -54,20 +54,9 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-top=$(cd "$here/.." && pwd)
-shale=$top/build/release/tools/shale
-results=$top/bench/results
-work=${TMPDIR:-/tmp}/shale-snapshot-bench
-quick=0
-while [ $# -gt 0 ]; do
-	case "$1" in
-	--shale) shale=$2; shift 2 ;;
-	--results) results=$2; shift 2 ;;
-	--work) work=$2; shift 2 ;;
-	--quick) quick=1; shift ;;
-	*) echo "usage: $0 [--shale PATH] [--results DIR] [--work DIR] [--quick]" >&2; exit 2 ;;
-	esac
-done
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$here/lib.sh"
+bench_parse_common_opts snapshot.sh shale-snapshot-bench "$@"
 if [ "$quick" = 1 ]; then
 	d_fileset=64 d_seconds=15 d_many=200 d_rounds=2 d_warmup=1 d_runtime=4 d_change=256
 else
@@ -86,12 +75,7 @@ runtime=${SNAP_RUNTIME:-$d_runtime}
 stages=${SNAP_STAGES:-latency destroy many rollback}
 log_level=${SNAP_LOG_LEVEL:-warn}
 read -r -a serve_args <<<"${SNAP_SERVE_ARGS:-}" # more `shale serve` options, e.g. --arc-max 64M
-shale=$(cd "$(dirname "$shale")" && pwd)/$(basename "$shale")
-mkdir -p "$results" || { echo "snapshot.sh: cannot create $results" >&2; exit 1; }
-results=$(cd "$results" && pwd)
 
-die() { echo "snapshot.sh: $*" >&2; exit 1; }
-say() { echo "snapshot.sh: $*" >&2; }
 has_stage() { case " $stages " in *" $1 "*) return 0 ;; esac; return 1; }
 pin_server=() pin_load=()
 if [ "$(nproc)" -ge 2 ]; then
@@ -108,9 +92,6 @@ trap cleanup EXIT
 rm -rf "$work"
 mkdir -p "$work/pool" "$work/state" || die "cannot create $work"
 cd "$work" || die "cannot enter $work"
-summary=()
-note() { summary+=("$*"); say "$*"; }
-now_ns() { date +%s%N; }
 
 # Starts `shale serve` for pool directory $1 and state directory $2 (exports file in it), log $3;
 # sets started_pid and started_port.
@@ -119,8 +100,7 @@ serve() {
 		--port 0 --no-portmap --ready-file "$2/ready" --log-level "$log_level" "${serve_args[@]}" >"$3" 2>&1 &
 	started_pid=$!
 	pids+=("$started_pid")
-	for _ in $(seq 400); do grep -q '^port=' "$2/ready" 2>/dev/null && break; sleep 0.05; done
-	started_port=$(sed -n 's/^port=//p' "$2/ready")
+	started_port=$(serve_wait "$started_pid" "$2/ready")
 	[ -n "$started_port" ] || die "the server did not start: $(tail -5 "$3")"
 }
 stop() { # $1: pid
@@ -367,6 +347,4 @@ if has_stage rollback; then
 fi
 "$shale" pool check snap -d pool >check.txt 2>&1
 note "check after it all: $(tail -1 check.txt)"
-printf '%s\n' "${summary[@]}" >"$results/snapshot-summary.txt"
-echo "---- snapshot.sh summary"
-cat "$results/snapshot-summary.txt"
+bench_finish "$results/snapshot-summary.txt"
