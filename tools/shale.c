@@ -55,6 +55,10 @@ static void shale_serve_usage(FILE *out)
 		"                        are; default " SERVER_POOL_DIR_DEFAULT "\n"
 		"  --arc-max BYTES       the pools' memory: cached blocks plus dirty data (suffix K,\n"
 		"                        M, G); default 256M\n"
+		"  --dirty-max BYTES     a txg is written once this much is dirty, writers wait at\n"
+		"                        twice it; default a tenth of --arc-max (1M..128M). Smaller:\n"
+		"                        a forced txg (snapshot create) returns sooner; larger:\n"
+		"                        fewer txgs, a higher peak\n"
 		"  --ready-file FILE     write port=N and portmap=MODE here once serving\n"
 		"client bounds (README, \"Limits\"):\n"
 		"  --max-connections N   TCP connections in all; default 4096. Past it a new one\n"
@@ -111,7 +115,7 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 		.sc_portmap_port = 111,
 	};
 	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE, OPT_POOL_DIR, OPT_ARC_MAX,
-	       OPT_BUFFERED_WRITES, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR, OPT_CONN_MEM, OPT_CONN_CALLS,
+	       OPT_DIRTY_MAX, OPT_BUFFERED_WRITES, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR, OPT_CONN_MEM, OPT_CONN_CALLS,
 	       OPT_REQ_MEM, OPT_IDLE_TIMEOUT, OPT_RECORD_TIMEOUT };
 	static const struct option options[] = {
 		{"exports", required_argument, NULL, 'e'},
@@ -125,6 +129,7 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 		{"buffered-writes", no_argument, NULL, OPT_BUFFERED_WRITES},
 		{"pool-dir", required_argument, NULL, OPT_POOL_DIR},
 		{"arc-max", required_argument, NULL, OPT_ARC_MAX},
+		{"dirty-max", required_argument, NULL, OPT_DIRTY_MAX},
 		{"ready-file", required_argument, NULL, OPT_READY},
 		{"max-connections", required_argument, NULL, OPT_MAX_CONNS},
 		{"max-connections-per-address", required_argument, NULL, OPT_MAX_CONNS_ADDR},
@@ -203,6 +208,11 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 		case OPT_POOL_DIR: config.sc_pool_dir = optarg; break;
 		case OPT_ARC_MAX:
 			if (shale_parse_bytes(optarg, &config.sc_arc_max_bytes) < 0)
+				goto bad_value;
+			break;
+		case OPT_DIRTY_MAX:
+			if (shale_parse_bytes(optarg, &config.sc_dirty_max_bytes) < 0 ||
+			    config.sc_dirty_max_bytes < POOL_DIRTY_MAX_MIN)
 				goto bad_value;
 			break;
 		case OPT_LOG:

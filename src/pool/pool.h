@@ -566,6 +566,7 @@ struct pool_status {
 	uint64_t ps_log_replayed;
 	uint64_t ps_total_bytes, ps_free_bytes, ps_avail_bytes;
 	uint64_t ps_dirty_bytes;
+	uint64_t ps_dirty_max_bytes;    /* the dirty limit: a txg is written at it */
 	uint64_t ps_datasets;
 	uint64_t ps_snapshots;          /* of every file system */
 	unsigned ps_snap_free_queued;   /* dead-list chains of destroyed snapshots being freed */

@@ -94,6 +94,7 @@ static int server_pool_get(const struct server_config *config, struct server_poo
 		return -E2BIG;
 	struct pool_open_opts opts = {
 		.po_arc_max_bytes = config->sc_arc_max_bytes,
+		.po_dirty_max_bytes = config->sc_dirty_max_bytes,
 		.po_attach = pool_fs_attach,
 		.po_fs_diff = pool_fs_diff, /* `shale fs diff` through the status socket */
 		.po_fs_send = server_fs_send, /* `shale send` and `receive`, the same way */

@@ -24,6 +24,7 @@ struct server_config {
 	bool sc_buffered_writes;     /* posix back end: no direct writes (posix.h) */
 	const char *sc_pool_dir;     /* where the leaves of exported pools are; NULL: the default */
 	uint64_t sc_arc_max_bytes;   /* pools' ARC limit; 0: the pool's default */
+	uint64_t sc_dirty_max_bytes; /* pools' dirty data limit; 0: the pool's default */
 	const char *sc_ready_file;   /* written once serving: "port=N" and "portmap=MODE" lines */
 	/* Client bounds (rpc.h's struct rpc_server_config, "Flow control" in rpc_server.c); 0 =
 	 * the default given there. */

@@ -80,7 +80,8 @@ check "nfs-ls lists it with its size" bash -c "nfs-ls 'nfs://127.0.0.1/tank/home
 check "shale pool status while serving: the server's live figures (cache hits, the dataset)" \
 	bash -c 'o=$("$SHALE_BIN" pool status tank -d var/pool) && grep -q "^(live: from the process serving" <<<"$o" &&
 		grep -q "state: ONLINE" <<<"$o" && grep -Eq "arc: .* [1-9][0-9]* hits" <<<"$o" &&
-		grep -Eq "tank/home: .*inode cache [0-9]+ entries, [1-9][0-9]* hits" <<<"$o"'
+		grep -Eq "tank/home: .*inode cache [0-9]+ entries, [1-9][0-9]* hits" <<<"$o" &&
+		grep -q "dirty (a txg at 25.6M)" <<<"$o"'
 check "the status socket is the owner's alone" bash -c '[ "$(stat -c %a var/pool/.tank.status)" = 600 ]'
 check "shale pool list while serving: the pool, as the server's" \
 	bash -c '"$SHALE_BIN" pool list -d var/pool 2>/dev/null | grep -Eq "^tank +[0-9.]+M +- +[0-9.]+M +ONLINE +served$"'
@@ -98,9 +99,14 @@ check "and reads it only: the log's records are counted, left for the next impor
 	bash -c 'before=$(md5sum var/pool/tank0.img) &&
 		 "$SHALE_BIN" pool status tank -d var/pool | grep -Eq "log: [0-9]+ records? newer than the last txg, replayed by the next import" &&
 		 [ "$(md5sum var/pool/tank0.img)" = "$before" ]'
-check "serve restarts after kill -9 (the pool's log is replayed)" start
-check "and answers shale pool status live again" \
-	bash -c '"$SHALE_BIN" pool status tank -d var/pool | grep -q "^(live: from the process serving"'
+check "serve refuses a dirty limit below 1 MiB" bash -c '
+	o=$(timeout 10 "$SHALE_BIN" serve --exports var/exports --state var/state --pool-dir var/pool \
+		--port 0 --no-portmap --dirty-max 100K 2>&1)
+	[ $? = 2 ] && grep -q "bad value .100K." <<<"$o"'
+check "serve restarts after kill -9 (the pool's log is replayed), with --dirty-max 8M" start --dirty-max 8M
+check "and answers shale pool status live again, a txg at the dirty limit given" \
+	bash -c '"$SHALE_BIN" pool status tank -d var/pool | grep -q "^(live: from the process serving" &&
+		"$SHALE_BIN" pool status tank -d var/pool | grep -q "dirty (a txg at 8.0M)"'
 check "every copy acknowledged before the kill is there, byte-exact" bash -c '
 	for i in $(seq 1 20); do rm -f got.bin; nfs-cp "nfs://127.0.0.1/tank/home/f$i.bin'"$url_q"'" got.bin >/dev/null &&
 		cmp small.bin got.bin || exit 1; done
