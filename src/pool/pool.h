@@ -49,7 +49,11 @@
  * sfs2008's 512 MB file set) whatever its size, so larger txgs cost less per change; with a 2 GiB
  * limit, 128 MiB against 64 answered sfs2008 in 0.10 against 0.13-0.17 ms at 60,000 ops/s
  * (queued 0.30-0.33 against 0.44-0.66 ms), and 160 or 256 MiB queued requests longer behind the
- * larger txgs' locked phases (docs/performance.md). */
+ * larger txgs' locked phases (docs/performance.md). The other side of the trade: a forced txg
+ * (snapshot create, a property change) waits for the open txg's data to be written, so under a
+ * write load it takes longer the larger D is: with the default 256 MiB, a create at 10,000
+ * sfs2008 ops/s took a median of 150-198 ms with D = 25.6 MiB, 43-83 ms with 8 MiB (`shale
+ * serve --dirty-max`), whose peak the same runs could not tell apart from the default's. */
 #define POOL_DIRTY_MAX_DEFAULT (128ull << 20) /* at most 128 MiB */
 #define POOL_DIRTY_MAX_MIN (1ull << 20)
 #define POOL_DIRTY_ARC_DIVISOR 10u
