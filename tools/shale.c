@@ -236,6 +236,14 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 		return 2;
 	}
 	server_exec_with_huge_heap(whole_argv);
+	/* The memory model (pool.c) fits the open and the syncing txg, up to 2 D each, in 40% of
+	 * the ARC limit: a larger D is honoured, but memory may then pass --arc-max. Said after the
+	 * restart into the huge-page heap, so once. */
+	uint64_t arc_max = config.sc_arc_max_bytes ? config.sc_arc_max_bytes : POOL_ARC_MAX_DEFAULT;
+	if (config.sc_dirty_max_bytes > arc_max / 5)
+		fprintf(stderr,
+		        "shale serve: warning: --dirty-max above a fifth of --arc-max: the dirty "
+		        "data of two txgs (4x it) may take memory beyond --arc-max\n");
 	return server_run(&config) == 0 ? 0 : 1;
 bad_value:
 	fprintf(stderr, "shale serve: bad value '%s' for an option\n", optarg);

@@ -103,6 +103,13 @@ check "serve refuses a dirty limit below 1 MiB" bash -c '
 	o=$(timeout 10 "$SHALE_BIN" serve --exports var/exports --state var/state --pool-dir var/pool \
 		--port 0 --no-portmap --dirty-max 100K 2>&1)
 	[ $? = 2 ] && grep -q "bad value .100K." <<<"$o"'
+check "serve warns of a dirty limit above a fifth of --arc-max (before it reads anything), and not of one below it" bash -c '
+	o=$(timeout 10 "$SHALE_BIN" serve --exports var/no-such-exports --port 0 --no-portmap \
+		--arc-max 64M --dirty-max 16M 2>&1)
+	grep -q "warning: --dirty-max above a fifth of --arc-max" <<<"$o" || exit 1
+	o=$(timeout 10 "$SHALE_BIN" serve --exports var/no-such-exports --port 0 --no-portmap \
+		--arc-max 64M --dirty-max 8M 2>&1)
+	! grep -q "warning: --dirty-max" <<<"$o"'
 check "serve restarts after kill -9 (the pool's log is replayed), with --dirty-max 8M" start --dirty-max 8M
 check "and answers shale pool status live again, a txg at the dirty limit given" \
 	bash -c '"$SHALE_BIN" pool status tank -d var/pool | grep -q "^(live: from the process serving" &&
