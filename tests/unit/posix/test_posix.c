@@ -225,17 +225,6 @@ static bool host_stat(const char *rel, struct stat *st)
 	return lstat(p, st) == 0;
 }
 
-static int open_fd_count(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-	VERIFY(d != NULL);
-	while (readdir(d) != NULL)
-		n++;
-	closedir(d);
-	return n;
-}
-
 /* Open fds of this process on a file whose path ends in suffix. */
 static int fds_on(const char *suffix)
 {
@@ -252,6 +241,29 @@ static int fds_on(const char *suffix)
 			target[len] = '\0';
 			n += strcmp(target + len - (ssize_t)sl, suffix) == 0;
 		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* Open fds of this process whose path starts with prefix (inside), or does not (!inside). */
+static int fds_prefixed(const char *prefix, bool inside)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	VERIFY(d != NULL);
+	struct dirent *e;
+	size_t pl = strlen(prefix);
+	while ((e = readdir(d)) != NULL) {
+		char path[300], target[512];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t len = readlink(path, target, sizeof(target) - 1);
+		if (len < 0)
+			continue; /* the directory's own fd, closed by now */
+		target[len] = '\0';
+		n += (strncmp(target, prefix, pl) == 0) == inside;
 	}
 	closedir(d);
 	return n;
@@ -1412,9 +1424,13 @@ static void test_fd_cache_limit(void)
 		snprintf(name, sizeof(name), "many/m%03d", i);
 		host_write(name, name, 0644);
 	}
-	int before = open_fd_count();
+	/* fs2's fds on the files: those under many/. The fds outside the export are counted for
+	 * leaks; those on the export's other paths are not, since g_fs's cache closes its idle
+	 * ones at any time. */
+	char files[600];
+	snprintf(files, sizeof(files), "%s/many/", g_export);
+	int before = fds_prefixed(g_export, false);
 	CHECK(posix_fs_create(&cfg, &fs2) == 0);
-	int after_create = open_fd_count();
 	int peak = 0;
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < 100; i++) {
@@ -1437,13 +1453,14 @@ static void test_fd_cache_limit(void)
 			r.u.read.rd_buf.fb_release(r.u.read.rd_buf.fb_release_arg);
 			snprintf(name, sizeof(name), "Many/m%03d", i);
 			CHECK(strcmp(buf, name) == 0);
-			peak = SH_MAX(peak, open_fd_count() - after_create);
+			peak = SH_MAX(peak, fds_prefixed(files, true));
 		}
 	}
 	CHECKF(peak <= 16, "peak %d cached fds over a limit of 16", peak);
 	CHECK(peak >= 8); /* it does cache */
 	fs_destroy(fs2);
-	CHECK(open_fd_count() == before);
+	CHECK(fds_prefixed(files, true) == 0);
+	CHECK(fds_prefixed(g_export, false) == before);
 }
 
 /* A file removed on the host, behind the back end's back: its cached fds are closed once idle
