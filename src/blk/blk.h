@@ -323,7 +323,9 @@ void blk_block_write(struct blk_vdev *vdev, const struct blk_ptr *bp, const stru
 /* Reads the block bp names from vdev into out (bp->bp_lsize bytes, any alignment), verifying the
  * checksum and decompressing. A copy that fails its checksum or read is counted and read around;
  * once a good copy is found, each bad child is rewritten from it before done runs. No good copy:
- * -EIO (checksum) or the read error. done(arg, status) runs on the engine thread. */
+ * -EIO (checksum) or the read error, and out's bytes are undefined. done(arg, status) runs on the
+ * engine thread. A block stored uncompressed in whole sectors (lsize == asize) is read straight
+ * into out when out is sector-aligned (BLK_SECTOR_BYTES): no bounce buffer, no copy. */
 void blk_block_read(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
 		    void (*done)(void *arg, int status), void *arg);
 SH_MUST_CHECK int blk_block_read_sync(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out);

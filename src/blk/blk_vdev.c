@@ -451,6 +451,8 @@ struct blk_block_read_ctx {
 	struct blk_ptr rd_bp;
 	void *rd_out;
 	bool rd_raw;                 /* blk_block_read_raw: rd_out takes the psize stored bytes */
+	uint8_t *rd_io_buf;          /* what the leaves read into: rd_bounce, or rd_out itself when
+	                              * it is aligned and takes the stored bytes as they are */
 	void (*rd_done)(void *arg, int status);
 	void *rd_arg;
 	uint8_t *rd_bounce;          /* asize bytes, sector-aligned */
@@ -492,7 +494,7 @@ static void blk_block_read_next(struct blk_block_read_ctx *ctx)
 	    .bi_op = BLK_IO_READ,
 	    .bi_dev = vdev->vd_children[child],
 	    .bi_offset = ctx->rd_bp.bp_offset,
-	    .bi_buf = ctx->rd_bounce,
+	    .bi_buf = ctx->rd_io_buf,
 	    .bi_len = ctx->rd_bp.bp_asize,
 	    .bi_done = blk_block_read_io_done,
 	    .bi_arg = ctx,
@@ -523,7 +525,7 @@ static bool blk_block_repairable(struct blk_vdev *vdev, unsigned i)
 	       !dev->bd_read_only;
 }
 
-/* A good copy is in the bounce buffer: rewrite each child that failed, then finish. */
+/* A good copy is in rd_io_buf: rewrite each child that failed, then finish. */
 static void blk_block_read_repair(struct blk_block_read_ctx *ctx)
 {
 	struct blk_vdev *vdev = ctx->rd_vdev;
@@ -545,7 +547,7 @@ static void blk_block_read_repair(struct blk_block_read_ctx *ctx)
 		    .bi_op = BLK_IO_WRITE,
 		    .bi_dev = vdev->vd_children[i],
 		    .bi_offset = ctx->rd_bp.bp_offset,
-		    .bi_buf = ctx->rd_bounce,
+		    .bi_buf = ctx->rd_io_buf,
 		    .bi_len = ctx->rd_bp.bp_asize,
 		    .bi_done = blk_block_repair_done,
 		    .bi_arg = ctx,
@@ -567,12 +569,12 @@ static void blk_block_read_io_done(struct blk_io *io)
 		ctx->rd_bad[child] = true;
 	} else {
 		uint8_t cksum[16];
-		blk_checksum(ctx->rd_bounce, bp->bp_psize, cksum);
-		bool good = memcmp(cksum, bp->bp_cksum, sizeof(cksum)) == 0 &&
-		            (ctx->rd_raw ? (memcpy(ctx->rd_out, ctx->rd_bounce, bp->bp_psize), true)
-		                         : blk_decompress(bp->bp_compress, ctx->rd_bounce,
-		                                          bp->bp_psize, ctx->rd_out,
-		                                          bp->bp_lsize) == 0);
+		blk_checksum(ctx->rd_io_buf, bp->bp_psize, cksum);
+		bool good = memcmp(cksum, bp->bp_cksum, sizeof(cksum)) == 0;
+		if (good && ctx->rd_io_buf == ctx->rd_bounce)
+			good = ctx->rd_raw ? (memcpy(ctx->rd_out, ctx->rd_bounce, bp->bp_psize), true)
+			                   : blk_decompress(bp->bp_compress, ctx->rd_bounce,
+			                                    bp->bp_psize, ctx->rd_out, bp->bp_lsize) == 0;
 		if (good) {
 			blk_block_read_repair(ctx);
 			return;
@@ -610,6 +612,15 @@ static bool blk_block_ptr_readable(const struct blk_vdev *vdev, const struct blk
 	       blk_vdev_in_range(vdev, bp->bp_offset, bp->bp_asize);
 }
 
+/* Whether the leaves may read bp's block straight into out: out is sector-aligned and takes the
+ * stored bytes as they are, every one of the asize bytes read (raw: the stored bytes; else an
+ * uncompressed block, whose logical bytes are its stored ones). */
+static bool blk_block_read_direct(const struct blk_ptr *bp, const void *out, bool raw)
+{
+	return (uintptr_t)out % BLK_SECTOR_BYTES == 0 && bp->bp_psize == bp->bp_asize &&
+	       (raw || bp->bp_compress == BLK_COMPRESS_OFF);
+}
+
 static void blk_block_read_any(struct blk_vdev *vdev, const struct blk_ptr *bp, void *out,
                                bool raw, void (*done)(void *arg, int status), void *arg)
 {
@@ -628,11 +639,14 @@ static void blk_block_read_any(struct blk_vdev *vdev, const struct blk_ptr *bp, 
 		ctx->rd_status = 0; /* a hole has no bytes to read: lsize is 0 */
 	else if (!blk_block_ptr_readable(vdev, bp))
 		ctx->rd_status = -EINVAL;
+	else if (blk_block_read_direct(bp, out, raw))
+		ctx->rd_io_buf = out; /* the stored bytes are what out takes: no copy */
 	/* not zeroed (blk_buf_alloc would): a read that succeeds fills every byte, and nothing
 	 * of a failed one is used; zeroing cost a send a third of its CPU */
-	else if (!(ctx->rd_bounce = mem_aligned_alloc(BLK_SECTOR_BYTES, bp->bp_asize)))
+	else if (!(ctx->rd_io_buf = ctx->rd_bounce =
+	               mem_aligned_alloc(BLK_SECTOR_BYTES, bp->bp_asize)))
 		ctx->rd_status = -ENOMEM;
-	else {
+	if (ctx->rd_io_buf) {
 		unsigned n = vdev->vd_nchildren, first = atomic_fetch_add(&vdev->vd_next_read, 1) % n;
 		unsigned rank[BLK_MIRROR_MAX];
 		for (unsigned c = 0; c < n; c++)

@@ -587,6 +587,62 @@ static void test_checksum_repair(void)
 	mem_free(out);
 }
 
+/* A block stored uncompressed in whole sectors, read into a sector-aligned buffer, goes straight
+ * into it (the leaves' bytes are there even when they fail the checksum), and everything the
+ * bounce-buffer path does still holds: the bad copy read around and repaired, -EIO when both are
+ * bad. Into a buffer that is not aligned, the same block goes through the bounce buffer. */
+static void test_read_direct(void)
+{
+	enum { LEN = 65536 };
+	struct blk_engine *e = engine_new(16);
+	struct blk_dev *d[2] = {mem_new(8 * MIB), mem_new(8 * MIB)};
+	struct blk_vdev *v;
+	CHECK(blk_vdev_create(e, d, 2, &v) == 0);
+	uint8_t *data = mem_alloc(LEN), *aligned = mem_aligned_alloc(SECTOR, LEN);
+	uint8_t *unaligned_base = mem_aligned_alloc(SECTOR, LEN + 64), *unaligned = unaligned_base + 16;
+	struct blk_ptr bp;
+	uint64_t off = blk_vdev_data_start(v) + 10 * SECTOR;
+	fill_random(data, LEN, 21); /* incompressible: stored as it is */
+	struct blk_prepared prep;
+	VERIFY(blk_prepare(data, LEN, BLK_COMPRESS_LZ4, &prep) == 0);
+	blk_ptr_fill(&bp, &prep, 0, off, 1, 0, 9, 1);
+	CHECK(blk_block_write_sync(v, &bp, &prep) == 0);
+	blk_prepared_fini(&prep);
+	CHECK(bp.bp_compress == BLK_COMPRESS_OFF && bp.bp_psize == LEN && bp.bp_asize == LEN);
+
+	blk_dev_mem_bytes(d[1])[off + 33] ^= 0x04;
+	for (int i = 0; i < 2; i++) { /* one of the two reads tries the bad copy first */
+		memset(aligned, 0, LEN);
+		CHECK(blk_block_read_sync(v, &bp, aligned) == 0);
+		CHECK(memcmp(aligned, data, LEN) == 0);
+	}
+	struct blk_vdev_stats s1;
+	blk_vdev_stats(v, 1, &s1);
+	CHECK(s1.vs_checksum_errors == 1 && s1.vs_repairs == 1);
+	CHECK(memcmp(blk_dev_mem_bytes(d[0]) + off, blk_dev_mem_bytes(d[1]) + off, LEN) == 0);
+	memset(unaligned, 0, LEN);
+	CHECK(blk_block_read_sync(v, &bp, unaligned) == 0 && memcmp(unaligned, data, LEN) == 0);
+	memset(aligned, 0, LEN);
+	CHECK(blk_block_read_raw_sync(v, &bp, aligned) == 0 && memcmp(aligned, data, LEN) == 0);
+
+	/* both copies bad: -EIO; the aligned buffer took what the leaves hold, the other did not */
+	blk_dev_mem_bytes(d[0])[off + 5] ^= 1;
+	blk_dev_mem_bytes(d[1])[off + 6] ^= 1;
+	memset(aligned, 0xAA, LEN);
+	memset(unaligned, 0xAA, LEN);
+	CHECK(blk_block_read_sync(v, &bp, aligned) == -EIO);
+	CHECK(blk_block_read_sync(v, &bp, unaligned) == -EIO);
+	CHECK(aligned[100] == data[100] && unaligned[100] == 0xAA);
+
+	blk_vdev_destroy(v);
+	blk_engine_destroy(e);
+	blk_dev_close(d[0]);
+	blk_dev_close(d[1]);
+	mem_free(data);
+	mem_free(aligned);
+	mem_free(unaligned_base);
+}
+
 static void test_read_errors_and_pulled(void)
 {
 	struct blk_engine *e = engine_new(16);
@@ -1868,6 +1924,7 @@ int main(void)
 	TAP_RUN(test_round_trip_file_uring);
 	TAP_RUN(test_round_trip_file_fallback);
 	TAP_RUN(test_checksum_repair);
+	TAP_RUN(test_read_direct);
 	TAP_RUN(test_read_errors_and_pulled);
 	TAP_RUN(test_labels);
 	TAP_RUN(test_uberblock_ring);
