@@ -12,9 +12,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "base/base.h"
+#include "base/xxh.h"
 
 uint64_t clock_monotonic_ns(void)
 {

@@ -31,9 +31,9 @@
  * sector. */
 #include <errno.h>
 #include <lz4.h>
-#include <xxhash.h>
 #include <zstd.h>
 
+#include "base/xxh.h"
 #include "blk/blk_impl.h"
 
 #define BLK_ZSTD_LEVEL 3 /* zstd's own default: a good ratio at a few hundred MB/s */

@@ -98,8 +98,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include "base/xxh.h"
 #include "poolfs/pool_fs.h"
 #include "poolfs/pool_fs_impl.h"
 #include "pool/pool_impl.h"

@@ -181,8 +181,8 @@
  * puts into it and drops every one it deletes, right after the tree change, so an entry is always
  * the tree's record. A failed commit (zpl_fail) empties it. */
 #include <stdio.h>
-#include <xxhash.h>
 
+#include "base/xxh.h"
 #include "zpl/zpl_impl.h"
 
 /* ---------------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@
  * frame; send -c), and an incremental one that removes and puts. */
 #include <sys/mman.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include "base/xxh.h"
 #include "fuzz.h"
 #include "pool/pool.h"
 #include "poolfs/pool_fs.h"

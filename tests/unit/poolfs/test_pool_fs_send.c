@@ -14,8 +14,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <xxhash.h>
 
+#include "base/xxh.h"
 #include "pool_fs_fixture.h"
 #include "pool/pool.h"
 #include "poolfs/pool_fs.h"
