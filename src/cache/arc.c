@@ -833,6 +833,14 @@ void arc_fill_done(struct arc *arc, struct arc_buf *b, int status)
 	}
 }
 
+void *arc_fill_take(struct arc_buf *b, void *data)
+{
+	VERIFY(b->ab_filling && data != NULL);
+	void *old = b->ab_data;
+	b->ab_data = data;
+	return old;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Buffers */
 

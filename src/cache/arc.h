@@ -191,6 +191,13 @@ SH_MUST_CHECK int arc_lookup_async(struct arc *arc, const struct arc_key *key, u
  * The callbacks run inside this call, on this thread, with no cache lock held. */
 void arc_fill_done(struct arc *arc, struct arc_buf *buf, int status);
 
+/* For the filler of a buffer (ARC_MISS_FILL, before arc_fill_done): data (arc_buf_size bytes,
+ * from arc_data_alloc or mem_aligned_alloc; the cache frees it as its own) becomes the buffer's
+ * data. Returns the data the buffer had, which the caller frees with arc_data_free. For a filler
+ * that read the block into a buffer of its own, one the leaves could read into without a copy.
+ * No lock: nobody but the filler touches a buffer's data before arc_fill_done. */
+void *arc_fill_take(struct arc_buf *buf, void *data);
+
 /* ---- buffers ---- */
 
 /* The buffer's data: ARC_BUF_ALIGN-aligned, arc_buf_size bytes, valid while the caller holds it. */

@@ -241,6 +241,7 @@ struct pool_read {
 	struct blk_ptr rd_bp;
 	void (*rd_cb)(void *arg, int status);
 	void *rd_arg;
+	void *rd_direct; /* sector-aligned, read into without a copy; the buffer takes it (or NULL) */
 };
 
 /* Engine thread: the block is read (or not); fill the cache, then tell the one who asked. */
@@ -254,6 +255,8 @@ static void pool_read_done(void *arg, int status)
 		                " unreadable: %s",
 		                p->p_name, rd->rd_bp.bp_vdev, rd->rd_bp.bp_offset,
 		                rd->rd_bp.bp_birth_txg, sh_strerror(status));
+	if (rd->rd_direct)
+		arc_data_free(status == 0 ? arc_fill_take(rd->rd_buf, rd->rd_direct) : rd->rd_direct);
 	arc_fill_done(p->p_arc, rd->rd_buf, status);
 	arc_rele(p->p_arc, rd->rd_buf);
 	if (rd->rd_cb)
@@ -262,9 +265,13 @@ static void pool_read_done(void *arg, int status)
 }
 
 /* Fills buf (handed out by a miss) from disk. On -ENOMEM the fill fails at once (its waiters are
- * called on this thread) and cb is not called. */
+ * called on this thread) and cb is not called. direct: a block stored uncompressed in whole
+ * sectors is read into a sector-aligned buffer of its own, which the cache then takes, so that
+ * the leaves read it in place (blk_block_read) and the engine thread copies nothing; for
+ * streaming readers (a send), whose blocks pass through the cache once. Other readers keep the
+ * cache's own buffers, which are not aligned (arc_data_alloc says why). */
 static int pool_read_start(struct pool *p, const struct blk_ptr *bp, struct arc_buf *buf,
-                           void (*cb)(void *arg, int status), void *arg)
+                           void (*cb)(void *arg, int status), void *arg, bool direct)
 {
 	struct pool_read *rd = mem_alloc(sizeof(*rd));
 	if (!rd) {
@@ -272,8 +279,11 @@ static int pool_read_start(struct pool *p, const struct blk_ptr *bp, struct arc_
 		arc_rele(p->p_arc, buf);
 		return -ENOMEM;
 	}
-	*rd = (struct pool_read){p, buf, *bp, cb, arg};
-	blk_block_read(pool_bp_vdev(p, bp), bp, arc_buf_data(buf), pool_read_done, rd);
+	*rd = (struct pool_read){p, buf, *bp, cb, arg, NULL};
+	if (direct && bp->bp_compress == BLK_COMPRESS_OFF && bp->bp_lsize == bp->bp_asize)
+		rd->rd_direct = mem_aligned_alloc(BLK_SECTOR_BYTES, bp->bp_lsize); /* NULL: copied */
+	blk_block_read(pool_bp_vdev(p, bp), bp, rd->rd_direct ? rd->rd_direct : arc_buf_data(buf),
+	               pool_read_done, rd);
 	return 0;
 }
 
@@ -299,8 +309,8 @@ int pool_block_get(struct pool *p, const struct blk_ptr *bp, const void **image_
 		return 0;
 	}
 	if (rc == ARC_MISS_FILL)
-		(void)pool_read_start(p, bp, buf, NULL,
-		                      NULL); /* a read ahead of the caller's load */
+		(void)pool_read_start(p, bp, buf, NULL, NULL,
+		                      false); /* a read ahead of the caller's load */
 	return -SH_ENEEDBLOCK;
 }
 
@@ -349,7 +359,23 @@ int pool_block_load(struct pool *p, const struct blk_ptr *bp, void (*cb)(void *a
 		arc_rele(p->p_arc, buf);
 		return POOL_LOADED;
 	}
-	return pool_read_start(p, bp, buf, cb, arg);
+	return pool_read_start(p, bp, buf, cb, arg, false);
+}
+
+int pool_block_prefetch(struct pool *p, const struct blk_ptr *bp)
+{
+	if (!pool_bp_valid(p, bp))
+		return -EIO;
+	struct arc_key key = pool_arc_key(bp);
+	struct arc_buf *buf;
+	int rc = arc_lookup(p->p_arc, &key, bp->bp_lsize, &buf);
+	if (rc < 0)
+		return pool_arc_error(rc);
+	if (rc == ARC_HIT)
+		arc_rele(p->p_arc, buf);
+	if (rc != ARC_MISS_FILL)
+		return 0; /* cached, or being read */
+	return pool_read_start(p, bp, buf, NULL, NULL, true);
 }
 
 struct pool_sync_wait {

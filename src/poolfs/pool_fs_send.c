@@ -87,7 +87,10 @@
  *
  * ---- Concurrency ----
  * The sender reads snapshot trees under the pool lock a batch at a time, loading what misses
- * outside it, so it runs beside a serving process. The receiver's tree changes and do_sync are
+ * outside it, so it runs beside a serving process. It reads the blocks ahead: when it starts on
+ * a batch, the next batch's reads are started (struct pfs_cursor), so the leaves never wait for
+ * it; a block stored uncompressed is read straight into the buffer the cache then holds
+ * (pool_block_prefetch), and the engine thread only checks its checksum. The receiver's tree changes and do_sync are
  * under the pool lock; its pending list is touched only there. */
 #include <errno.h>
 #include <fcntl.h>
@@ -114,6 +117,7 @@
 #define PFS_SEND_BEGIN_BYTES 48u
 #define PFS_SEND_PUT_HDR 8u
 #define PFS_SEND_BATCH 128u                 /* entries a cursor reads per hold of the lock */
+#define PFS_SEND_AHEAD_BYTES (8u * 1024u * 1024u) /* block bytes in a batch read ahead */
 #define PFS_SEND_BUF_BYTES (1024u * 1024u)  /* the writer's buffer */
 /* A stream through a pipe (`shale send | shale receive`) has the pipe grown to this, the most an
  * unprivileged process may ask for by default (/proc/sys/fs/pipe-max-size): with the default 64
@@ -273,17 +277,29 @@ struct pfs_entry {
 	uint32_t e_vlen;
 };
 
+/* A cursor of the snapshot sent reads ahead (c_prefetch): when its reader starts on a batch, the
+ * next batch is scanned and the reads of its blocks started, so the leaves are kept busy across
+ * the batches' boundaries and never wait for the sender to ask. A batch stops at PFS_SEND_BATCH
+ * entries or once its blocks reach PFS_SEND_AHEAD_BYTES, so what is read ahead (the batch being
+ * sent and the next, at most twice that plus one block) stays a small part of the cache
+ * whatever the record size, and is not evicted before it is sent. */
 struct pfs_cursor {
 	struct pool *c_pool;
 	struct pool_ds *c_ds;
-	struct pfs_entry *c_ents; /* PFS_SEND_BATCH */
+	struct pfs_entry *c_ents;  /* the batch being read: PFS_SEND_BATCH */
 	uint32_t c_n, c_i;
+	struct pfs_entry *c_ahead; /* c_prefetch: the next batch, scanned and its reads started */
+	uint32_t c_ahead_n;
+	bool c_has_ahead;
+	uint64_t c_scan_bytes;     /* the block bytes of the batch being scanned */
 	uint8_t c_last[BTREE_KEY_MAX];
 	uint32_t c_last_len;
 	bool c_started, c_eof;
-	bool c_prefetch; /* the batch's blocks are read ahead (the snapshot sent, not its base) */
+	bool c_prefetch; /* blocks are read ahead (the snapshot sent, not its base) */
 	bool c_stored;   /* send -c: compressed blocks are not (they are read as stored) */
 	int c_err;
+	struct pfs_entry *c_scan;  /* where pfs_cursor_visit puts entries */
+	uint32_t *c_scan_n;
 };
 
 static bool pfs_cursor_visit(void *arg, const void *key, uint32_t klen, const void *val,
@@ -294,7 +310,7 @@ static bool pfs_cursor_visit(void *arg, const void *key, uint32_t klen, const vo
 		c->c_err = -EIO;
 		return false;
 	}
-	struct pfs_entry *e = &c->c_ents[c->c_n++];
+	struct pfs_entry *e = &c->c_scan[(*c->c_scan_n)++];
 	memcpy(e->e_key, key, klen);
 	e->e_klen = klen;
 	memcpy(e->e_val, val, vlen);
@@ -302,34 +318,35 @@ static bool pfs_cursor_visit(void *arg, const void *key, uint32_t klen, const vo
 	memcpy(c->c_last, key, klen);
 	c->c_last_len = klen;
 	c->c_started = true;
-	return c->c_n < PFS_SEND_BATCH;
+	struct blk_ptr bp;
+	if (c->c_prefetch && pfs_entry_block(key, klen, val, vlen, &bp) == PFS_ENTRY_BLOCK)
+		c->c_scan_bytes += bp.bp_lsize;
+	return *c->c_scan_n < PFS_SEND_BATCH && c->c_scan_bytes < PFS_SEND_AHEAD_BYTES;
 }
 
-static void pfs_prefetch_done(void *arg, int status)
+/* Starts reading the blocks the extents of a batch (n entries) name, so that sending it does
+ * not wait for each in turn (the cache keeps them: see struct pfs_cursor). */
+static void pfs_cursor_prefetch(struct pfs_cursor *c, const struct pfs_entry *ents, uint32_t n)
 {
-	(void)arg;
-	(void)status; /* a failed read is met again, and reported, when the block is sent */
-}
-
-/* Starts reading the blocks the batch's extents name, so that sending it does not wait for
- * each in turn (the cache keeps them: a batch is at most PFS_SEND_BATCH records). */
-static void pfs_cursor_prefetch(struct pfs_cursor *c)
-{
-	for (uint32_t i = 0; i < c->c_n; i++) {
-		const struct pfs_entry *e = &c->c_ents[i];
+	for (uint32_t i = 0; i < n; i++) {
+		const struct pfs_entry *e = &ents[i];
 		struct blk_ptr bp;
 		if (pfs_entry_block(e->e_key, e->e_klen, e->e_val, e->e_vlen, &bp) ==
 		        PFS_ENTRY_BLOCK &&
 		    !(c->c_stored && bp.bp_compress != BLK_COMPRESS_OFF)) /* read as stored */
-			(void)!pool_block_load(c->c_pool, &bp, pfs_prefetch_done, NULL);
+			(void)!pool_block_prefetch(c->c_pool, &bp);
 	}
 }
 
-/* The next batch (c_n entries from c_i = 0), or c_eof. */
-static int pfs_cursor_fill(struct pfs_cursor *c)
+/* Scans the tree on from the last key into ents (*n entries: a batch), setting c_eof when it
+ * ran to the end, and starts reading its blocks when the cursor reads ahead. */
+static int pfs_cursor_scan(struct pfs_cursor *c, struct pfs_entry *ents, uint32_t *n)
 {
-	c->c_n = c->c_i = 0;
-	while (!c->c_eof && c->c_n < PFS_SEND_BATCH) {
+	*n = 0;
+	c->c_scan = ents;
+	c->c_scan_n = n;
+	c->c_scan_bytes = 0;
+	while (!c->c_eof && *n < PFS_SEND_BATCH && c->c_scan_bytes < PFS_SEND_AHEAD_BYTES) {
 		struct blk_ptr missing;
 		pool_lock(c->c_pool);
 		int rc = btree_scan(pool_ds_tree(c->c_ds), c->c_started ? c->c_last : NULL,
@@ -346,22 +363,44 @@ static int pfs_cursor_fill(struct pfs_cursor *c)
 		}
 		if (rc != 0)
 			return rc;
-		if (c->c_n < PFS_SEND_BATCH)
-			c->c_eof = true; /* the scan ran to the end: a full batch stops it early */
+		/* the scan ran to the end unless the visitor stopped it (a full batch) */
+		if (*n < PFS_SEND_BATCH && c->c_scan_bytes < PFS_SEND_AHEAD_BYTES)
+			c->c_eof = true;
 	}
 	if (c->c_prefetch)
-		pfs_cursor_prefetch(c);
+		pfs_cursor_prefetch(c, ents, *n);
+	return 0;
+}
+
+/* The next batch (c_n entries from c_i = 0; none at the end), and when the cursor reads ahead,
+ * the one after it scanned and its reads started. */
+static int pfs_cursor_fill(struct pfs_cursor *c)
+{
+	c->c_n = c->c_i = 0;
+	if (c->c_has_ahead) {
+		struct pfs_entry *t = c->c_ents;
+		c->c_ents = c->c_ahead;
+		c->c_ahead = t;
+		c->c_n = c->c_ahead_n;
+		c->c_has_ahead = false;
+	} else {
+		int rc = pfs_cursor_scan(c, c->c_ents, &c->c_n);
+		if (rc != 0)
+			return rc;
+	}
+	if (c->c_prefetch && !c->c_eof) {
+		int rc = pfs_cursor_scan(c, c->c_ahead, &c->c_ahead_n);
+		if (rc != 0)
+			return rc;
+		c->c_has_ahead = true;
+	}
 	return 0;
 }
 
 /* The cursor's current entry, or NULL at the end. */
 static int pfs_cursor_peek(struct pfs_cursor *c, const struct pfs_entry **out)
 {
-	if (c->c_i == c->c_n) {
-		if (c->c_eof) {
-			*out = NULL;
-			return 0;
-		}
+	while (c->c_i == c->c_n && (!c->c_eof || c->c_has_ahead)) {
 		int rc = pfs_cursor_fill(c);
 		if (rc != 0)
 			return rc;
@@ -375,12 +414,12 @@ static int pfs_cursor_open(struct pool *p, const char *name, struct pfs_cursor *
 	memset(c, 0, sizeof(*c));
 	c->c_pool = p;
 	c->c_ents = mem_alloc(PFS_SEND_BATCH * sizeof(*c->c_ents));
-	if (!c->c_ents)
-		return -ENOMEM;
-	int rc = pool_ds_open(p, name, &c->c_ds);
+	c->c_ahead = mem_alloc(PFS_SEND_BATCH * sizeof(*c->c_ahead));
+	int rc = c->c_ents && c->c_ahead ? pool_ds_open(p, name, &c->c_ds) : -ENOMEM;
 	if (rc != 0) {
 		mem_free(c->c_ents);
-		c->c_ents = NULL;
+		mem_free(c->c_ahead);
+		c->c_ents = c->c_ahead = NULL;
 	}
 	return rc;
 }
@@ -390,8 +429,9 @@ static void pfs_cursor_close(struct pfs_cursor *c)
 	if (c->c_ds)
 		pool_ds_close(c->c_ds);
 	mem_free(c->c_ents);
+	mem_free(c->c_ahead);
 	c->c_ds = NULL;
-	c->c_ents = NULL;
+	c->c_ents = c->c_ahead = NULL;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -633,6 +633,74 @@ out:
 	pools_done(a, da, b, db);
 }
 
+/* A full send from a cold cache of a file larger than several read-ahead batches (40 MiB of 128
+ * KiB blocks, each different) after 300 empty files (batches that end at their count of
+ * entries): the copy is the sender's, and each data block was read from the leaves once (what
+ * is read ahead stays cached until it is sent; the rest of the reads are the tree's nodes). */
+static void test_send_read_ahead(void)
+{
+	enum { FILE_MIB = 40, SMALL = 300 };
+	struct blk_dev *da = mem_dev(192 * MIB), *db = mem_dev(192 * MIB);
+	struct pool *a = pool_new(da, "src", true), *b = pool_new(db, "dst", false);
+	struct fs *fs = NULL;
+	char err[256], name[32];
+	static uint8_t chunk[MIB];
+	CHECK(pool_fs_open(a, "fs", 77, &fs) == 0);
+	if (!fs)
+		goto out;
+	struct fs_obj_id root, f;
+	CHECK(fs_root(fs, &root) == 0);
+	for (unsigned i = 0; i < SMALL; i++) {
+		snprintf(name, sizeof(name), "s%03u", i);
+		CHECK(op_create(fs, FS_OP_CREATE, &root, name, NULL, 0, &f) == 0);
+	}
+	CHECK(op_create(fs, FS_OP_CREATE, &root, "long", NULL, 0, &f) == 0);
+	for (unsigned i = 0; i < FILE_MIB; i++) {
+		fill(chunk, sizeof(chunk), 1000 + i);
+		CHECK(op_write(fs, &f, (uint64_t)i * MIB, chunk, MIB, FS_UNSTABLE, NULL) == 0);
+	}
+	snap(a, "fs@s0");
+	fs_destroy(fs);
+	fs = NULL;
+	/* cold: the pool exported and imported again */
+	CHECK(pool_export(a) == 0);
+	a = NULL;
+	struct pool_open_opts o = {0};
+	o.po_attach = pool_fs_attach;
+	o.po_txg_interval_ms = 60000;
+	CHECK(pool_import_devs(&da, 1, &o, &a) == 0);
+	if (!a)
+		goto out;
+	struct pool_status before, after;
+	pool_status(a, &before);
+	struct pool_fs_send_stats st;
+	int fd = send_to_fd_ext(a, "fs@s0", NULL, 0, &st);
+	pool_status(a, &after);
+	uint64_t blocks = FILE_MIB * MIB / (128 * KIB);
+	uint64_t fills = after.ps_arc.as_miss_fills - before.ps_arc.as_miss_fills;
+	CHECKF(fills >= blocks && fills < blocks + blocks / 8,
+	       "%" PRIu64 " blocks read from the leaves for %" PRIu64 " data blocks", fills, blocks);
+	printf("# %" PRIu64 " reads for %" PRIu64 " data blocks\n", fills, blocks);
+	CHECK(st.ss_data_bytes == (uint64_t)FILE_MIB * MIB);
+	if (fd >= 0) {
+		err[0] = '\0';
+		CHECKF(recv_from_fd(b, "copy", false, fd, err, sizeof(err)) == 0, "%s", err);
+		close(fd);
+		CHECK(snaps_same(a, "fs@s0", b, "copy@s0"));
+	}
+	pools_check(a, b);
+out:
+	if (fs)
+		fs_destroy(fs);
+	if (a) {
+		pools_done(a, da, b, db);
+	} else { /* the import failed */
+		CHECK(pool_export(b) == 0);
+		blk_dev_close(da);
+		blk_dev_close(db);
+	}
+}
+
 /* SETATTR of mode and owner. */
 static int op_chmod_chown(struct fs *fs, const struct fs_obj_id *obj, uint32_t mode, uint32_t uid,
                           uint32_t gid)
@@ -866,6 +934,7 @@ int main(void)
 	TAP_RUN(test_send_receive);
 	TAP_RUN(test_receive_refused);
 	TAP_RUN(test_send_stored);
+	TAP_RUN(test_send_read_ahead);
 	TAP_RUN(test_send_many);
 	TAP_RUN(test_receive_crash);
 	return tap_finish();
