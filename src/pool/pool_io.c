@@ -293,16 +293,24 @@ static int pool_arc_error(int rc)
 	return rc == -ENOMEM ? -ENOMEM : -EIO;
 }
 
-int pool_block_get(struct pool *p, const struct blk_ptr *bp, const void **image_out,
-                   void **hold_out)
+/* arc_lookup of bp's block: ARC_HIT or ARC_MISS_FILL (*buf held), ARC_MISS_WAIT, or -EIO for a
+ * pointer that cannot be right, -ENOMEM. */
+static int pool_block_lookup(struct pool *p, const struct blk_ptr *bp, struct arc_buf **buf)
 {
 	if (!pool_bp_valid(p, bp))
 		return -EIO;
 	struct arc_key key = pool_arc_key(bp);
+	int rc = arc_lookup(p->p_arc, &key, bp->bp_lsize, buf);
+	return rc < 0 ? pool_arc_error(rc) : rc;
+}
+
+int pool_block_get(struct pool *p, const struct blk_ptr *bp, const void **image_out,
+                   void **hold_out)
+{
 	struct arc_buf *buf;
-	int rc = arc_lookup(p->p_arc, &key, bp->bp_lsize, &buf);
+	int rc = pool_block_lookup(p, bp, &buf);
 	if (rc < 0)
-		return pool_arc_error(rc);
+		return rc;
 	if (rc == ARC_HIT) {
 		*image_out = arc_buf_data(buf);
 		*hold_out = buf;
@@ -364,13 +372,10 @@ int pool_block_load(struct pool *p, const struct blk_ptr *bp, void (*cb)(void *a
 
 int pool_block_prefetch(struct pool *p, const struct blk_ptr *bp)
 {
-	if (!pool_bp_valid(p, bp))
-		return -EIO;
-	struct arc_key key = pool_arc_key(bp);
 	struct arc_buf *buf;
-	int rc = arc_lookup(p->p_arc, &key, bp->bp_lsize, &buf);
+	int rc = pool_block_lookup(p, bp, &buf);
 	if (rc < 0)
-		return pool_arc_error(rc);
+		return rc;
 	if (rc == ARC_HIT)
 		arc_rele(p->p_arc, buf);
 	if (rc != ARC_MISS_FILL)
