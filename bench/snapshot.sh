@@ -36,10 +36,16 @@
 #      pinned to CPU 0, with the same history: the same file set made the same way, then
 #      sfs2008 at a quarter of the peak on both (the churn) while SNAP_MANY `shale snapshot
 #      create` commands, one after another, take many/fs@m1.. on the first: every snapshot is
-#      taken after some writes, creates and removes. Then `shale bench sfs2008 --vs` measures
-#      the two side by side, SNAP_ROUNDS (3) rounds: A = with the snapshots, B = without; the
-#      ratio of the peaks (the curve's highest valid point, in quarter steps) and of each
-#      round's unpaced probe (the finer figure).
+#      taken after some writes, creates and removes. The creates forced a txg each (1,000 in a
+#      few minutes, against a few hundred on "plain"), and each txg's tree writes went through
+#      the cache: it comes out of them colder than its twin's. So each server first serves
+#      SNAP_SETTLE_S (60) seconds of sfs2008 asked for at the peak, alone, many then plain (its
+#      ops/s printed: the first minute after the storm). Then `shale bench sfs2008 --vs`
+#      measures the two side by side, SNAP_ROUNDS (3) rounds: A = with the snapshots, B =
+#      without; the ratio of the peaks (the curve's highest valid point, in quarter steps), of
+#      each round's unpaced probe, and of the servers' CPU per op (/proc/PID/stat over the
+#      curve's points: the finest of the three on a shared machine, where the others move
+#      with what the host gives the VM).
 #   rollback  A file of SNAP_CHANGE_MB (1024) copied in with nfs-cp after a snapshot; the server
 #      stops; `shale fs rollback -r` to that snapshot, offline (the command imports the pool,
 #      rolls back in one txg, exports it: its wall time includes the import and the export).
@@ -49,7 +55,8 @@
 #
 # Usage: bench/snapshot.sh [--shale PATH] [--results DIR] [--work DIR] [--quick]
 #   --quick: a short run for `make bench --quick` (SNAP_FILESET_MB 64, SNAP_SECONDS 15,
-#   SNAP_MANY 200, SNAP_ROUNDS 2, short curves); the environment still overrides each.
+#   SNAP_MANY 200, SNAP_ROUNDS 2, SNAP_SETTLE_S 10, short curves); the environment still
+#   overrides each.
 # Needs nfs-cp, cc and libnfs-dev, two CPUs for meaningful figures; an idle machine.
 set -uo pipefail
 
@@ -59,8 +66,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bench_parse_common_opts snapshot.sh shale-snapshot-bench "$@"
 if [ "$quick" = 1 ]; then
 	d_fileset=64 d_seconds=15 d_many=200 d_rounds=2 d_warmup=1 d_runtime=4 d_change=256
+	d_settle=10
 else
 	d_fileset=512 d_seconds=40 d_many=1000 d_rounds=3 d_warmup=3 d_runtime=10 d_change=1024
+	d_settle=60
 fi
 pool_size=${SNAP_POOL_SIZE:-4G}
 fileset_mb=${SNAP_FILESET_MB:-$d_fileset}
@@ -72,6 +81,7 @@ many=${SNAP_MANY:-$d_many}
 rounds=${SNAP_ROUNDS:-$d_rounds}
 warmup=${SNAP_WARMUP:-$d_warmup}
 runtime=${SNAP_RUNTIME:-$d_runtime}
+settle=${SNAP_SETTLE_S:-$d_settle}
 stages=${SNAP_STAGES:-latency destroy many rollback}
 log_level=${SNAP_LOG_LEVEL:-warn}
 read -r -a serve_args <<<"${SNAP_SERVE_ARGS:-}" # more `shale serve` options, e.g. --arc-max 64M
@@ -289,9 +299,17 @@ if has_stage many; then
 	nsnap=$("$shale" snapshot list many/fs -d pool-many | grep -c '@m')
 	note "$many snapshot creates with a quarter of the peak ($quarter ops/s) on both pools:" \
 		"$(stats many.txt) in $(((t_many_end - t_many) / 1000000000)) s; $nsnap listed"
+	for p in "$mport many" "$pport plain"; do
+		set -- $p
+		bench_on "$1" "/$2/fs" --rate "$peak" --points 1 --warmup 0 --runtime "$settle" \
+			>"settle-$2.txt" 2>&1 || die "the settling run on $2 failed: $(tail -5 "settle-$2.txt")"
+		note "settling run on $2/fs right after the creates ($settle s, $peak ops/s asked):" \
+			"$(awk '/^  ---/ { getline; print $1; exit }' "settle-$2.txt") ops/s"
+	done
 	"${pin_load[@]}" "$shale" bench sfs2008 --server "127.0.0.1:$mport" --export /many/fs \
-		--label "shale-$nsnap-snapshots" --vs "127.0.0.1:$pport" --vs-export /plain/fs \
-		--vs-label shale-no-snapshots --rounds "$rounds" --rate auto --points 4 \
+		--label "shale-$nsnap-snapshots" --server-pid "$mpid" --vs "127.0.0.1:$pport" \
+		--vs-export /plain/fs --vs-pid "$ppid" --vs-label shale-no-snapshots \
+		--rounds "$rounds" --rate auto --points 4 \
 		--warmup "$warmup" --runtime "$runtime" --fileset-mb "$fileset_mb" \
 		--json many-vs.json >many-vs.txt 2>&1 || die "the comparison failed: $(tail -5 many-vs.txt)"
 	cp many-vs.txt "$results/snapshot-many-vs.txt"
@@ -304,6 +322,9 @@ if has_stage many; then
 	for r in d["comparison"]["ratios"]:
 	    if r["name"].startswith("peak"):
 	        out.append("peak %.0f / %.0f ops/s, ratio %.3f (%.3f..%.3f)"
+	                   % (r["a_median"], r["b_median"], r["median"], r["min"], r["max"]))
+	    elif r["name"].startswith("server CPU per op"):
+	        out.append("server CPU per op %.2f / %.2f us, ratio %.3f (%.3f..%.3f)"
 	                   % (r["a_median"], r["b_median"], r["median"], r["min"], r["max"]))
 	probes = {"A": [], "B": []}
 	side = None
