@@ -90,8 +90,8 @@
  * outside it, so it runs beside a serving process. It reads the blocks ahead: when it starts on
  * a batch, the next batch's reads are started (struct pfs_cursor), so the leaves never wait for
  * it; a block stored uncompressed is read straight into the buffer the cache then holds
- * (pool_block_prefetch), and the engine thread only checks its checksum. The receiver's tree changes and do_sync are
- * under the pool lock; its pending list is touched only there. */
+ * (pool_block_prefetch), and the engine thread only checks its checksum. The receiver's tree
+ * changes and do_sync are under the pool lock; its pending list is touched only there. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
