@@ -339,19 +339,22 @@ static void pool_cmd_report(void *arg, const char *line)
 	printf("  %s\n", line);
 }
 
-static int pool_cmd_named(const char *verb, int argc, char **argv)
+/* The arguments of a verb that takes one pool NAME and -d DIR: *dir and *name set, and
+ * POOL_CMD_GO; or the exit status (help printed, or a usage error). */
+#define POOL_CMD_GO (-1)
+static int pool_cmd_dir_and_name(int argc, char **argv, const char **dir, const char **name)
 {
 	static const struct option longopts[] = {
 		{"dir", required_argument, NULL, 'd'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *dir = POOL_CMD_DEFAULT_DIR;
+	*dir = POOL_CMD_DEFAULT_DIR;
 	int opt;
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "d:h", longopts, NULL)) != -1) {
 		switch (opt) {
-		case 'd': dir = optarg; break;
+		case 'd': *dir = optarg; break;
 		case 'h': pool_cmd_usage(stdout); return 0;
 		default: pool_cmd_usage(stderr); return 2;
 		}
@@ -360,14 +363,24 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 		pool_cmd_usage(stderr);
 		return 2;
 	}
+	*name = argv[optind];
+	return POOL_CMD_GO;
+}
+
+static int pool_cmd_named(const char *verb, int argc, char **argv)
+{
+	const char *dir, *name;
+	int status = pool_cmd_dir_and_name(argc, argv, &dir, &name);
+	if (status != POOL_CMD_GO)
+		return status;
 	char cmd[64];
 	snprintf(cmd, sizeof(cmd), "shale pool %s", verb);
 	struct pool *p = NULL;
-	if (strcmp(verb, "status") == 0 && pool_status_remote(dir, argv[optind], stdout) == 0)
+	if (strcmp(verb, "status") == 0 && pool_status_remote(dir, name, stdout) == 0)
 		return 0; /* a running server holds the pool: its live figures */
-	if (shale_cmd_import(cmd, dir, argv[optind], strcmp(verb, "status") == 0, &p) < 0)
+	if (shale_cmd_import(cmd, dir, name, strcmp(verb, "status") == 0, &p) < 0)
 		return 1;
-	int status = 0;
+	status = 0;
 	if (strcmp(verb, "status") == 0 || strcmp(verb, "import") == 0) {
 		if (pool_status_print(p, stdout) < 0)
 			status = 1;
