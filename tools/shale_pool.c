@@ -61,6 +61,8 @@ static void pool_cmd_usage(FILE *out)
 		"      live from the server when `shale serve` holds the pool, else read\n"
 		"      without writing to it\n"
 		"  shale pool check NAME [-d DIR]    verify every block and the allocator; exit 1 on problems\n"
+		"  shale pool txgs NAME [-d DIR]     while `shale serve` holds the pool: its last 64\n"
+		"      txgs, why each was written, its size and where its time went, phase by phase\n"
 		"  shale pool scrub NAME [-d DIR] [--wait] [--stop]\n"
 		"      while `shale serve` holds the pool: verify and repair every block\n"
 		"      online, in the background (`pool status` shows its progress; --wait\n"
@@ -399,6 +401,26 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 	return status;
 }
 
+/* ---- txgs ---- */
+
+/* The served pool's history of its last txgs (the holder's memory: nothing to show otherwise). */
+static int pool_cmd_txgs(int argc, char **argv)
+{
+	const char *dir, *name;
+	int status = pool_cmd_dir_and_name(argc, argv, &dir, &name);
+	if (status != POOL_CMD_GO)
+		return status;
+	int rc = pool_statsock_request(dir, name, "txgs", stdout);
+	if (rc != 0) {
+		fprintf(stderr,
+		        "shale pool txgs: no server holds pool %s in %s (the history is the "
+		        "server's, kept in memory)\n",
+		        name, dir);
+		return 1;
+	}
+	return 0;
+}
+
 /* ---- scrub ---- */
 
 /* The "  scan: " line of a served pool's status, into line (empty when there is none). */
@@ -695,6 +717,8 @@ int shale_pool_main(int argc, char **argv)
 		return pool_cmd_list(argc - 1, argv + 1);
 	if (strcmp(verb, "scrub") == 0)
 		return pool_cmd_scrub(argc - 1, argv + 1);
+	if (strcmp(verb, "txgs") == 0)
+		return pool_cmd_txgs(argc - 1, argv + 1);
 	if (strcmp(verb, "destroy") == 0)
 		return pool_cmd_destroy(argc - 1, argv + 1);
 	if (strcmp(verb, "attach") == 0 || strcmp(verb, "detach") == 0 || strcmp(verb, "replace") == 0 ||

@@ -583,6 +583,33 @@ struct pool_status {
 };
 /* Fills *st (a large struct: allocate it). */
 void pool_status(struct pool *p, struct pool_status *st);
+
+/* The last POOL_TXG_HISTORY txgs the pool wrote since it was opened (as ZFS's txgs kstat):
+ * why each was written, how much it carried and where its time went, phase by phase
+ * (pool_txg.c). In memory only. */
+#define POOL_TXG_HISTORY 64u
+enum pool_txg_cause {
+	POOL_TXG_TIMER,  /* the txg interval passed */
+	POOL_TXG_DIRTY,  /* the dirty limit was reached */
+	POOL_TXG_WAITER, /* a caller waited for it: a snapshot, a property, a commit of the log */
+};
+struct pool_txg_stat {
+	uint64_t ts_txg;
+	uint64_t ts_started_ns;  /* CLOCK_REALTIME at phase 0 */
+	uint64_t ts_dirty_bytes; /* at phase 1 */
+	uint64_t ts_written_bytes; /* allocated bytes of its blocks (metadata and data) */
+	uint64_t ts_blocks;
+	/* Microseconds: from the first request of this txg to its start (the sync before it, when
+	 * one was running; 0 for a timer's txg), then phase 0 (sealing), phase 1 (under the pool
+	 * lock), phase 2's writes and flush, phase 3 (the uberblock), and all of it. */
+	uint32_t ts_queued_us, ts_seal_us, ts_build_us, ts_write_us, ts_flush_us, ts_commit_us;
+	uint32_t ts_total_us;
+	enum pool_txg_cause ts_cause;
+};
+/* Copies the history, oldest first, into out (POOL_TXG_HISTORY of them); returns how many. */
+unsigned pool_txg_history(struct pool *p, struct pool_txg_stat *out);
+/* Prints the history as a table (`shale pool txgs`). Returns 0 or -errno of the stream. */
+SH_MUST_CHECK int pool_txg_history_print(struct pool *p, FILE *out);
 /* Prints the status in the style of `zpool status`. Returns 0 or -errno of the stream. */
 SH_MUST_CHECK int pool_status_print(struct pool *p, FILE *out);
 

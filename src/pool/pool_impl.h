@@ -511,6 +511,9 @@ struct pool {
 	uint64_t p_sync_queue_room;
 	uint64_t p_sealed_writes;
 	uint64_t p_build_last_us, p_build_max_us;
+	/* p_lock: the blocks phase 1 placed and their allocated bytes, since open (the txg
+	 * history's written figures are their growth over one sync) */
+	uint64_t p_placed_blocks, p_placed_bytes;
 
 	/* p_state_lock (after p_lock when both are taken): the sync thread's requests, durable
 	 * txgs, writes in flight, the log's waiting records, throttled callers. */
@@ -519,6 +522,10 @@ struct pool {
 	bool p_stopping;
 	bool p_closing;
 	uint64_t p_sync_requested; /* sync until p_synced_txg >= this */
+	uint64_t p_sync_requested_ns; /* when p_sync_requested last rose (CLOCK_MONOTONIC) */
+	/* The txg history (pool_txg_history): a ring, p_txg_hist_n written in all */
+	struct pool_txg_stat p_txg_hist[POOL_TXG_HISTORY];
+	uint64_t p_txg_hist_n;
 	uint64_t p_synced_txg;
 	uint64_t p_syncs;
 	atomic_bool p_suspended;

@@ -545,6 +545,8 @@ static int pool_write_place(struct pool *p, struct pool_write *w, void *data, bo
 		p->p_sync_queue = w;
 	p->p_sync_queue_tail = w;
 	p->p_sync_queue_bytes += (uint64_t)w->wr_prep.bw_lsize + w->wr_prep.bw_asize;
+	p->p_placed_blocks++;
+	p->p_placed_bytes += w->wr_prep.bw_asize;
 	if (p->p_sync_queue_bytes >= p->p_sync_queue_room)
 		pool_writes_submit_locked(p);
 	return 0;

@@ -5,7 +5,8 @@
  * live figures (cache hit rates, the log's group commits, the datasets being served) of exactly
  * the pools that matter. The holder therefore answers on a Unix socket next to the pool's leaves,
  * <dir>/.<pool>.status (mode 0600). A client sends one request line and shuts its writing side
- * down: "status" (or nothing) gets pool_status_print's text, "scrub" starts the online scrub
+ * down: "status" (or nothing) gets pool_status_print's text, "txgs" the history of the last txgs
+ * (pool_txg_history_print), "scrub" starts the online scrub
  * (pool_scrub_start) and "scrub stop" cancels it, each answered with one line; "fs list" gets
  * pool_ds_list_print's table; "fs set", "fs create", "fs destroy" and "fs rename" (forms at
  * pool_statsock_fs_change) change the pool's file systems as `shale fs` does on a pool nobody
@@ -83,6 +84,13 @@ static int pool_statsock_print_status(struct pool *p, void *arg, FILE *out)
 	(void)arg;
 	fprintf(out, "(live: from the process serving the pool, pid %ld)\n", (long)getpid());
 	return pool_status_print(p, out);
+}
+
+/* The txg history (`shale pool txgs`). */
+static int pool_statsock_print_txgs(struct pool *p, void *arg, FILE *out)
+{
+	(void)arg;
+	return pool_txg_history_print(p, out);
 }
 
 /* The request line (up to its newline, the end of the client's writing, or the timeout). Read a
@@ -440,6 +448,8 @@ static int pool_statsock_serve_request(struct pool_statsock *ss, int fd, char *r
 		             : -EINVAL;
 		return pool_statsock_change_answer(ss, fd, req, rc, err);
 	}
+	if (strcmp(req, "txgs") == 0)
+		return pool_statsock_print_answer(ss, fd, pool_statsock_print_txgs, NULL);
 	if (strncmp(req, "fs diff ", 8) == 0)
 		return pool_statsock_fs_diff(ss, fd, req + 8);
 	if (strncmp(req, "send ", 5) == 0)

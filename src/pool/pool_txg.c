@@ -1,5 +1,6 @@
 /* pool_txg.c: transaction groups: the sync thread and its four phases (pool.c's theory), the
- * triggers, waiting for a txg, and the throttle.
+ * triggers, waiting for a txg, the throttle, and the history of the txgs written (each one's
+ * cause, size and phase times, kept in a ring of POOL_TXG_HISTORY under p_state_lock).
  *
  * The sync thread sleeps on p_state_cv until a sync is requested (p_sync_requested above the
  * durable txg), the txg interval has passed, the log has freed space for waiting records, or the
@@ -60,6 +61,8 @@ static bool pool_clean(struct pool *p)
 void pool_sync_request_locked(struct pool *p, uint64_t txg)
 {
 	if (txg > p->p_sync_requested) {
+		if (p->p_sync_requested <= p->p_synced_txg)
+			p->p_sync_requested_ns = clock_monotonic_ns(); /* none was waiting */
 		p->p_sync_requested = txg;
 		pthread_cond_broadcast(&p->p_state_cv);
 	}
@@ -453,6 +456,20 @@ static int pool_ub_commit(struct pool *p, const struct blk_uberblock *ub)
 	return -EIO;
 }
 
+/* Records a durable txg. Under p_state_lock. */
+static void pool_txg_record(struct pool *p, const struct pool_txg_stat *ts)
+{
+	p->p_txg_hist[p->p_txg_hist_n % POOL_TXG_HISTORY] = *ts;
+	p->p_txg_hist_n++;
+}
+
+/* Microseconds between two CLOCK_MONOTONIC readings, saturated to 32 bits. */
+static uint32_t pool_us_between(uint64_t from_ns, uint64_t to_ns)
+{
+	uint64_t us = to_ns > from_ns ? (to_ns - from_ns) / 1000u : 0;
+	return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
 int pool_sync_once(struct pool *p, bool forced)
 {
 	if (atomic_load(&p->p_suspended))
@@ -468,6 +485,15 @@ int pool_sync_once(struct pool *p, bool forced)
 		mem_free(ub);
 		return 0;
 	}
+	struct pool_txg_stat ts = {.ts_started_ns = clock_realtime_ns(), .ts_cause = POOL_TXG_TIMER};
+	uint64_t seal_ns = clock_monotonic_ns();
+	if (forced) {
+		ts.ts_cause = pool_dirty_bytes(p) >= p->p_opts.po_dirty_max_bytes ? POOL_TXG_DIRTY
+		                                                                  : POOL_TXG_WAITER;
+		pthread_mutex_lock(&p->p_state_lock);
+		ts.ts_queued_us = pool_us_between(p->p_sync_requested_ns, seal_ns);
+		pthread_mutex_unlock(&p->p_state_lock);
+	}
 	pthread_mutex_unlock(&p->p_lock);
 	/* Phase 0 */
 	pool_seal_ahead(p);
@@ -476,6 +502,8 @@ int pool_sync_once(struct pool *p, bool forced)
 	pthread_mutex_lock(&p->p_lock);
 	/* Phase 1 */
 	uint64_t txg = p->p_open_txg++;
+	ts.ts_txg = txg;
+	uint64_t placed_blocks = p->p_placed_blocks, placed_bytes = p->p_placed_bytes;
 	p->p_syncing_txg = txg;
 	p->p_in_sync = true;
 	struct pool_waiter *throttled = pool_take_throttled(p); /* released when txg is durable */
@@ -485,6 +513,8 @@ int pool_sync_once(struct pool *p, bool forced)
 	p->p_sync_bytes = txg_dirty;
 	p->p_sync_queue_room = pool_sync_queue_room(p);
 	uint64_t t0_ns = clock_monotonic_ns();
+	ts.ts_seal_us = pool_us_between(seal_ns, t0_ns);
+	ts.ts_dirty_bytes = txg_dirty;
 	int rc = pool_sync_build(p, txg, ub, &pos);
 	if (rc != 0) {
 		log_warn("pool %s: txg %" PRIu64 ": retrying its serialization", p->p_name, txg);
@@ -492,9 +522,13 @@ int pool_sync_once(struct pool *p, bool forced)
 	}
 	p->p_in_sync = false;
 	uint64_t build_ns = clock_monotonic_ns() - t0_ns;
+	ts.ts_build_us = pool_us_between(t0_ns, t0_ns + build_ns);
 	pool_mem_reserve_locked(p, pool_dirty_bytes(p));
 	struct pool_write *queued = pool_writes_take_locked(p);
+	ts.ts_blocks = p->p_placed_blocks - placed_blocks;
+	ts.ts_written_bytes = p->p_placed_bytes - placed_bytes;
 	pthread_mutex_unlock(&p->p_lock);
+	uint64_t write_ns = clock_monotonic_ns();
 	if (pool_on_sync_thread)
 		sh_thread_set_kind(SH_THREAD_BACKGROUND);
 	pool_writes_submit(queued);
@@ -506,11 +540,18 @@ int pool_sync_once(struct pool *p, bool forced)
 	int wrc = pool_writes_wait(p);
 	if (rc == 0)
 		rc = wrc;
+	uint64_t flush_ns = clock_monotonic_ns();
 	if (rc == 0)
 		rc = pool_flush_tops(p);
 	/* Phase 3 */
+	uint64_t commit_ns = clock_monotonic_ns();
 	if (rc == 0)
 		rc = pool_ub_commit(p, ub);
+	uint64_t end_ns = clock_monotonic_ns();
+	ts.ts_write_us = pool_us_between(write_ns, flush_ns);
+	ts.ts_flush_us = pool_us_between(flush_ns, commit_ns);
+	ts.ts_commit_us = pool_us_between(commit_ns, end_ns);
+	ts.ts_total_us = pool_us_between(seal_ns, end_ns);
 	mem_free(ub);
 	if (rc != 0) {
 		char why[96];
@@ -536,6 +577,7 @@ int pool_sync_once(struct pool *p, bool forced)
 	pthread_mutex_lock(&p->p_state_lock);
 	p->p_synced_txg = txg;
 	p->p_syncs++;
+	pool_txg_record(p, &ts);
 	pthread_cond_broadcast(&p->p_state_cv);
 	pthread_mutex_unlock(&p->p_state_lock);
 	pool_waiters_call(throttled, 0);
@@ -552,6 +594,63 @@ int pool_sync_once(struct pool *p, bool forced)
 	}
 	pthread_mutex_unlock(&p->p_lock);
 	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The txg history */
+
+unsigned pool_txg_history(struct pool *p, struct pool_txg_stat *out)
+{
+	pthread_mutex_lock(&p->p_state_lock);
+	uint64_t total = p->p_txg_hist_n;
+	unsigned n = total < POOL_TXG_HISTORY ? (unsigned)total : POOL_TXG_HISTORY;
+	for (unsigned i = 0; i < n; i++)
+		out[i] = p->p_txg_hist[(total - n + i) % POOL_TXG_HISTORY];
+	pthread_mutex_unlock(&p->p_state_lock);
+	return n;
+}
+
+static const char *pool_txg_cause_name(enum pool_txg_cause c)
+{
+	switch (c) {
+	case POOL_TXG_TIMER: return "timer";
+	case POOL_TXG_DIRTY: return "dirty";
+	default: return "waiter";
+	}
+}
+
+int pool_txg_history_print(struct pool *p, FILE *out)
+{
+	struct pool_txg_stat *hist = mem_alloc(POOL_TXG_HISTORY * sizeof(*hist));
+	if (!hist)
+		return -ENOMEM;
+	unsigned n = pool_txg_history(p, hist);
+	fprintf(out, "pool %s: the last %u txgs written (times in ms)\n", p->p_name, n);
+	fprintf(out, "%10s  %-12s  %-6s  %9s  %9s  %6s  %7s  %7s  %7s  %7s  %7s  %7s  %7s\n",
+	        "TXG", "STARTED", "CAUSE", "DIRTY", "WRITTEN", "BLOCKS", "QUEUED", "SEAL",
+	        "LOCKED", "WRITE", "FLUSH", "COMMIT", "TOTAL");
+	for (unsigned i = 0; i < n; i++) {
+		const struct pool_txg_stat *ts = &hist[i];
+		time_t at = (time_t)(ts->ts_started_ns / 1000000000ull);
+		struct tm tm;
+		char when[16] = "?";
+		if (gmtime_r(&at, &tm))
+			snprintf(when, sizeof(when), "%02d:%02d:%02d.%03u", tm.tm_hour, tm.tm_min,
+			         tm.tm_sec, (unsigned)(ts->ts_started_ns % 1000000000ull / 1000000u));
+		char dirty[16], written[16];
+		pool_fmt_bytes(dirty, sizeof(dirty), ts->ts_dirty_bytes);
+		pool_fmt_bytes(written, sizeof(written), ts->ts_written_bytes);
+		fprintf(out,
+		        "%10" PRIu64 "  %-12s  %-6s  %9s  %9s  %6" PRIu64
+		        "  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f  %7.1f\n",
+		        ts->ts_txg, when, pool_txg_cause_name(ts->ts_cause), dirty, written,
+		        ts->ts_blocks,
+		        ts->ts_queued_us / 1000.0, ts->ts_seal_us / 1000.0, ts->ts_build_us / 1000.0,
+		        ts->ts_write_us / 1000.0, ts->ts_flush_us / 1000.0, ts->ts_commit_us / 1000.0,
+		        ts->ts_total_us / 1000.0);
+	}
+	mem_free(hist);
+	return ferror(out) ? -EIO : 0;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -82,6 +82,18 @@ check "shale pool status while serving: the server's live figures (cache hits, t
 		grep -q "state: ONLINE" <<<"$o" && grep -Eq "arc: .* [1-9][0-9]* hits" <<<"$o" &&
 		grep -Eq "tank/home: .*inode cache [0-9]+ entries, [1-9][0-9]* hits" <<<"$o" &&
 		grep -q "dirty (a txg at 25.6M)" <<<"$o"'
+# `shale pool txgs`: the rows' sizes in B/K/M/G, the columns after CAUSE: DIRTY WRITTEN BLOCKS
+# QUEUED SEAL LOCKED WRITE FLUSH COMMIT TOTAL.
+check "shale pool txgs: a snapshot's txg is the last row, a waiter's, at the durable txg; the file's 3 MB were written" \
+	bash -c '"$SHALE_BIN" snapshot create tank/home@txgs -d var/pool >/dev/null &&
+		o=$("$SHALE_BIN" pool txgs tank -d var/pool) && printf "%s\n" "$o" | sed "s/^/# /" &&
+		durable=$("$SHALE_BIN" pool status tank -d var/pool | sed -n "s/^ *txg: \([0-9]*\) durable.*/\1/p") &&
+		last=$(tail -1 <<<"$o") && [ "$(awk "{print \$1, \$3}" <<<"$last")" = "$durable waiter" ] &&
+		written=$(tail -n +3 <<<"$o" | awk "
+			function b(v) { u = substr(v, length(v)); n = substr(v, 1, length(v) - 1);
+				return n * (u == \"K\" ? 1024 : u == \"M\" ? 1048576 : u == \"G\" ? 1073741824 : 1) }
+			{ s += b(\$5) } END { printf \"%d\", s }") &&
+		[ "$written" -ge 3000000 ]'
 check "the status socket is the owner's alone" bash -c '[ "$(stat -c %a var/pool/.tank.status)" = 600 ]'
 check "shale pool list while serving: the pool, as the server's" \
 	bash -c '"$SHALE_BIN" pool list -d var/pool 2>/dev/null | grep -Eq "^tank +[0-9.]+M +- +[0-9.]+M +ONLINE +served$"'
@@ -93,6 +105,8 @@ check "20 small files copied" test "$copied" -eq 20
 kill -9 "$pid"
 wait "$pid" 2>/dev/null
 pid=
+check "shale pool txgs of a pool nobody serves: refused, the history being the server's" \
+	bash -c '! "$SHALE_BIN" pool txgs tank -d var/pool 2>err.txt && grep -q "no server holds pool tank" err.txt'
 check "after kill -9, shale pool status imports the pool itself (the stale socket answers nobody)" \
 	bash -c 'o=$("$SHALE_BIN" pool status tank -d var/pool) && ! grep -q "^(live" <<<"$o" && grep -q "state: ONLINE" <<<"$o"'
 check "and reads it only: the log's records are counted, left for the next import, the leaf unchanged" \

@@ -1765,12 +1765,45 @@ static void test_throttle(void)
 	       dirty, puts);
 	CHECK(kv_wait_for(&w) == 0); /* released after the next txg */
 	CHECK(pool_synced_txg(p) > synced);
+	/* the history: that txg was the dirty limit's, and carried the puts; its phases add up */
+	struct pool_txg_stat *hist = mem_alloc(POOL_TXG_HISTORY * sizeof(*hist));
+	unsigned nh = hist ? pool_txg_history(p, hist) : 0;
+	const struct pool_txg_stat *by_dirty = NULL;
+	for (unsigned i = 0; i < nh; i++) {
+		CHECK(i == 0 || hist[i].ts_txg == hist[i - 1].ts_txg + 1);
+		if (hist[i].ts_txg > synced && hist[i].ts_cause == POOL_TXG_DIRTY && !by_dirty)
+			by_dirty = &hist[i];
+	}
+	CHECKF(by_dirty != NULL, "%u txgs in the history, none of the dirty limit's", nh);
+	if (by_dirty) {
+		const struct pool_txg_stat *ts = by_dirty;
+		CHECKF(ts->ts_dirty_bytes > 2 * o.po_dirty_max_bytes &&
+		           ts->ts_written_bytes >= (uint64_t)puts * sizeof(big) && ts->ts_blocks >= puts,
+		       "dirty %" PRIu64 ", written %" PRIu64 " in %" PRIu64 " blocks", ts->ts_dirty_bytes,
+		       ts->ts_written_bytes, ts->ts_blocks);
+		CHECK(ts->ts_build_us > 0 && ts->ts_write_us > 0 && ts->ts_commit_us > 0);
+		CHECK(ts->ts_total_us >= ts->ts_seal_us + ts->ts_build_us + ts->ts_write_us +
+		                             ts->ts_flush_us + ts->ts_commit_us);
+	}
 	pool_lock(p);
 	dirty = pool_dirty_bytes(p);
 	int rc = pool_tx_throttle(p, &w.kw_pw);
 	pool_unlock(p);
 	CHECKF(dirty <= o.po_dirty_max_bytes, "dirty %" PRIu64 " after the txg", dirty);
 	CHECK(rc == 0);
+	/* a txg a caller waits for, below the limit, is the waiter's */
+	{
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_make(key, 999);
+		pool_lock(p);
+		CHECK(kv_put(kv, key, klen, "x", 1, NULL) == 0);
+		pool_unlock(p);
+		CHECK(pool_txg_wait_synced(p, 0) == 0);
+		nh = hist ? pool_txg_history(p, hist) : 0;
+		CHECK(nh > 0 && hist[nh - 1].ts_txg == pool_synced_txg(p) &&
+		      hist[nh - 1].ts_cause == POOL_TXG_WAITER && hist[nh - 1].ts_blocks > 0);
+	}
+	mem_free(hist);
 	/* the driver's own loop: many puts, throttled and released along the way */
 	struct kv_stats ks = {0};
 	for (unsigned i = 0; i < 120; i++) {
