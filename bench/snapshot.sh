@@ -17,7 +17,9 @@
 #         run in turn, one every SNAP_EVERY seconds, under the same load: status is the
 #         command's own time, fs set adds a forced txg carrying what the load dirtied, create
 #         adds the snapshot to that txg. Reported: each command's wall time (median, p90,
-#         max) and the point's mean response time in each run.
+#         max), the point's mean response time in each run, and from the server's txg history
+#         (`shale pool txgs`, kept in RESULTS/snapshot-txgs-creates.txt) the median size and
+#         phase times of the txgs the creates waited for and of the dirty limit's.
 #      The server's log level is SNAP_LOG_LEVEL (warn). At debug it writes a line per txg
 #      with its sync time, but with the 512 MB file set that line came about 100 ms after the
 #      txg's waiters were woken (the heap's figures, mallinfo2, and the trim before them, all on
@@ -201,6 +203,26 @@ if has_stage latency; then
 	: >creates.txt
 	creates() { create_one creates.txt; }
 	point_with creates snaps.json
+	# the server's history of the txgs of that run (64: the whole run at this load), and the
+	# phases of the ones the creates waited for
+	"$shale" pool txgs snap -d pool >txgs-creates.txt 2>&1
+	cp txgs-creates.txt "$results/snapshot-txgs-creates.txt"
+	txg_phases() { # $1: cause; the medians of that cause's rows
+		python3 - "$1" txgs-creates.txt <<-'EOF'
+		import statistics, sys
+		units = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+		rows = [l.split() for l in open(sys.argv[2]).readlines()[2:]]
+		rows = [r for r in rows if len(r) == 13 and r[2] == sys.argv[1]]
+		if not rows:
+		    print("none"); sys.exit()
+		mib = lambda v: float(v[:-1]) * units[v[-1]] / (1 << 20)
+		med = lambda i, f=float: statistics.median(f(r[i]) for r in rows)
+		print("%d txgs, medians: dirty %.1f MiB, written %.1f MiB; ms: queued %.1f, seal %.1f,"
+		      " locked %.1f, write %.1f, flush %.1f, commit %.1f, total %.1f"
+		      % (len(rows), med(3, mib), med(4, mib), med(6), med(7), med(8), med(9), med(10),
+		         med(11), med(12)))
+		EOF
+	}
 	: >turn-status.txt
 	: >turn-set.txt
 	: >turn-create.txt
@@ -217,6 +239,8 @@ if has_stage latency; then
 	ort() { field "$1" "['points'][0]['mean_ms']"; }
 	plain_ms=$(ort plain.json) snaps_ms=$(ort snaps.json) turns_ms=$(ort turns.json)
 	note "snapshot create every $every s at half the peak ($seconds s): $(stats creates.txt)"
+	note "  the txgs the creates waited for: $(txg_phases waiter)"
+	note "  the txgs of the dirty limit meanwhile: $(txg_phases dirty)"
 	note "in turn at half the peak, one every $every s: pool status $(stats turn-status.txt)"
 	note "  fs set snapdir=hidden (a forced txg) $(stats turn-set.txt)"
 	note "  snapshot create $(stats turn-create.txt)"
