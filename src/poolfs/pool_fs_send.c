@@ -409,13 +409,17 @@ static int pfs_cursor_peek(struct pfs_cursor *c, const struct pfs_entry **out)
 	return 0;
 }
 
-static int pfs_cursor_open(struct pool *p, const char *name, struct pfs_cursor *c)
+/* Opens a cursor of the snapshot name; prefetch: it reads ahead (c_prefetch; only then does it
+ * have a second batch). */
+static int pfs_cursor_open(struct pool *p, const char *name, bool prefetch, struct pfs_cursor *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->c_pool = p;
+	c->c_prefetch = prefetch;
 	c->c_ents = mem_alloc(PFS_SEND_BATCH * sizeof(*c->c_ents));
-	c->c_ahead = mem_alloc(PFS_SEND_BATCH * sizeof(*c->c_ahead));
-	int rc = c->c_ents && c->c_ahead ? pool_ds_open(p, name, &c->c_ds) : -ENOMEM;
+	if (prefetch)
+		c->c_ahead = mem_alloc(PFS_SEND_BATCH * sizeof(*c->c_ahead));
+	int rc = c->c_ents && (c->c_ahead || !prefetch) ? pool_ds_open(p, name, &c->c_ds) : -ENOMEM;
 	if (rc != 0) {
 		mem_free(c->c_ents);
 		mem_free(c->c_ahead);
@@ -596,13 +600,12 @@ int pool_fs_send(struct pool *p, const char *snapshot, const char *from, unsigne
 	struct pfs_writer w = {.w_fd = fd, .w_stored = stored};
 	pfs_stream_pipe_grow(fd);
 	w.w_buf = mem_alloc(PFS_SEND_BUF_BYTES);
-	rc = w.w_buf ? pfs_cursor_open(p, snapshot, &to) : -ENOMEM;
-	to.c_prefetch = true;
+	rc = w.w_buf ? pfs_cursor_open(p, snapshot, true, &to) : -ENOMEM;
 	to.c_stored = stored;
 	if (rc == 0 && from) {
 		char full[POOL_SNAP_FULL_MAX + 1];
 		snprintf(full, sizeof(full), "%s@%s", fs, base);
-		rc = pfs_cursor_open(p, full, &base_c);
+		rc = pfs_cursor_open(p, full, false, &base_c);
 	}
 	size_t m = strlen(snap);
 	uint8_t *pl = rc == 0 ? pfs_writer_payload(&w, PFS_SEND_BEGIN_BYTES + m) : NULL;
