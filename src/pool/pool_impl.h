@@ -153,8 +153,9 @@ SH_MUST_CHECK int pool_block_load(struct pool *p, const struct blk_ptr *bp,
                                   void (*cb)(void *arg, int status), void *arg);
 /* Starts reading the block into the cache unless it is cached or being read, for a reader that
  * streams through blocks once (a send's read-ahead): a block stored uncompressed in whole sectors
- * is read without a copy (pool_read_start). Returns 0, -EIO for a pointer that cannot be right,
- * -ENOMEM; a failed read is met again by whoever then asks for the block. Never blocks. */
+ * is read without a copy (pool_read_start). Returns 0 when it started the read, POOL_LOADED when
+ * the block is cached or being read already, -EIO for a pointer that cannot be right, -ENOMEM; a
+ * failed read is met again by whoever then asks for the block. Never blocks. */
 SH_MUST_CHECK int pool_block_prefetch(struct pool *p, const struct blk_ptr *bp);
 /* pool_block_load that waits (tools, tests, import). Not under the pool lock, not on the blk
  * engine thread. Returns 0 or the read's error. */

@@ -379,7 +379,7 @@ int pool_block_prefetch(struct pool *p, const struct blk_ptr *bp)
 	if (rc == ARC_HIT)
 		arc_rele(p->p_arc, buf);
 	if (rc != ARC_MISS_FILL)
-		return 0; /* cached, or being read */
+		return POOL_LOADED; /* cached, or being read */
 	return pool_read_start(p, bp, buf, NULL, NULL, true);
 }
 

@@ -68,6 +68,7 @@ struct pool_fs_send_stats {
 	uint64_t ss_puts, ss_dels; /* entries sent, keys removed */
 	uint64_t ss_data_bytes;    /* blocks' bytes, as they travel */
 	uint64_t ss_stored_blocks; /* blocks sent as stored (POOL_FS_SEND_STORED) */
+	uint64_t ss_read_ahead;    /* blocks whose reads it started ahead of sending them */
 	uint64_t ss_stream_bytes;  /* all of it that reached fd */
 };
 /* pool_fs_send's flags: compressed blocks travel as stored (zfs send -c), not decompressed;

@@ -297,6 +297,7 @@ struct pfs_cursor {
 	bool c_started, c_eof;
 	bool c_prefetch; /* blocks are read ahead (the snapshot sent, not its base) */
 	bool c_stored;   /* send -c: compressed blocks are not (they are read as stored) */
+	uint64_t c_read_ahead; /* reads it started */
 	int c_err;
 	struct pfs_entry *c_scan;  /* where pfs_cursor_visit puts entries */
 	uint32_t *c_scan_n;
@@ -333,8 +334,9 @@ static void pfs_cursor_prefetch(struct pfs_cursor *c, const struct pfs_entry *en
 		struct blk_ptr bp;
 		if (pfs_entry_block(e->e_key, e->e_klen, e->e_val, e->e_vlen, &bp) ==
 		        PFS_ENTRY_BLOCK &&
-		    !(c->c_stored && bp.bp_compress != BLK_COMPRESS_OFF)) /* read as stored */
-			(void)!pool_block_prefetch(c->c_pool, &bp);
+		    !(c->c_stored && bp.bp_compress != BLK_COMPRESS_OFF) && /* read as stored */
+		    pool_block_prefetch(c->c_pool, &bp) == 0)
+			c->c_read_ahead++;
 	}
 }
 
@@ -644,6 +646,7 @@ int pool_fs_send(struct pool *p, const char *snapshot, const char *from, unsigne
 	st->ss_dels = w.w_dels;
 	st->ss_data_bytes = w.w_data_bytes;
 	st->ss_stored_blocks = w.w_stored_blocks;
+	st->ss_read_ahead = to.c_read_ahead;
 	st->ss_stream_bytes = w.w_written;
 	pfs_cursor_close(&to);
 	pfs_cursor_close(&base_c);

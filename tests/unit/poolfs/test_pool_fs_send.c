@@ -680,7 +680,10 @@ static void test_send_read_ahead(void)
 	uint64_t fills = after.ps_arc.as_miss_fills - before.ps_arc.as_miss_fills;
 	CHECKF(fills >= blocks && fills < blocks + blocks / 8,
 	       "%" PRIu64 " blocks read from the leaves for %" PRIu64 " data blocks", fills, blocks);
-	printf("# %" PRIu64 " reads for %" PRIu64 " data blocks\n", fills, blocks);
+	printf("# %" PRIu64 " reads for %" PRIu64 " data blocks, %" PRIu64 " started ahead\n", fills,
+	       blocks, st.ss_read_ahead);
+	/* each data block's read was started by the read-ahead, not by the sender reaching it */
+	CHECK(st.ss_read_ahead >= blocks && st.ss_read_ahead <= fills);
 	CHECK(st.ss_data_bytes == (uint64_t)FILE_MIB * MIB);
 	if (fd >= 0) {
 		err[0] = '\0';
