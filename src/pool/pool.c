@@ -80,7 +80,9 @@
  *      checkpoint (log space before it may be reused); waiters for N are woken; throttled callers
  *      are called back; loaded datasets nobody uses and that are clean are freed.
  * Triggers: every po_txg_interval_ms when anything is dirty; dirty bytes (trees plus owners)
- * above po_dirty_max_bytes (pool_tx_throttle notices); a request (pool_txg_request_sync,
+ * at po_dirty_sync_bytes, a quarter of the dirty limit by default, when the sync thread has
+ * been idle as long as its last txg took, and at the limit always (pool_tx_throttle notices,
+ * and phase 4 for what was dirtied meanwhile); a request (pool_txg_request_sync,
  * pool_txg_wait_synced, dataset create and destroy); the log running out of space.
  *
  * Memory model. po_arc_max_bytes (C, `--arc-max`) bounds the pool's memory for blocks, not only
@@ -98,7 +100,8 @@
  * The ARC keeps its unheld data within C - reserved, so cached + dirty + syncing + log <= C, as
  * long as reserved <= C / 2 (the ARC never gives more than half of C away, so that operations
  * keep the blocks they need). The dirty limit D keeps it there: by default D = C / 10 (within
- * [1 MiB, 128 MiB]); a sync starts at D and writers are throttled beyond 2 D, so the open txg
+ * [1 MiB, 128 MiB]); a sync starts at D / 4 (when the sync thread has been idle a while) or at
+ * D, and writers are throttled beyond 2 D, so the open txg
  * holds at most 2 D (plus the one change each throttle check lets through) and the txg being
  * written another 2 D (or, before phase 1, its sealed blocks: at most 2 D, while nothing is being
  * written): 4 D = 0.4 C, and the remaining 0.1 C is for the log, whose buffers are a
@@ -364,6 +367,10 @@ static void pool_opts_defaults(const struct pool_open_opts *opts, struct pool_op
 		out->po_dirty_max_bytes =
 		    SH_MIN(SH_MAX(d, POOL_DIRTY_MAX_MIN), POOL_DIRTY_MAX_DEFAULT);
 	}
+	if (out->po_dirty_sync_bytes == 0)
+		out->po_dirty_sync_bytes =
+		    SH_MAX(out->po_dirty_max_bytes / POOL_DIRTY_SYNC_DIVISOR, POOL_DIRTY_SYNC_MIN);
+	out->po_dirty_sync_bytes = SH_MIN(out->po_dirty_sync_bytes, out->po_dirty_max_bytes);
 	if (out->po_txg_interval_ms == 0)
 		out->po_txg_interval_ms = POOL_TXG_INTERVAL_MS_DEFAULT;
 	if (out->po_record_bytes == 0)

@@ -40,8 +40,9 @@
 
 /* Defaults of struct pool_open_opts (a zero field means its default). */
 #define POOL_ARC_MAX_DEFAULT (256ull << 20) /* 256 MiB for cached blocks and dirty data */
-/* The dirty data limit D (sync when D bytes are dirty; throttle at 2 D) defaults to the ARC limit
- * divided by POOL_DIRTY_ARC_DIVISOR, within [POOL_DIRTY_MAX_MIN, POOL_DIRTY_MAX_DEFAULT]: the open
+/* The dirty data limit D (writers throttled past 2 D; a sync starts at a quarter of it, below)
+ * defaults to the ARC limit divided by POOL_DIRTY_ARC_DIVISOR, within [POOL_DIRTY_MAX_MIN,
+ * POOL_DIRTY_MAX_DEFAULT]: the open
  * txg (up to 2 D) and the txg being written (up to 2 D) then take at most 40% of the ARC's limit,
  * and the intent log's buffers fit in the rest of the half the ARC can give (pool.c's memory
  * model). At least 1 MiB: smaller txgs cost more in fixed work than they save in memory. At
@@ -49,13 +50,23 @@
  * sfs2008's 512 MB file set) whatever its size, so larger txgs cost less per change; with a 2 GiB
  * limit, 128 MiB against 64 answered sfs2008 in 0.10 against 0.13-0.17 ms at 60,000 ops/s
  * (queued 0.30-0.33 against 0.44-0.66 ms), and 160 or 256 MiB queued requests longer behind the
- * larger txgs' locked phases (docs/performance.md). The other side of the trade: a forced txg
- * (snapshot create, a property change) waits for the open txg's data to be written, so under a
- * write load it takes longer the larger D is: with the default 256 MiB, a create at 10,000
- * sfs2008 ops/s took a median of 150-198 ms with D = 25.6 MiB, 43-83 ms with 8 MiB (`shale
- * serve --dirty-max`), whose peak the same runs could not tell apart from the default's; but
- * an offline receive, which writes a txg at D, ran 30% slower with 8 MiB as the default (367
- * against 525 MB/s), so the default stays. */
+ * larger txgs' locked phases (docs/performance.md; measured when a sync started at D). The
+ * other side of the trade: a forced txg (snapshot create, a property change) waits for the open
+ * txg's data to be written, so under a write load it takes longer the more is dirty when it
+ * comes: with the default 256 MiB and syncs started at D = 25.6 MiB, a create at 10,000 sfs2008
+ * ops/s took a median of 161-195 ms; with D = 8 MiB (`shale serve --dirty-max`) 43-83 ms, but an
+ * offline receive, which then waited at 2 D = 16 MiB, ran 30% slower (367 against 525 MB/s).
+ * Starting syncs at D / 4 when the sync thread is idle (at D when it is busy) keeps both: the create's median fell
+ * to 52-54 ms (its txg carries about 4 MiB, not 25), sfs2008's mean response at 10,000 ops/s from
+ * 3.3 to 1.1 ms, for about 2% more CPU per op at the peak (docs/performance.md, "A txg at a
+ * quarter of the dirty limit"). */
+/* A txg is started when D / POOL_DIRTY_SYNC_DIVISOR bytes are dirty (ZFS's
+ * zfs_dirty_data_sync_percent), not only at D, provided the sync thread has been idle as long
+ * as its last txg took (pool_txg.c): under a moderate write load txgs stay small and a forced
+ * one (snapshot create) waits for less, while a writer faster than the devices, which keeps
+ * the sync thread busy, still gets txgs of D and keeps up to 2 D in flight. */
+#define POOL_DIRTY_SYNC_DIVISOR 4u
+#define POOL_DIRTY_SYNC_MIN (1ull << 20)
 #define POOL_DIRTY_MAX_DEFAULT (128ull << 20) /* at most 128 MiB */
 #define POOL_DIRTY_MAX_MIN (1ull << 20)
 #define POOL_DIRTY_ARC_DIVISOR 10u
@@ -115,6 +126,10 @@ struct pool_open_opts {
 	 * txg's dirty data (up to 4x this) and the log's buffers pass half of po_arc_max_bytes the
 	 * excess goes beyond the memory bound (the ARC keeps half its limit for cached blocks). */
 	uint64_t po_dirty_max_bytes;
+	/* 0: po_dirty_max_bytes / POOL_DIRTY_SYNC_DIVISOR, at least POOL_DIRTY_SYNC_MIN (or D
+	 * when D is smaller); at most D. A txg is started once this much is dirty and the sync
+	 * thread has been idle as long as its last txg took (at D in any case). */
+	uint64_t po_dirty_sync_bytes;
 	uint32_t po_txg_interval_ms; /* 0: POOL_TXG_INTERVAL_MS_DEFAULT */
 	/* pool_create only: bytes of vdev 0's data area given to the intent log when there is no
 	 * log vdev. 0: 1/32 of the area clamped to [ILOG_REGION_MIN, POOL_LOG_REGION_MAX]. Rounded
@@ -572,7 +587,8 @@ struct pool_status {
 	uint64_t ps_log_replayed;
 	uint64_t ps_total_bytes, ps_free_bytes, ps_avail_bytes;
 	uint64_t ps_dirty_bytes;
-	uint64_t ps_dirty_max_bytes;    /* the dirty limit: a txg is written at it */
+	uint64_t ps_dirty_max_bytes;    /* the dirty limit D: writers wait past 2 D */
+	uint64_t ps_dirty_sync_bytes;   /* a txg is started at it when the sync thread is idle */
 	uint64_t ps_datasets;
 	uint64_t ps_snapshots;          /* of every file system */
 	unsigned ps_snap_free_queued;   /* dead-list chains of destroyed snapshots being freed */

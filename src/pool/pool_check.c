@@ -1483,6 +1483,7 @@ void pool_status(struct pool *p, struct pool_status *st)
 	st->ps_open_txg = p->p_open_txg;
 	st->ps_dirty_bytes = pool_dirty_bytes(p);
 	st->ps_dirty_max_bytes = p->p_opts.po_dirty_max_bytes;
+	st->ps_dirty_sync_bytes = p->p_opts.po_dirty_sync_bytes;
 	st->ps_free_errors = p->p_free_errors;
 	st->ps_sealed_writes = p->p_sealed_writes;
 	st->ps_sealed_bytes = atomic_load(&p->p_sealed_bytes);
@@ -1574,12 +1575,16 @@ int pool_status_print(struct pool *p, FILE *out)
 	if (!st)
 		return -ENOMEM;
 	pool_status(p, st);
-	char total[16], free_b[16], avail[16], dirty[16], dirty_max[16], arc_size[16], arc_max[16];
+	char total[16], free_b[16], avail[16], dirty[16], dirty_max[16], dirty_sync[16];
+	char dirty_wait[16];
+	char arc_size[16], arc_max[16];
 	pool_fmt_bytes(total, sizeof(total), st->ps_total_bytes);
 	pool_fmt_bytes(free_b, sizeof(free_b), st->ps_free_bytes);
 	pool_fmt_bytes(avail, sizeof(avail), st->ps_avail_bytes);
 	pool_fmt_bytes(dirty, sizeof(dirty), st->ps_dirty_bytes);
 	pool_fmt_bytes(dirty_max, sizeof(dirty_max), st->ps_dirty_max_bytes);
+	pool_fmt_bytes(dirty_sync, sizeof(dirty_sync), st->ps_dirty_sync_bytes);
+	pool_fmt_bytes(dirty_wait, sizeof(dirty_wait), 2 * st->ps_dirty_max_bytes);
 	pool_fmt_bytes(arc_size, sizeof(arc_size), st->ps_arc.as_size_bytes);
 	pool_fmt_bytes(arc_max, sizeof(arc_max), st->ps_arc.as_max_bytes);
 	fprintf(out, "  pool: %s\n", st->ps_name);
@@ -1647,8 +1652,10 @@ int pool_status_print(struct pool *p, FILE *out)
 		pool_print_vdev(out, &st->ps_log, st->ps_ntops, st->ps_state);
 	}
 	fprintf(out, "\n");
-	fprintf(out, " space: %s total, %s free, %s available, %s dirty (a txg at %s)\n", total,
-	        free_b, avail, dirty, dirty_max);
+	fprintf(out,
+	        " space: %s total, %s free, %s available, %s dirty (a txg at %s, or %s with the "
+	        "sync thread idle; writers wait past %s)\n",
+	        total, free_b, avail, dirty, dirty_max, dirty_sync, dirty_wait);
 	fprintf(out,
 	        "   arc: %s of %s, %" PRIu64 " hits, %" PRIu64 " misses (hit rate %.1f%%), %" PRIu64
 	        " evictions\n",

@@ -515,6 +515,10 @@ struct pool {
 	/* p_lock: the blocks phase 1 placed and their allocated bytes, since open (the txg
 	 * history's written figures are their growth over one sync) */
 	uint64_t p_placed_blocks, p_placed_bytes;
+	/* p_lock: a sync is between its start and its end (pool_sync_once); when the last one
+	 * ended and how long it took (CLOCK_MONOTONIC): the quarter trigger's duty cycle */
+	bool p_sync_busy;
+	uint64_t p_sync_ended_ns, p_sync_took_ns;
 
 	/* p_state_lock (after p_lock when both are taken): the sync thread's requests, durable
 	 * txgs, writes in flight, the log's waiting records, throttled callers. */
@@ -524,6 +528,7 @@ struct pool {
 	bool p_closing;
 	uint64_t p_sync_requested; /* sync until p_synced_txg >= this */
 	uint64_t p_sync_requested_ns; /* when p_sync_requested last rose (CLOCK_MONOTONIC) */
+	uint64_t p_sync_dirty_txg;    /* the last txg the dirty bytes asked for (pool_tx_throttle) */
 	/* The txg history (pool_txg_history): a ring, p_txg_hist_n written in all */
 	struct pool_txg_stat p_txg_hist[POOL_TXG_HISTORY];
 	uint64_t p_txg_hist_n;

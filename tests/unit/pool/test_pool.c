@@ -4,8 +4,9 @@
  * once, and in steps across a crash), mirror self-healing and check repairs, the record of the
  * mirror children that missed writes, attaching and detaching leaves (resilver, replace), a lost
  * log device replaced, a vdev added, a dataset's compression changed and a dataset renamed, an
- * unmirrored bad block, a full pool, throttling, a small cache, the memory bound of the ARC's
- * limit, degraded and refused imports, suspension, properties and the status report. */
+ * unmirrored bad block, a full pool, throttling and the txg history, the txg started at a quarter
+ * of the dirty limit, a small cache, the memory bound of the ARC's limit, degraded and refused
+ * imports, suspension, properties and the status report. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -1824,6 +1825,57 @@ static void test_throttle(void)
 	blk_dev_close(d);
 }
 
+/* A txg starts at a quarter of the dirty limit (po_dirty_sync_bytes), below the limit, once the
+ * sync thread has been idle as long as its last txg took (before that, only at the
+ * limit); the interval is 60 s, so only the dirty bytes can start it. */
+static void test_dirty_sync(void)
+{
+	struct blk_dev *d = mem_dev(64 * MIB);
+	struct pool_open_opts o = opts_kv();
+	o.po_dirty_max_bytes = 8 * MIB;
+	struct kv *kv;
+	struct pool *p = new_kv_pool("dsync", d, &o, &kv);
+	if (!p)
+		return;
+	uint64_t sync_at = p->p_opts.po_dirty_sync_bytes;
+	CHECKF(sync_at == o.po_dirty_max_bytes / POOL_DIRTY_SYNC_DIVISOR, "%" PRIu64, sync_at);
+	static uint8_t val[8000];
+	CHECK(pool_txg_wait_synced(p, 0) == 0);
+	uint64_t before = pool_synced_txg(p);
+	pool_lock(p);
+	for (unsigned i = 0; i < 1000 && pool_dirty_bytes(p) < sync_at; i++) {
+		char key[KV_KEY_MAX];
+		uint32_t klen = key_make(key, i);
+		val_fill(val, i, 5, sizeof(val));
+		CHECK(kv_put(kv, key, klen, val, sizeof(val), NULL) == 0);
+	}
+	uint64_t at = pool_dirty_bytes(p);
+	CHECK(pool_synced_txg(p) == before);
+	/* the last txg took long and ended just now: not yet */
+	p->p_sync_ended_ns = clock_monotonic_ns();
+	p->p_sync_took_ns = 60000000000ull;
+	CHECK(pool_tx_throttle(p, NULL) == 0);
+	pthread_mutex_lock(&p->p_state_lock);
+	bool requested = p->p_sync_requested > p->p_synced_txg;
+	pthread_mutex_unlock(&p->p_state_lock);
+	CHECK(!requested);
+	/* idle as long as it took: now */
+	p->p_sync_took_ns = 0;
+	CHECK(pool_tx_throttle(p, NULL) == 0);
+	pool_unlock(p);
+	CHECKF(at >= sync_at && at < o.po_dirty_max_bytes, "dirty %" PRIu64, at);
+	for (int t = 0; t < 500 && pool_synced_txg(p) == before; t++)
+		usleep(10000);
+	struct pool_txg_stat *hist = mem_alloc(POOL_TXG_HISTORY * sizeof(*hist));
+	unsigned nh = hist ? pool_txg_history(p, hist) : 0;
+	CHECK(nh > 0 && hist[nh - 1].ts_txg == before + 1 &&
+	      hist[nh - 1].ts_cause == POOL_TXG_DIRTY && hist[nh - 1].ts_dirty_bytes >= sync_at);
+	mem_free(hist);
+	kv_close(kv);
+	CHECK(pool_export(p) == 0);
+	blk_dev_close(d);
+}
+
 /* Memory outside the cache, as the pool declares it to the ARC (pool.c's memory model). */
 static uint64_t mem_outside_arc(struct pool *p)
 {
@@ -2375,6 +2427,7 @@ int main(void)
 	TAP_RUN(test_bad_block);
 	TAP_RUN(test_full_pool);
 	TAP_RUN(test_throttle);
+	TAP_RUN(test_dirty_sync);
 	TAP_RUN(test_small_arc);
 	TAP_RUN(test_memory_bound);
 	TAP_RUN(test_import_errors);
