@@ -17,7 +17,9 @@
 #         run in turn, one every SNAP_EVERY seconds, under the same load: status is the
 #         command's own time, fs set adds a forced txg carrying what the load dirtied, create
 #         adds the snapshot to that txg. Reported: each command's wall time (median, p90,
-#         max), the point's mean response time in each run, and from the server's txg history
+#         max), the point's mean response time in each run (and in a fourth run alone after
+#         the others: the response drifts over minutes, and the ratios are taken against the
+#         mean of the two runs alone), and from the server's txg history
 #         (`shale pool txgs`, kept in RESULTS/snapshot-txgs-creates.txt) the median size and
 #         phase times of the txgs the creates waited for and of the dirty limit's.
 #      The server's log level is SNAP_LOG_LEVEL (warn). At debug it writes a line per txg
@@ -236,15 +238,23 @@ if has_stage latency; then
 		turn=$((turn + 1))
 	}
 	point_with in_turn turns.json
+	# alone again: the three points above ran in that order, and a server's response at a
+	# fixed load drifts over minutes (the file set ages); the ratios are taken against the
+	# mean of the point alone before and after
+	bench --rate "$half" --points 1 --warmup 3 --runtime "$seconds" --json plain2.json >plain2.txt 2>&1 ||
+		die "the second point without snapshots failed: $(tail -5 plain2.txt)"
 	ort() { field "$1" "['points'][0]['mean_ms']"; }
-	plain_ms=$(ort plain.json) snaps_ms=$(ort snaps.json) turns_ms=$(ort turns.json)
+	plain1_ms=$(ort plain.json) plain2_ms=$(ort plain2.json)
+	plain_ms=$(python3 -c "print(($plain1_ms + $plain2_ms) / 2)")
+	snaps_ms=$(ort snaps.json) turns_ms=$(ort turns.json)
 	note "snapshot create every $every s at half the peak ($seconds s): $(stats creates.txt)"
 	note "  the txgs the creates waited for: $(txg_phases waiter)"
 	note "  the txgs of the dirty limit meanwhile: $(txg_phases dirty)"
 	note "in turn at half the peak, one every $every s: pool status $(stats turn-status.txt)"
 	note "  fs set snapdir=hidden (a forced txg) $(stats turn-set.txt)"
 	note "  snapshot create $(stats turn-create.txt)"
-	note "mean response at half the peak: $plain_ms ms alone, $snaps_ms ms with creates" \
+	note "mean response at half the peak: $plain1_ms ms alone before, $plain2_ms ms alone after"
+	note "  (their mean $plain_ms ms), $snaps_ms ms with creates" \
 		"(ratio $(python3 -c "print(f'{$snaps_ms / $plain_ms:.2f}')")), $turns_ms ms with the" \
 		"commands in turn (ratio $(python3 -c "print(f'{$turns_ms / $plain_ms:.2f}')"))"
 fi
