@@ -57,10 +57,11 @@
  * ops/s took a median of 161-195 ms; with D = 8 MiB (`shale serve --dirty-max`) 43-83 ms, but an
  * offline receive, which then waited at 2 D = 16 MiB, ran 30% slower (367 against 525 MB/s).
  * Starting syncs at D / 4 once the sync thread has been idle as long as its last txg took (and at
- * D in any case) keeps most of both: the create's median fell to 75 ms (its txg carries about 4
+ * D in any case) keeps most of both: the create's median fell to 49.5-75 ms (its txg carries 2-4
  * MiB, not 25; 52-54 ms with every sync at D / 4, which cost the receive 30%) and sfs2008's mean
- * response at 10,000 ops/s from 3.3-4.4 to 0.9 ms, while the offline receive ran at 459 MB/s against
- * 477-514 with syncs at D (docs/performance.md, "A txg at a quarter of the dirty limit"). */
+ * response at 10,000 ops/s from 3.3-4.4 to 0.8-1.3 ms, while the offline receive ran at 459
+ * MB/s against 477-514 with syncs at D (docs/performance.md, "A txg at a quarter of the dirty
+ * limit"). */
 /* A txg is started when D / POOL_DIRTY_SYNC_DIVISOR bytes are dirty (ZFS's
  * zfs_dirty_data_sync_percent), not only at D, provided the sync thread has been idle as long
  * as its last txg took (pool_txg.c): under a moderate write load txgs stay small and a forced
