@@ -81,8 +81,8 @@
  *      are called back; loaded datasets nobody uses and that are clean are freed.
  * Triggers: every po_txg_interval_ms when anything is dirty; dirty bytes (trees plus owners)
  * at po_dirty_sync_bytes, a quarter of the dirty limit by default, when the sync thread has
- * been idle as long as its last txg took, and at the limit always (pool_tx_throttle notices,
- * and phase 4 for what was dirtied meanwhile); a request (pool_txg_request_sync,
+ * been idle as long as its last txg took, and at the limit always (pool_tx_throttle notices;
+ * phase 4 notices the limit reached while the txg was written); a request (pool_txg_request_sync,
  * pool_txg_wait_synced, dataset create and destroy); the log running out of space.
  *
  * Memory model. po_arc_max_bytes (C, `--arc-max`) bounds the pool's memory for blocks, not only
