@@ -403,6 +403,13 @@ static int pool_cmd_named(const char *verb, int argc, char **argv)
 
 /* ---- txgs ---- */
 
+/* Whether a status-socket request's rc says that nobody serves the pool there (no socket, nobody
+ * listening on it, or a path no socket can have), as opposed to a server that failed to answer. */
+static bool pool_cmd_unserved(int rc)
+{
+	return rc == -ENOENT || rc == -ECONNREFUSED || rc == -ENAMETOOLONG;
+}
+
 /* The served pool's history of its last txgs (the holder's memory: nothing to show otherwise). */
 static int pool_cmd_txgs(int argc, char **argv)
 {
@@ -411,11 +418,16 @@ static int pool_cmd_txgs(int argc, char **argv)
 	if (status != POOL_CMD_GO)
 		return status;
 	int rc = pool_statsock_request(dir, name, "txgs", stdout);
-	if (rc != 0) {
+	if (pool_cmd_unserved(rc)) {
 		fprintf(stderr,
 		        "shale pool txgs: no server holds pool %s in %s (the history is the "
 		        "server's, kept in memory)\n",
 		        name, dir);
+		return 1;
+	}
+	if (rc != 0) {
+		fprintf(stderr, "shale pool txgs: asking the server of pool %s in %s: %s\n", name,
+		        dir, sh_strerror(rc));
 		return 1;
 	}
 	return 0;
@@ -491,6 +503,11 @@ static int pool_cmd_scrub(int argc, char **argv)
 	if (wait)
 		(void)pool_cmd_scan_line(dir, name, before, sizeof(before));
 	int rc = pool_statsock_request(dir, name, stop ? "scrub stop" : "scrub", stdout);
+	if (rc != 0 && !pool_cmd_unserved(rc)) {
+		fprintf(stderr, "shale pool scrub: asking the server of pool %s in %s: %s\n", name,
+		        dir, sh_strerror(rc));
+		return 1;
+	}
 	if (rc != 0) {
 		if (stop) {
 			fprintf(stderr, "shale pool scrub: no server holds pool %s in %s\n", name,
