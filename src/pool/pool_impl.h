@@ -516,7 +516,9 @@ struct pool {
 	 * history's written figures are their growth over one sync) */
 	uint64_t p_placed_blocks, p_placed_bytes;
 	/* p_lock: a sync is between its start and its end (pool_sync_once); when the last one
-	 * ended and how long it took (CLOCK_MONOTONIC): the quarter trigger's duty cycle */
+	 * ended and how long it took (CLOCK_MONOTONIC): the quarter trigger's duty cycle. The
+	 * time is the sync thread's whole busy time, longer than the history's total by the
+	 * callbacks of throttled writers, the heap trim and, at debug level, the memory line. */
 	bool p_sync_busy;
 	uint64_t p_sync_ended_ns, p_sync_took_ns;
 
@@ -528,7 +530,8 @@ struct pool {
 	bool p_closing;
 	uint64_t p_sync_requested; /* sync until p_synced_txg >= this */
 	uint64_t p_sync_requested_ns; /* when p_sync_requested last rose (CLOCK_MONOTONIC) */
-	uint64_t p_sync_dirty_txg;    /* the last txg the dirty bytes asked for (pool_tx_throttle) */
+	uint64_t p_sync_dirty_txg;    /* the last txg the dirty bytes asked for (pool_tx_throttle);
+	                               * written under p_lock and p_state_lock, read under either */
 	/* The txg history (pool_txg_history): a ring, p_txg_hist_n written in all */
 	struct pool_txg_stat p_txg_hist[POOL_TXG_HISTORY];
 	uint64_t p_txg_hist_n;

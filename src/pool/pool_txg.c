@@ -239,10 +239,12 @@ int pool_tx_throttle(struct pool *p, struct pool_waiter *w)
 	uint64_t limit = p->p_opts.po_dirty_max_bytes;
 	if (!pool_dirty_sync_due(p, dirty))
 		return 0;
+	bool throttle = dirty > 2 * limit && w;
+	if (!throttle && p->p_sync_dirty_txg >= p->p_open_txg)
+		return 0; /* asked for already: the sync thread has yet to take it */
 	pthread_mutex_lock(&p->p_state_lock);
 	pool_sync_request_locked(p, p->p_open_txg);
 	p->p_sync_dirty_txg = p->p_open_txg;
-	bool throttle = dirty > 2 * limit && w;
 	if (throttle) {
 		w->pw_next = p->p_throttled;
 		p->p_throttled = w;
