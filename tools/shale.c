@@ -61,6 +61,11 @@ static void shale_serve_usage(FILE *out)
 		"                        (snapshot create) returns sooner under a write load;\n"
 		"                        larger: fewer txgs\n"
 		"  --ready-file FILE     write port=N and portmap=MODE here once serving\n"
+		"  --grace SECONDS       the lock manager's grace period after a start, when only\n"
+		"                        the clients that held locks before may take them back;\n"
+		"                        default 90 (it ends sooner once they all have)\n"
+		"  --no-nlm              serve no lock manager (NLM, NSM): clients must mount\n"
+		"                        with nolock\n"
 		"client bounds (README, \"Limits\"):\n"
 		"  --max-connections N   TCP connections in all; default 4096. Past it a new one\n"
 		"                        closes the least recently active connection of the\n"
@@ -117,7 +122,8 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 	};
 	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE, OPT_POOL_DIR, OPT_ARC_MAX,
 	       OPT_DIRTY_MAX, OPT_BUFFERED_WRITES, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR, OPT_CONN_MEM, OPT_CONN_CALLS,
-	       OPT_REQ_MEM, OPT_IDLE_TIMEOUT, OPT_RECORD_TIMEOUT };
+	       OPT_REQ_MEM, OPT_IDLE_TIMEOUT, OPT_RECORD_TIMEOUT,
+	       OPT_GRACE, OPT_NO_NLM };
 	static const struct option options[] = {
 		{"exports", required_argument, NULL, 'e'},
 		{"state", required_argument, NULL, 's'},
@@ -139,6 +145,8 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 		{"request-memory", required_argument, NULL, OPT_REQ_MEM},
 		{"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
 		{"record-timeout", required_argument, NULL, OPT_RECORD_TIMEOUT},
+		{"grace", required_argument, NULL, OPT_GRACE},
+		{"no-nlm", no_argument, NULL, OPT_NO_NLM},
 		{"log-level", required_argument, NULL, OPT_LOG},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -206,6 +214,12 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 				goto bad_value;
 			config.sc_record_timeout_s = (unsigned)v;
 			break;
+		case OPT_GRACE:
+			if (shale_parse_uint(optarg, 3600, &v) < 0 || v == 0)
+				goto bad_value;
+			config.sc_grace_s = (unsigned)v;
+			break;
+		case OPT_NO_NLM: config.sc_no_nlm = true; break;
 		case OPT_POOL_DIR: config.sc_pool_dir = optarg; break;
 		case OPT_ARC_MAX:
 			if (shale_parse_bytes(optarg, &config.sc_arc_max_bytes) < 0)

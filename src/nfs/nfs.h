@@ -88,4 +88,15 @@ void nfs_service_reap(struct nfs_service *svc);
 const struct nfs_exports *nfs_service_exports(struct nfs_service *svc);
 struct fs *nfs_service_export_fs(struct nfs_service *svc, size_t index);
 
+/* ---- for the lock manager (src/nlm) ---- */
+struct rpc_call;
+/* Resolves the file handle fh (len bytes) that the caller of call sent, under the current exports:
+ * 0 with the export's fsid, the object's id and whether the caller's rule lets it write (*rw_out);
+ * -SH_EBADHANDLE (not a handle this server issued), -ESTALE (no export has its fsid now) or
+ * -EACCES (the export admits no such caller, or asks for a privileged port). From a loop thread
+ * (the one of call). */
+SH_MUST_CHECK int nfs_service_lock_file(struct nfs_service *svc, const struct rpc_call *call,
+					const uint8_t *fh, size_t len, uint64_t *fsid_out,
+					struct fs_obj_id *obj_out, bool *rw_out);
+
 #endif

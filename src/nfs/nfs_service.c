@@ -425,3 +425,23 @@ enum nfs_access_verdict nfs_service_check(struct nfs_service *svc, const struct 
 		return NFS_ACCESS_INSECURE;
 	return NFS_ACCESS_OK;
 }
+
+int nfs_service_lock_file(struct nfs_service *svc, const struct rpc_call *call, const uint8_t *fh,
+			  size_t len, uint64_t *fsid_out, struct fs_obj_id *obj_out, bool *rw_out)
+{
+	*rw_out = false;
+	int rc = nfs_handle_decode(&svc->ns_key, fh, len, fsid_out, obj_out);
+	if (rc < 0)
+		return rc;
+	struct nfs_table *table = nfs_table_hold(svc);
+	const struct nfs_export_rt *rt = nfs_table_export_by_fsid(table, *fsid_out);
+	const struct nfs_client_rule *rule = NULL;
+	if (!rt)
+		rc = -ESTALE;
+	else if (nfs_service_check(svc, call, rt, &rule) != NFS_ACCESS_OK)
+		rc = -EACCES;
+	else
+		*rw_out = (rule->ncr_flags & NFS_EXP_RW) != 0;
+	nfs_table_rele(table);
+	return rc;
+}

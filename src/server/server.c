@@ -2,9 +2,10 @@
  *
  *   exports file -> one fs per export: a pool's file system (POOL/FS lines: the pool is imported
  *   from --pool-dir once, replaying its intent log) or a host directory (posix back end)
- *   -> nfs service (NFS v3 + MOUNT v3 programs)
+ *   -> nfs service (NFS v3 + MOUNT v3 programs) -> lock manager (NLM v1/3/4 + NSM programs)
  *   -> rpc server (loops, listeners) -> portmapper (rpcbind registration or built-in)
- *   -> loop threads start -> ready file -> wait for SIGINT/SIGTERM -> stop in reverse order.
+ *   -> loop threads start -> lock manager starts (notifications, grace) -> ready file -> wait
+ *   for SIGINT/SIGTERM -> stop in reverse order.
  *
  * SIGHUP reloads the exports file (as `exportfs -r`): a valid file replaces the exports for every
  * call that starts afterwards; an export whose line stays (same path or POOL/FS, same fsid) keeps
@@ -48,6 +49,7 @@
 #include <unistd.h>
 
 #include "nfs/nfs.h"
+#include "nlm/nlm.h"
 #include "posix/posix.h"
 #include "rpc/rpc.h"
 #include "server/server.h"
@@ -214,7 +216,8 @@ static bool server_same_export(const struct nfs_exports *a, size_t i, const stru
 
 /* SIGHUP: the exports file again (see the header). */
 static void server_reload(const struct server_config *config, struct nfs_service *svc,
-			  struct server_pools *pools, struct server_fs **fs_open)
+			  struct nlm_service *nlm, struct server_pools *pools,
+			  struct server_fs **fs_open)
 {
 	char err[512] = "";
 	struct nfs_exports *exports = NULL;
@@ -226,6 +229,21 @@ static void server_reload(const struct server_config *config, struct nfs_service
 	}
 	const struct nfs_exports *cur = nfs_service_exports(svc);
 	size_t n = nfs_exports_count(exports), ncur = nfs_exports_count(cur), kept = 0, taken = 0;
+	/* the fsids of the exports that go (cur is retired by the reload: read them first) */
+	uint64_t *gone = mem_alloc(sizeof(*gone) * (ncur ? ncur : 1));
+	size_t ngone = 0;
+	if (!gone) {
+		log_error("reload: the exports stay as they were (%s)", sh_strerror(-ENOMEM));
+		nfs_exports_destroy(exports);
+		return;
+	}
+	for (size_t j = 0; j < ncur; j++) {
+		size_t i = 0;
+		while (i < n && nfs_exports_fsid(exports, i) != nfs_exports_fsid(cur, j))
+			i++;
+		if (i == n)
+			gone[ngone++] = nfs_exports_fsid(cur, j);
+	}
 	struct fs **fs = mem_zalloc(sizeof(*fs) * (n ? n : 1));
 	rc = fs ? 0 : -ENOMEM;
 	for (; rc == 0 && taken < n; taken++) {
@@ -252,6 +270,9 @@ static void server_reload(const struct server_config *config, struct nfs_service
 				 n == 1 ? "" : "s", kept, n - kept, ncur - kept);
 		else
 			log_error("reload: the exports stay as they were: %s", sh_strerror(rc));
+		/* the locks on the file systems whose exports went go with them */
+		for (size_t j = 0; rc == 0 && nlm && j < ngone; j++)
+			nlm_service_release_fs(nlm, gone[j]);
 		exports = NULL; /* the service's, also on failure */
 	} else {
 		log_error("reload: the exports stay as they were (%s)", sh_strerror(rc));
@@ -263,6 +284,7 @@ static void server_reload(const struct server_config *config, struct nfs_service
 		server_fs_release(fs_open, fs[i]);
 	nfs_exports_destroy(exports);
 	mem_free(fs);
+	mem_free(gone);
 }
 
 static const char *server_portmap_mode_name(enum rpc_portmap_mode mode)
@@ -378,6 +400,7 @@ int server_run(const struct server_config *config)
 	struct server_fs *fs_open = NULL; /* every file system open, counted */
 	size_t nexports = 0;
 	struct nfs_service *svc = NULL;
+	struct nlm_service *nlm = NULL;
 	struct rpc_server *srv = NULL;
 	struct server_pools pools = {.sp_count = 0};
 	int rc;
@@ -447,6 +470,18 @@ int server_run(const struct server_config *config)
 		log_error("cannot create the NFS service: %s", sh_strerror(rc));
 		goto out_fs;
 	}
+	if (!config->sc_no_nlm) {
+		struct nlm_service_config lcfg = {
+			.nlc_state_dir = config->sc_state_dir,
+			.nlc_nfs = svc,
+			.nlc_grace_s = config->sc_grace_s,
+		};
+		rc = nlm_service_create(&lcfg, &nlm);
+		if (rc < 0) {
+			log_error("cannot create the lock manager: %s", sh_strerror(rc));
+			goto out_svc;
+		}
+	}
 	struct rpc_server_config rcfg = {
 		.rsc_nloops = config->sc_nthreads,
 		.rsc_max_conns = config->sc_max_conns,
@@ -464,6 +499,8 @@ int server_run(const struct server_config *config)
 		goto out_svc;
 	}
 	rc = nfs_service_register(svc, srv);
+	if (rc == 0 && nlm)
+		rc = nlm_service_register(nlm, srv);
 	if (rc < 0) {
 		log_error("cannot register NFS programs: %s", sh_strerror(rc));
 		goto out_srv;
@@ -488,10 +525,18 @@ int server_run(const struct server_config *config)
 		log_error("cannot start the server threads: %s", sh_strerror(rc));
 		goto out_pmap;
 	}
-	log_info("serving %zu export%s on %s port %u (NFS v3 and MOUNT v3, TCP and UDP), "
+	if (nlm) {
+		rc = nlm_service_start(nlm, config->sc_listen_addr);
+		if (rc < 0) {
+			log_error("cannot start the lock manager: %s", sh_strerror(rc));
+			rpc_server_stop(srv);
+			goto out_pmap;
+		}
+	}
+	log_info("serving %zu export%s on %s port %u (NFS v3, MOUNT v3%s, TCP and UDP), "
 		 "portmapper %s",
 		 nexports, nexports == 1 ? "" : "s", config->sc_listen_addr, (unsigned)port,
-		 server_portmap_mode_name(pmap_mode));
+		 nlm ? ", NLM v4 and NSM" : "", server_portmap_mode_name(pmap_mode));
 	for (size_t i = 0; i < nexports; i++)
 		log_info("export %s", nfs_exports_path(nfs_service_exports(svc), i));
 	if (config->sc_ready_file) {
@@ -509,7 +554,7 @@ int server_run(const struct server_config *config)
 		if (sig == SIGHUP) {
 			log_info("signal %d: reloading the exports from %s", sig,
 				 config->sc_exports_path);
-			server_reload(config, svc, &pools, &fs_open);
+			server_reload(config, svc, nlm, &pools, &fs_open);
 		}
 		nfs_service_reap(svc); /* the file systems of exports that went, once unused */
 	}
@@ -525,6 +570,7 @@ out_pmap:
 out_srv:
 	rpc_server_destroy(srv);
 out_svc:
+	nlm_service_destroy(nlm); /* after the server: no call uses it any more */
 	nfs_service_destroy(svc); /* gives every file system back: closed */
 out_fs:
 	while (fs_open) /* those a service never took */

@@ -35,6 +35,10 @@ struct server_config {
 	uint64_t sc_mem_bytes;          /* request and reply memory of all connections */
 	unsigned sc_idle_timeout_s;     /* idle connections closed; UINT32_MAX: never */
 	unsigned sc_record_timeout_s;   /* stalled partial records closed */
+	/* The lock manager (src/nlm): its grace period after a start (0: NLM_GRACE_DEFAULT_S), and
+	 * whether it is served at all (knfsd's and Ganesha's lockd can be turned off too). */
+	unsigned sc_grace_s;
+	bool sc_no_nlm;
 };
 
 /* Restarts the process (execv of its own program, as /proc/self/exe names it, with the same argv)

@@ -2,7 +2,8 @@
 # proto_rpcbind.sh: Shale with Debian's real rpcbind. In a private network namespace (so port 111
 # is ours and nothing else is touched) and a private /run (rpcbind's lock file and local socket
 # live there: an rpcbind the host runs would otherwise make ours refuse to start), start rpcbind, start `shale serve` with its portmapper
-# enabled, and check with rpcinfo that NFS 100003 v3 and MOUNT 100005 v3 are registered for TCP
+# enabled, and check with rpcinfo that NFS 100003 v3, MOUNT 100005 v3, NLM 100021 (v1, v4) and NSM
+# 100024 v1 are registered for TCP
 # and UDP at Shale's port and answer; mount and list through rpcbind with libnfs (no port
 # given); then stop Shale and check that the registrations are gone. Prints TAP lines.
 # Needs root (network and mount namespaces) and $SHALE_BIN.
@@ -61,7 +62,8 @@ mode=$(sed -n 's/^portmap=//p' "$root/ready" 2>/dev/null)
 check "shale reports portmap=registered when rpcbind runs (got '$mode')" test "$mode" = registered
 
 rpcinfo -p 127.0.0.1 >"$root/list" 2>&1
-for entry in "100003 3 tcp" "100003 3 udp" "100005 3 tcp" "100005 3 udp"; do
+for entry in "100003 3 tcp" "100003 3 udp" "100005 3 tcp" "100005 3 udp" "100021 4 tcp" \
+	"100021 4 udp" "100021 1 udp" "100024 1 udp" "100024 1 tcp"; do
 	set -- $entry
 	check "rpcbind lists program $1 version $2 $3 at port $port" \
 		awk -v p="$1" -v v="$2" -v t="$3" -v port="$port" \
@@ -70,6 +72,8 @@ done
 check "rpcinfo reaches NFS v3 over TCP through rpcbind" rpcinfo -t 127.0.0.1 100003 3
 check "rpcinfo reaches NFS v3 over UDP through rpcbind" rpcinfo -u 127.0.0.1 100003 3
 check "rpcinfo reaches MOUNT v3 over TCP through rpcbind" rpcinfo -t 127.0.0.1 100005 3
+check "rpcinfo reaches NLM v4 over UDP through rpcbind" rpcinfo -u 127.0.0.1 100021 4
+check "rpcinfo reaches NSM v1 over TCP through rpcbind" rpcinfo -t 127.0.0.1 100024 1
 check "libnfs mounts with no port given and lists the export" \
 	sh -c "nfs-ls 'nfs://127.0.0.1$root/export' | grep -q file.txt"
 
@@ -80,6 +84,7 @@ shale_pid=
 check "shale exits cleanly on SIGTERM (status $status)" test "$status" -eq 0
 rpcinfo -p 127.0.0.1 >"$root/list-after" 2>&1
 check "registrations are removed on exit" \
-	awk '$1 == 100003 || $1 == 100005 { left = 1 } END { exit left }' "$root/list-after"
+	awk '$1 == 100003 || $1 == 100005 || $1 == 100021 || $1 == 100024 { left = 1 }
+		END { exit left }' "$root/list-after"
 
 tap_finish proto_rpcbind
