@@ -1,12 +1,14 @@
 /* proto_nlm.c: the lock manager over the wire: NLM v4 (and v1) and NSM, every procedure and the
  * statuses a client must see, with calls encoded here (rawrpc.h: none of the server's codecs).
  *
- * Two clients are played by this program: "alpha" from 127.0.0.1 and "beta" from 127.0.0.2
- * (both loopback). Each has a UDP socket of its own standing for its portmapper and its lock
+ * Three clients are played by this program: "alpha" from 127.0.0.1, "beta" from 127.0.0.2 and
+ * "gamma" from 127.0.0.3 (all loopback). Each has a UDP socket of its own standing for its portmapper and its lock
  * manager, on one port number P at its own address; the server is told to find clients'
  * portmappers on P (SHALE_NLM_PORTMAP_PORT) instead of 111, answers GETPORT there with P itself,
  * and so sends its callbacks (GRANTED, the _RES calls) to the socket of the client whose request
- * made them, where this program reads and answers them as a kernel's lockd would. */
+ * made them, where this program reads and answers them as a kernel's lockd would. The last case
+ * kills the server (kill -9) while two clients hold locks and follows the recovery: SM_NOTIFY to
+ * each, the grace period, reclaims, and grace's early end. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -44,6 +46,8 @@ struct client {
 
 static struct client alpha = {.cl_name = "alpha", .cl_addr = "127.0.0.1"};
 static struct client beta = {.cl_name = "beta", .cl_addr = "127.0.0.2"};
+static struct client gamma_ = {.cl_name = "gamma", .cl_addr = "127.0.0.3"};
+static uint32_t first_state; /* the server's NSM state, as SM_STAT told it at first */
 
 static int udp_bound(const char *addr, uint16_t port, uint16_t *port_out)
 {
@@ -184,14 +188,20 @@ static void put_lockargs(struct rr_buf *a, const struct client *c, uint32_t vers
 	rr_put_u32(a, 3); /* the client's NSM state */
 }
 
-static int nlm_lock(struct client *c, uint32_t vers, bool block, bool excl, const struct lk *l)
+static int nlm_lock_ext(struct client *c, uint32_t vers, bool block, bool excl,
+                        const struct lk *l, bool reclaim)
 {
 	struct rr_buf a;
 	rr_buf_init(&a);
-	put_lockargs(&a, c, vers, block, excl, l, false, "ck-lock");
+	put_lockargs(&a, c, vers, block, excl, l, reclaim, "ck-lock");
 	int st = nlm_simple(c, vers, 2, &a, "ck-lock", NULL);
 	rr_buf_fini(&a);
 	return st;
+}
+
+static int nlm_lock(struct client *c, uint32_t vers, bool block, bool excl, const struct lk *l)
+{
+	return nlm_lock_ext(c, vers, block, excl, l, false);
 }
 
 static int nlm_unlock(struct client *c, uint32_t vers, const struct lk *l)
@@ -239,6 +249,7 @@ static int nlm_share(struct client *c, uint32_t proc, const char *oh, uint32_t m
  * The client's side of callbacks */
 
 struct seen {
+	uint32_t prog;
 	uint32_t proc;
 	uint32_t vers;
 	uint8_t args[2048];
@@ -279,10 +290,10 @@ static int cb_serve(struct client *c, int timeout_ms, uint32_t answer, struct se
 		rr_put_u32(&r, 0);
 		rr_put_u32(&r, 0); /* verifier AUTH_NONE */
 		rr_put_u32(&r, 0); /* SUCCESS */
-		bool nlm = prog == NLM_PROG;
+		bool nlm = prog == NLM_PROG || prog == NSM_PROG; /* a lock manager's, or SM_NOTIFY */
 		if (prog == 100000u && proc == 3)
 			rr_put_u32(&r, c->cl_cb_port); /* GETPORT: this very socket */
-		if (nlm && proc == 5) {
+		if (prog == NLM_PROG && proc == 5) {
 			uint32_t ck_len;
 			const uint8_t *ck = rr_get_opaque(&d, 1024, &ck_len);
 			rr_put_opaque(&r, ck, ck_len);
@@ -297,6 +308,7 @@ static int cb_serve(struct client *c, int timeout_ms, uint32_t answer, struct se
 		sendto(c->cl_cb, r.rb_data, r.rb_len, 0, (struct sockaddr *)&from, from_len);
 		rr_buf_fini(&r);
 		if (nlm) {
+			s->prog = prog;
 			s->proc = proc;
 			s->vers = vers;
 			s->args_len = d.rd_left < sizeof(s->args) ? d.rd_left : sizeof(s->args);
@@ -344,6 +356,7 @@ static void test_null_and_stat(void)
 	CHECK(call(&alpha, NSM_PROG, 1, 1, &a, &rp, &rec) == 0);
 	uint32_t res = rr_get_u32(&rp.rp_body), state = rr_get_u32(&rp.rp_body);
 	CHECKF(res == 0 && state % 2 == 1, "SM_STAT: res %u state %u", res, state);
+	first_state = state;
 	free(rec);
 	rr_buf_fini(&a);
 }
@@ -513,6 +526,65 @@ static void test_free_all_and_notify(void)
 	CHECK(nlm_test(&alpha, 4, true, &a1, &tr) == GRANTED);
 }
 
+/* SM_NOTIFY on client c's callback socket: the server's name and a state above the first. */
+static bool notified(struct client *c)
+{
+	struct seen s;
+	if (cb_serve(c, 8000, GRANTED, &s) != 1 || s.prog != NSM_PROG || s.proc != 6)
+		return false;
+	struct rr_dec d;
+	rr_dec_init(&d, s.args, s.args_len);
+	uint32_t n;
+	const uint8_t *name = rr_get_opaque(&d, 1024, &n);
+	uint32_t state = rr_get_u32(&d);
+	printf("# %s notified: state %u (was %u)\n", c->cl_name, state, first_state);
+	return name && n == 9 && memcmp(name, "127.0.0.1", 9) == 0 && state > first_state &&
+	       state % 2 == 1;
+}
+
+/* kill -9 while alpha and beta hold locks: both are notified; in grace only they reclaim, new
+ * locks wait; grace ends once both have sent a request that is no reclaim, and alpha's reclaimed
+ * lock still refuses beta. */
+static void test_recovery(void)
+{
+	struct lk a1 = {.svid = 91, .oh = "alpha-91", .off = 0, .len = 10, .fh = file_fh,
+	                .fh_len = file_fh_len};
+	struct lk b1 = {.svid = 92, .oh = "beta-92", .off = 0, .len = 10, .fh = file2_fh,
+	                .fh_len = file2_fh_len};
+	struct lk b_on_a = {.svid = 92, .oh = "beta-92", .off = 5, .len = 1, .fh = file_fh,
+	                    .fh_len = file_fh_len};
+	struct lk g1 = {.svid = 93, .oh = "gamma-93", .off = 100, .len = 1, .fh = file_fh,
+	                .fh_len = file_fh_len};
+	struct test_res tr;
+	CHECK(nlm_lock(&alpha, 4, false, true, &a1) == GRANTED);
+	CHECK(nlm_lock(&beta, 4, false, true, &b1) == GRANTED);
+	static const char *const grace[] = {"--grace", "60", NULL};
+	ts_set_extra_args(grace);
+	if (!tap_check(ts_restart(&ts, true) == 0, "the server starts again after kill -9"))
+		return;
+	CHECK(client_connect(&alpha) == 0 && client_connect(&beta) == 0 &&
+	      client_connect(&gamma_) == 0);
+	CHECK(notified(&alpha));
+	CHECK(notified(&beta));
+	/* grace: new locks and TESTs wait; a client that held nothing may not reclaim */
+	CHECK(nlm_lock(&gamma_, 4, false, true, &g1) == GRACE);
+	CHECK(nlm_lock_ext(&gamma_, 4, false, true, &g1, true) == DENIED);
+	CHECK(nlm_test(&gamma_, 4, true, &g1, &tr) == GRACE);
+	/* the clients of the last run reclaim theirs */
+	CHECK(nlm_lock_ext(&alpha, 4, false, true, &a1, true) == GRANTED);
+	CHECK(nlm_lock_ext(&beta, 4, false, true, &b1, true) == GRANTED);
+	/* alpha is done reclaiming; beta not yet: still grace */
+	CHECK(nlm_test(&alpha, 4, true, &b1, &tr) == GRACE);
+	/* beta's first request that is no reclaim ends grace, and alpha's lock refuses it */
+	CHECK(nlm_lock(&beta, 4, false, true, &b_on_a) == DENIED);
+	CHECK(nlm_lock(&gamma_, 4, false, true, &g1) == GRANTED);
+	CHECK(nlm_test(&gamma_, 4, true, &b1, &tr) == DENIED && tr.svid == 92);
+	/* a reclaim after grace is refused as knfsd does */
+	CHECK(nlm_lock_ext(&alpha, 4, false, true, &a1, true) == GRACE);
+	CHECK(nlm_unlock(&alpha, 4, &a1) == GRANTED && nlm_unlock(&beta, 4, &b1) == GRANTED &&
+	      nlm_unlock(&gamma_, 4, &g1) == GRANTED);
+}
+
 static void test_garbage(void)
 {
 	struct rr_reply rp;
@@ -533,8 +605,9 @@ static void test_garbage(void)
 
 int main(void)
 {
-	if (client_open(&alpha, 0) != 0 || client_open(&beta, alpha.cl_cb_port) != 0) {
-		printf("# cannot bind the clients' sockets on 127.0.0.1 and 127.0.0.2\n");
+	if (client_open(&alpha, 0) != 0 || client_open(&beta, alpha.cl_cb_port) != 0 ||
+	    client_open(&gamma_, alpha.cl_cb_port) != 0) {
+		printf("# cannot bind the clients' sockets on 127.0.0.1, .2 and .3\n");
 		tap_check(false, "clients");
 		return tap_finish();
 	}
@@ -560,6 +633,7 @@ int main(void)
 		TAP_RUN(test_share);
 		TAP_RUN(test_free_all_and_notify);
 		TAP_RUN(test_garbage);
+		TAP_RUN(test_recovery);
 	}
 	if (tap_failed_count)
 		ts_dump_log(&ts, 30);

@@ -368,6 +368,21 @@ fail:
 	return -1;
 }
 
+int ts_restart(struct ts_server *ts, bool crash)
+{
+	const char *bin = getenv("SHALE_BIN");
+	if (!bin || ts->ts_pid <= 0)
+		return -1;
+	if (crash) {
+		kill(ts->ts_pid, SIGKILL);
+		waitpid(ts->ts_pid, NULL, 0);
+		ts->ts_pid = 0;
+	} else if (ts_stop_server(ts) != 0) {
+		return -1;
+	}
+	return ts_launch(ts, bin, ts->ts_pool);
+}
+
 bool ts_alive(struct ts_server *ts)
 {
 	if (ts->ts_pid <= 0)

@@ -68,6 +68,11 @@ bool ts_pool_mode(void);
  * pool), -1 otherwise. Removes the temporary tree. Safe to call twice. */
 int ts_stop(struct ts_server *ts);
 
+/* Stops the server, with SIGKILL when crash (as a power cut would leave its files) or else as
+ * ts_stop does, and starts it again on the same tree: the exports, the state directory and the
+ * pool as they were. ts_port is the new port. 0, or -1 after a "# ..." diagnostic. */
+int ts_restart(struct ts_server *ts, bool crash);
+
 /* True while the server process exists and has not exited (kill(pid, 0) and not a zombie). */
 bool ts_alive(struct ts_server *ts);
 
