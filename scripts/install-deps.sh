@@ -5,7 +5,7 @@
 set -euo pipefail
 
 build_pkgs=(gcc make pkg-config meson ninja-build libxxhash-dev libssl-dev liburing-dev libzstd-dev liblz4-dev)
-test_pkgs=(libnfs-dev libnfs-utils rpcbind iproute2 util-linux qemu-system-x86 busybox-static tshark cpio xz-utils zstd gzip
+test_pkgs=(libnfs-dev libnfs-utils rpcbind nfs-common iproute2 util-linux qemu-system-x86 busybox-static tshark cpio xz-utils zstd gzip
 	   libc6-dev python3 clang libclang-rt-14-dev strace e2fsprogs mount)
 bench_pkgs=(nfs-ganesha nfs-ganesha-vfs iperf3 fio)
 

@@ -12,6 +12,9 @@
 #                unpacks concatenated archives in order, so the programs never force a rebuild of
 #                the (slow to build) module part.
 #
+# With KCLIENT_EXTRA_ROOT=DIR in the environment, the tree under DIR is also copied into the second
+# archive (run-kclient-lock.sh: rpcbind and rpc.statd with their libraries and configuration).
+#
 # The base archive holds: /bin/busybox (static) and a link for each applet, the modules listed in
 # MODULES below together with everything modules.dep says they need (decompressed, because
 # busybox insmod loads only plain ELF objects), and /etc/kclient-modules, the load order.
@@ -139,6 +142,9 @@ install -m 0755 "$INIT" "$overlay/init"
 for prog in "$@"; do
 	install -m 0755 "$prog" "$overlay/bin/$(basename "$prog")"
 done
+if [ -n "${KCLIENT_EXTRA_ROOT:-}" ]; then
+	cp -a "$KCLIENT_EXTRA_ROOT/." "$overlay/"
+fi
 (cd "$overlay" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet) |
 	gzip -1 >"$OUT/overlay.cpio.gz"
 cat "$base" "$OUT/overlay.cpio.gz" >"$OUT/initrd.img"
