@@ -10,6 +10,7 @@
 #   kcaddr=A.B.C.D  its address on the bridge (/24)
 #   kcserver=ADDR   the server's address
 #   kcexport=PATH   the export to mount
+#   kcmode=recover  guest_lock's recovery run (the host kills and restarts the server)
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
 mount -t proc proc /proc
@@ -24,13 +25,14 @@ for m in $(cat /etc/kclient-modules); do
 	insmod "/lib/modules/$m.ko" || echo "# kclient: insmod $m failed"
 done
 
-ROLE= ADDR= SERVER= EXPORT=
+ROLE= ADDR= SERVER= EXPORT= MODE=
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	kcrole=*) ROLE=${w#kcrole=} ;;
 	kcaddr=*) ADDR=${w#kcaddr=} ;;
 	kcserver=*) SERVER=${w#kcserver=} ;;
 	kcexport=*) EXPORT=${w#kcexport=} ;;
+	kcmode=*) MODE=${w#kcmode=} ;;
 	esac
 done
 
@@ -58,7 +60,7 @@ sleep 1
 
 if mount -t nfs -o "vers=3,proto=tcp,noac,lookupcache=none" "$SERVER:$EXPORT" /mnt; then
 	echo "ok - $ROLE: mount without nolock"
-	guest_lock "$ROLE" /mnt
+	guest_lock "$ROLE" /mnt $MODE
 	umount /mnt || echo "not ok - $ROLE: umount"
 else
 	echo "not ok - $ROLE: mount without nolock"

@@ -15,6 +15,18 @@
  *   a: flock(LOCK_EX) of a second file                                  -> sync/a-flock
  *   b: flock(LOCK_EX | LOCK_NB) of it is refused                        -> sync/b-done
  *
+ * `guest_lock a|b DIR recover`: the server is killed (kill -9) and started again while a holds a
+ * lock (run-kclient-lock.sh --recover):
+ *
+ *   a: locks bytes 0-99 exclusive                                       -> sync/a-locked
+ *   b: ready                                                            -> sync/b-ready
+ *   a: "# lock host kill" on the console: the host kills the server and starts it again; it
+ *      notifies a, the client that held a lock (SM_NOTIFY), whose kernel reclaims the lock in
+ *      the grace period
+ *   b: three seconds later asks for byte 50: the server answers "grace period" until grace ends
+ *      (a reclaimed, but stays silent), then refuses it: a's lock came back. A free range is
+ *      then granted at once, and an F_SETLKW of byte 50 waits for a's unlock     -> sync/b-done
+ *
  * Every check prints a TAP line ("ok - NAME" / "not ok - NAME"), prefixed with the role. */
 #include <errno.h>
 #include <fcntl.h>
@@ -181,10 +193,56 @@ static void role_b(void)
 	close(fd);
 }
 
+static void recover_a(void)
+{
+	int fd = open_file("locked");
+	if (fd < 0)
+		return;
+	tap(set_lock(fd, F_SETLK, F_WRLCK, 0, 100) == 0, "exclusive lock of bytes 0-99 before the crash");
+	mark("a-locked");
+	if (!wait_mark("b-ready"))
+		return;
+	printf("# lock host kill\n");
+	fflush(stdout);
+	if (!wait_mark("b-refused"))
+		return;
+	tap(set_lock(fd, F_SETLK, F_UNLCK, 0, 100) == 0, "unlock after the restart");
+	wait_mark("b-done");
+	close(fd);
+}
+
+static void recover_b(void)
+{
+	if (!wait_mark("a-locked"))
+		return;
+	int fd = open_file("locked");
+	if (fd < 0)
+		return;
+	mark("b-ready");
+	sleep(3); /* the host kills and restarts the server meanwhile */
+	double t0 = now_ms();
+	int rc = set_lock(fd, F_SETLK, F_WRLCK, 50, 1);
+	double waited = now_ms() - t0;
+	tap(rc != 0 && (errno == EAGAIN || errno == EACCES),
+	    "after the restart the other's reclaimed lock refuses byte 50 (%s, after %.0f ms)",
+	    rc ? strerror(errno) : "granted", waited);
+	tap(waited >= 2000, "that request waited for the grace period (%.0f ms)", waited);
+	t0 = now_ms();
+	tap(set_lock(fd, F_SETLK, F_WRLCK, 500, 10) == 0 && now_ms() - t0 < 2000,
+	    "a free range is granted at once once grace is over");
+	mark("b-refused");
+	t0 = now_ms();
+	rc = set_lock(fd, F_SETLKW, F_WRLCK, 50, 1);
+	tap(rc == 0, "F_SETLKW of byte 50 is granted at the other's unlock (%.0f ms)", now_ms() - t0);
+	mark("b-done");
+	close(fd);
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 3 || (strcmp(argv[1], "a") != 0 && strcmp(argv[1], "b") != 0)) {
-		fprintf(stderr, "usage: guest_lock a|b DIR\n");
+	if ((argc != 3 && argc != 4) || (strcmp(argv[1], "a") != 0 && strcmp(argv[1], "b") != 0) ||
+	    (argc == 4 && strcmp(argv[3], "recover") != 0)) {
+		fprintf(stderr, "usage: guest_lock a|b DIR [recover]\n");
 		return 2;
 	}
 	role = argv[1];
@@ -192,7 +250,9 @@ int main(int argc, char **argv)
 	char sync[512];
 	snprintf(sync, sizeof(sync), "%s/sync", dir);
 	(void)mkdir(sync, 0777);
-	if (role[0] == 'a')
+	if (argc == 4)
+		role[0] == 'a' ? recover_a() : recover_b();
+	else if (role[0] == 'a')
 		role_a();
 	else
 		role_b();

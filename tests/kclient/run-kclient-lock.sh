@@ -9,6 +9,10 @@
 #   client is refused its sibling's range, an unlock splits a range, a blocked F_SETLKW on one
 #   client is woken by the other's unlock through the server's GRANTED callback, and flock is
 #   exclusive across clients.
+#   With --recover: the server is killed (kill -9) while guest a holds a lock and started again
+#   (--grace 15); a, the client that held a lock, is notified (SM_NOTIFY, to its rpc.statd) and
+#   its kernel reclaims the lock in the grace period, b's request waits out grace and is then refused (the
+#   lock came back), and b's F_SETLKW is woken by a's unlock after the restart.
 #
 # How it works
 #   The script re-runs itself in a private network namespace with a bridge (10.77.0.1/24, the
@@ -18,7 +22,8 @@
 #   kclient image, prepare.sh) also holds Debian's rpcbind and rpc.statd with the libraries they
 #   load, which the kernel's lockd needs on the client side; guest-lock-init.sh starts them.
 #
-# Usage: run-kclient-lock.sh --shale PATH [--backend posix|pool] [--cache DIR] [--work DIR]
+# Usage: run-kclient-lock.sh --shale PATH [--backend posix|pool] [--recover] [--cache DIR]
+#        [--work DIR]
 # Needs root; installs nfs-common (rpc.statd) and rpcbind from Debian when missing.
 set -uo pipefail
 
@@ -27,6 +32,7 @@ top=$(cd "$here/../.." && pwd)
 
 shale=${SHALE:-}
 backend=posix
+recover=0
 cache=${KCLIENT_CACHE:-$top/build-cache/kclient}
 work=
 guest_timeout=420
@@ -37,6 +43,7 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--shale) shale=$2; shift 2 ;;
 	--backend) backend=$2; shift 2 ;;
+	--recover) recover=1; shift ;;
 	--cache) cache=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
 	--timeout) guest_timeout=$2; shift 2 ;;
@@ -136,17 +143,27 @@ else
 	guest_export=$work/export
 	echo "$work/export 10.77.0.0/24(rw,no_root_squash,insecure)" >"$exports_file"
 fi
-"$shale" serve --exports "$exports_file" --state "$work/state" --listen "$server_addr" \
-	--pool-dir "$work/pool" --ready-file "$work/ready" --log-level info \
-	>"$work/server.log" 2>&1 &
-server_pid=$!
+serve_args=()
+[ "$recover" -eq 1 ] && serve_args=(--grace 15)
+start_server() { # the pid goes to $work/server.pid; 0 once it is ready
+	local i pid
+	rm -f "$work/ready"
+	"$shale" serve --exports "$exports_file" --state "$work/state" --listen "$server_addr" \
+		--pool-dir "$work/pool" --ready-file "$work/ready" --log-level info "${serve_args[@]}" \
+		>>"$work/server.log" 2>&1 &
+	pid=$!
+	echo "$pid" >"$work/server.pid"
+	for ((i = 0; i < 200; i++)); do
+		[ -s "$work/ready" ] && return 0
+		kill -0 "$pid" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+start_server ||
+	{ tail -n 20 "$work/server.log" | sed 's/^/# server: /'; bail "shale serve started"; }
+server_pid=$(cat "$work/server.pid")
 pids+=("$server_pid")
-for ((i = 0; i < 200; i++)); do
-	[ -s "$work/ready" ] && break
-	kill -0 "$server_pid" 2>/dev/null || break
-	sleep 0.05
-done
-[ -s "$work/ready" ] || { tail -n 20 "$work/server.log" | sed 's/^/# server: /'; bail "shale serve started"; }
 ok "shale serve on $server_addr with NLM and NSM ($(grep -o 'portmap=[a-z]*' "$work/ready"))"
 
 # ---- the guests ---------------------------------------------------------------------------------
@@ -156,8 +173,25 @@ boot() { # $1: role, $2: tap, $3: address, $4: mac
 		-netdev "tap,id=n0,ifname=$2,script=no,downscript=no" \
 		-device "virtio-net-pci,netdev=n0,mac=$4" \
 		-kernel "$work/image/vmlinuz" -initrd "$work/image/initrd.img" \
-		-append "console=ttyS0 quiet panic=-1 kcrole=$1 kcaddr=$3 kcserver=$server_addr kcexport=$guest_export" \
+		-append "console=ttyS0 quiet panic=-1 kcrole=$1 kcaddr=$3 kcserver=$server_addr kcexport=$guest_export $kcmode" \
 		</dev/null >"$work/console-$1.log" 2>"$work/qemu-$1.err"
+}
+kcmode=
+[ "$recover" -eq 1 ] && kcmode=kcmode=recover
+# --recover: guest a says when to kill the server (it holds its lock then); the server is killed
+# and started again on the same state directory.
+crash_when_asked() { # in this shell, so that the new server is its child; $1: guest a's pid
+	local old
+	while kill -0 "$1" 2>/dev/null; do
+		if tr -d '\r' <"$work/console-a.log" 2>/dev/null | grep -q '^# lock host kill'; then
+			old=$(cat "$work/server.pid")
+			kill -9 "$old"
+			echo "# killed the server (pid $old) while guest a holds its lock" >"$work/crash.log"
+			start_server && echo "# restarted: pid $(cat "$work/server.pid")" >>"$work/crash.log"
+			return
+		fi
+		sleep 0.1
+	done
 }
 note "booting two guests (TCG), timeout ${guest_timeout}s"
 start=$(date +%s)
@@ -166,6 +200,7 @@ qa=$!
 boot b tap1 10.77.0.3 52:54:00:77:00:03 &
 qb=$!
 pids+=("$qa" "$qb")
+[ "$recover" -eq 1 ] && crash_when_asked "$qa"
 wait "$qa"
 rc_a=$?
 wait "$qb"
@@ -187,6 +222,16 @@ for role in a b; do
 done
 
 # ---- the server's side --------------------------------------------------------------------------
+if [ "$recover" -eq 1 ]; then
+	[ -f "$work/crash.log" ] && cat "$work/crash.log"
+	server_pid=$(cat "$work/server.pid")
+	pids+=("$server_pid")
+	grep -q 'restarted' "$work/crash.log" 2>/dev/null && ok "the server was killed and started again" ||
+		notok "the server was killed and started again"
+	grep -q '1 client to notify' "$work/server.log" &&
+		ok "after the restart it notified the client that held a lock" ||
+		notok "after the restart it notified the client that held a lock"
+fi
 kill -0 "$server_pid" 2>/dev/null && ok "the server is alive after both guests" ||
 	notok "the server is alive after both guests"
 if [ -s "$work/state/nsm/state" ] && ls "$work/state/nsm/hosts" | grep -q .; then
