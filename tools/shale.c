@@ -66,6 +66,8 @@ static void shale_serve_usage(FILE *out)
 		"                        default 90 (it ends sooner once they all have)\n"
 		"  --no-nlm              serve no lock manager (NLM, NSM): clients must mount\n"
 		"                        with nolock\n"
+		"  --client-locks N      locks, waits and share reservations one client may hold;\n"
+		"                        default 65536 (past it: NLM4_DENIED_NOLOCKS)\n"
 		"client bounds (README, \"Limits\"):\n"
 		"  --max-connections N   TCP connections in all; default 4096. Past it a new one\n"
 		"                        closes the least recently active connection of the\n"
@@ -123,7 +125,7 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 	enum { OPT_NO_PORTMAP = 256, OPT_PORTMAP_PORT, OPT_READY, OPT_LOG, OPT_FD_CACHE, OPT_POOL_DIR, OPT_ARC_MAX,
 	       OPT_DIRTY_MAX, OPT_BUFFERED_WRITES, OPT_MAX_CONNS, OPT_MAX_CONNS_ADDR, OPT_CONN_MEM, OPT_CONN_CALLS,
 	       OPT_REQ_MEM, OPT_IDLE_TIMEOUT, OPT_RECORD_TIMEOUT,
-	       OPT_GRACE, OPT_NO_NLM };
+	       OPT_GRACE, OPT_NO_NLM, OPT_CLIENT_LOCKS };
 	static const struct option options[] = {
 		{"exports", required_argument, NULL, 'e'},
 		{"state", required_argument, NULL, 's'},
@@ -147,6 +149,7 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 		{"record-timeout", required_argument, NULL, OPT_RECORD_TIMEOUT},
 		{"grace", required_argument, NULL, OPT_GRACE},
 		{"no-nlm", no_argument, NULL, OPT_NO_NLM},
+		{"client-locks", required_argument, NULL, OPT_CLIENT_LOCKS},
 		{"log-level", required_argument, NULL, OPT_LOG},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
@@ -220,6 +223,10 @@ static int shale_serve(int argc, char **argv, char **whole_argv)
 			config.sc_grace_s = (unsigned)v;
 			break;
 		case OPT_NO_NLM: config.sc_no_nlm = true; break;
+		case OPT_CLIENT_LOCKS:
+			if (shale_parse_count(optarg, &config.sc_client_locks) < 0)
+				goto bad_value;
+			break;
 		case OPT_POOL_DIR: config.sc_pool_dir = optarg; break;
 		case OPT_ARC_MAX:
 			if (shale_parse_bytes(optarg, &config.sc_arc_max_bytes) < 0)

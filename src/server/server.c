@@ -475,6 +475,7 @@ int server_run(const struct server_config *config)
 			.nlc_state_dir = config->sc_state_dir,
 			.nlc_nfs = svc,
 			.nlc_grace_s = config->sc_grace_s,
+			.nlc_host_locks = config->sc_client_locks,
 		};
 		rc = nlm_service_create(&lcfg, &nlm);
 		if (rc < 0) {

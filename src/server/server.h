@@ -39,6 +39,7 @@ struct server_config {
 	 * whether it is served at all (knfsd's and Ganesha's lockd can be turned off too). */
 	unsigned sc_grace_s;
 	bool sc_no_nlm;
+	unsigned sc_client_locks; /* records one client may hold (0: NLM_HOST_LOCKS_DEFAULT) */
 };
 
 /* Restarts the process (execv of its own program, as /proc/self/exe names it, with the same argv)

@@ -585,6 +585,56 @@ static void test_recovery(void)
 	      nlm_unlock(&gamma_, 4, &g1) == GRANTED);
 }
 
+/* A server that lets a client hold 8 records: past them NLM4_DENIED_NOLOCKS, blocked requests
+ * count, another client is not touched, and the server goes on. */
+static void test_bounds(void)
+{
+	static const char *const bound[] = {"--client-locks", "8", "--grace", "1", NULL};
+	ts_set_extra_args(bound);
+	if (!tap_check(ts_restart(&ts, false) == 0, "the server starts again with --client-locks 8"))
+		return;
+	CHECK(client_connect(&alpha) == 0 && client_connect(&beta) == 0);
+	usleep(1500000); /* the clients of the run before had their grace */
+	struct lk l = {.svid = 100, .oh = "alpha-100", .len = 1, .fh = file_fh,
+	               .fh_len = file_fh_len};
+	for (unsigned i = 0; i < 8; i++) {
+		l.off = i * 10;
+		CHECKF(nlm_lock(&alpha, 4, false, true, &l) == GRANTED, "lock %u", i);
+	}
+	l.off = 100;
+	CHECK(nlm_lock(&alpha, 4, false, true, &l) == DENIED_NOLOCKS);
+	l.off = 0;
+	CHECK(nlm_lock(&alpha, 4, false, true, &l) == GRANTED); /* one it holds: no new record */
+	/* a flood of blocked requests from beta behind alpha's lock: 8 wait, the rest are refused */
+	struct lk b = {.oh = "beta-flood", .off = 0, .len = 1, .fh = file_fh, .fh_len = file_fh_len};
+	unsigned blocked = 0, nolocks = 0;
+	for (unsigned i = 0; i < 20; i++) {
+		b.svid = 200 + i;
+		int st = nlm_lock(&beta, 4, true, true, &b);
+		blocked += st == BLOCKED;
+		nolocks += st == DENIED_NOLOCKS;
+	}
+	CHECKF(blocked == 8 && nolocks == 12, "%u blocked, %u refused", blocked, nolocks);
+	struct lk g = {.svid = 300, .oh = "gamma-300", .off = 1000, .len = 1, .fh = file_fh,
+	               .fh_len = file_fh_len};
+	CHECK(client_connect(&gamma_) == 0 && nlm_lock(&gamma_, 4, false, true, &g) == GRANTED);
+	/* alpha frees all: beta's first waiter is granted (a callback), the server goes on */
+	struct rr_buf a;
+	rr_buf_init(&a);
+	rr_put_string(&a, "alpha");
+	rr_put_u32(&a, 5);
+	struct rr_reply rp;
+	CHECK(call(&alpha, NLM_PROG, 4, 23, &a, &rp, NULL) == 0);
+	rr_buf_fini(&a);
+	struct seen s;
+	int got;
+	do /* the restart's SM_NOTIFY may come first */
+		got = cb_serve(&beta, 5000, GRANTED, &s);
+	while (got == 1 && s.prog == NSM_PROG);
+	CHECK(got == 1 && s.prog == NLM_PROG && s.proc == 5);
+	CHECK(ts_alive(&ts));
+}
+
 static void test_garbage(void)
 {
 	struct rr_reply rp;
@@ -634,6 +684,7 @@ int main(void)
 		TAP_RUN(test_free_all_and_notify);
 		TAP_RUN(test_garbage);
 		TAP_RUN(test_recovery);
+		TAP_RUN(test_bounds);
 	}
 	if (tap_failed_count)
 		ts_dump_log(&ts, 30);
