@@ -1,6 +1,7 @@
 /* fuzz.c: rounds of pseudo-random RPC records against a private `shale serve`.
  *
- * Each message starts from a well-formed NFS v3 or MOUNT v3 call whose arguments are generated
+ * Each message starts from a well-formed NFS v3, MOUNT v3, NLM (v1, v3, v4) or NSM call whose
+ * arguments are generated
  * from the procedure's XDR shape with edge-biased values (real handles of files and directories
  * in the export, forged handles, names such as "..", empty and over-long, sizes and offsets near
  * 0 and 2^64) and is then, with some probability, mutated: bytes flipped, truncated, extended, or
@@ -379,8 +380,91 @@ static void put_nfs_args(struct rr_buf *b, uint32_t proc)
 	}
 }
 
-/* Builds one message body (no framing) into b. */
-static void make_message(struct rr_buf *b, uint32_t xid)
+/* An NLM lock (nlm_lock / nlm4_lock): a caller name, a handle, an owner handle of any length up
+ * to past the bound, a svid, and an offset and length near the edges. */
+static void put_nlm_lock(struct rr_buf *b, uint32_t vers)
+{
+	static const char *const callers[] = {"client-1", "client-2", "", "a-client-name"};
+	uint8_t junk[1100];
+	if (mf_rng_below(&rng, 8) == 0) {
+		uint32_t n = mf_rng_below(&rng, sizeof(junk));
+		mf_rng_fill(&rng, junk, n);
+		rr_put_opaque(b, junk, n);
+	} else {
+		rr_put_string(b, callers[mf_rng_below(&rng, 4)]);
+	}
+	put_handle(b);
+	uint32_t n = mf_rng_below(&rng, 4) == 0 ? mf_rng_below(&rng, sizeof(junk)) : 8;
+	mf_rng_fill(&rng, junk, n);
+	rr_put_opaque(b, junk, n);
+	rr_put_u32(b, mf_rng_below(&rng, 4) ? mf_rng_below(&rng, 8) : pick_u32());
+	if (vers == 4) {
+		rr_put_u64(b, pick_u64());
+		rr_put_u64(b, pick_u64());
+	} else {
+		rr_put_u32(b, pick_u32());
+		rr_put_u32(b, pick_u32());
+	}
+}
+
+/* A bool, now and then one that is neither 0 nor 1. */
+static void put_bool(struct rr_buf *b)
+{
+	rr_put_u32(b, mf_rng_below(&rng, 16) ? mf_rng_below(&rng, 2) : pick_u32());
+}
+
+/* The arguments of an NLM procedure, by its shape (XNFS; RFC 1813 appendix II for version 4). */
+static void put_nlm_args(struct rr_buf *b, uint32_t vers, uint32_t proc)
+{
+	uint8_t cookie[8];
+	mf_rng_fill(&rng, cookie, sizeof(cookie));
+	switch (proc) {
+	case 0: break;
+	case 1: case 5: case 6: case 10: /* TEST, GRANTED (+_MSG) */
+		rr_put_opaque(b, cookie, sizeof(cookie));
+		put_bool(b);
+		put_nlm_lock(b, vers);
+		break;
+	case 2: case 7: case 22: /* LOCK, LOCK_MSG, NM_LOCK */
+		rr_put_opaque(b, cookie, sizeof(cookie));
+		put_bool(b);
+		put_bool(b);
+		put_nlm_lock(b, vers);
+		put_bool(b);
+		rr_put_u32(b, pick_u32());
+		break;
+	case 3: case 8: /* CANCEL */
+		rr_put_opaque(b, cookie, sizeof(cookie));
+		put_bool(b);
+		put_bool(b);
+		put_nlm_lock(b, vers);
+		break;
+	case 4: case 9: /* UNLOCK */
+		rr_put_opaque(b, cookie, sizeof(cookie));
+		put_nlm_lock(b, vers);
+		break;
+	case 20: case 21: /* SHARE, UNSHARE */
+		rr_put_opaque(b, cookie, sizeof(cookie));
+		rr_put_string(b, "client-1");
+		put_handle(b);
+		rr_put_opaque(b, cookie, 4);
+		rr_put_u32(b, mf_rng_below(&rng, 6));
+		rr_put_u32(b, mf_rng_below(&rng, 6));
+		put_bool(b);
+		break;
+	case 23: /* FREE_ALL */
+		rr_put_string(b, mf_rng_below(&rng, 2) ? "client-1" : "client-2");
+		rr_put_u32(b, pick_u32());
+		break;
+	default: /* the _RES calls and beyond: a cookie, a status, junk */
+		rr_put_opaque(b, cookie, sizeof(cookie));
+		rr_put_u32(b, mf_rng_below(&rng, 12));
+		break;
+	}
+}
+
+/* An NFS v3 or MOUNT v3 call into b. */
+static void make_nfs_call(struct rr_buf *b, uint32_t xid)
 {
 	bool mount = mf_rng_below(&rng, 10) == 0;
 	uint32_t proc = mount ? mf_rng_below(&rng, 7) : mf_rng_below(&rng, 23);
@@ -397,6 +481,34 @@ static void make_message(struct rr_buf *b, uint32_t xid)
 		}
 	} else {
 		put_nfs_args(b, proc);
+	}
+}
+
+/* Builds one message body (no framing) into b. */
+static void make_message(struct rr_buf *b, uint32_t xid)
+{
+	uint32_t kind = mf_rng_below(&rng, 16);
+	if (kind < 3) { /* the lock manager: NLM (or, one time in six, NSM) */
+		bool nsm = kind == 0 && mf_rng_below(&rng, 2) == 0;
+		static const uint32_t nlm_versions[] = {1, 3, 4, 4, 4, 2};
+		uint32_t vers = nsm ? (mf_rng_below(&rng, 20) ? 1 : 2)
+		                    : nlm_versions[mf_rng_below(&rng, 6)];
+		uint32_t proc = mf_rng_below(&rng, nsm ? 8 : 25);
+		rr_put_call(b, xid, 2, nsm ? 100024u : 100021u, vers, proc,
+			    mf_rng_below(&rng, 8) ? RR_CRED_SYS : RR_CRED_NONE, 0, 0);
+		if (!nsm) {
+			put_nlm_args(b, vers, proc);
+		} else if (proc == 1 || proc == 6) { /* STAT, NOTIFY */
+			rr_put_string(b, "client-2");
+			if (proc == 6)
+				rr_put_u32(b, pick_u32());
+		} else if (proc >= 2 && proc <= 4) { /* MON, UNMON, UNMON_ALL: junk of a plausible size */
+			uint8_t junk[64];
+			mf_rng_fill(&rng, junk, sizeof(junk));
+			rr_put_bytes(b, junk, 4 * mf_rng_below(&rng, 16));
+		}
+	} else {
+		make_nfs_call(b, xid);
 	}
 	/* Mutations of the encoded message. */
 	uint32_t m = mf_rng_below(&rng, 20);
