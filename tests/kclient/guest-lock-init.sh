@@ -11,6 +11,10 @@
 #   kcserver=ADDR   the server's address
 #   kcexport=PATH   the export to mount
 #   kcmode=recover  guest_lock's recovery run (the host kills and restarts the server)
+#   kcmode=reset    guest_lock's reset run: the client's NSM state directory (/var/lib/nfs) is
+#                   kept on a second export, kccstate=PATH/ROLE (mounted nolock), so that it
+#                   outlives the guest; the host kills guest a and boots it again with
+#   kcmode=reboot   which sends SM_NOTIFY (sm-notify, as a booting client does) before its checks
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
 mount -t proc proc /proc
@@ -25,7 +29,7 @@ for m in $(cat /etc/kclient-modules); do
 	insmod "/lib/modules/$m.ko" || echo "# kclient: insmod $m failed"
 done
 
-ROLE= ADDR= SERVER= EXPORT= MODE=
+ROLE= ADDR= SERVER= EXPORT= MODE= CSTATE=
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	kcrole=*) ROLE=${w#kcrole=} ;;
@@ -33,6 +37,7 @@ for w in $(cat /proc/cmdline); do
 	kcserver=*) SERVER=${w#kcserver=} ;;
 	kcexport=*) EXPORT=${w#kcexport=} ;;
 	kcmode=*) MODE=${w#kcmode=} ;;
+	kccstate=*) CSTATE=${w#kccstate=} ;;
 	esac
 done
 
@@ -55,6 +60,20 @@ echo "# kclient: guest $ROLE up at $ADDR, kernel $(uname -r)"
 # The client's own portmapper and status monitor: lockd registers its callback service with the
 # first and asks the second to monitor the server (SM_MON) before its first lock.
 rpcbind -w || echo "not ok - $ROLE: rpcbind starts"
+if [ -n "$CSTATE" ]; then
+	mount -t nfs -o vers=3,proto=tcp,nolock "$SERVER:$CSTATE/$ROLE" /var/lib/nfs ||
+		echo "not ok - $ROLE: the client's state directory is mounted"
+	mkdir -p /var/lib/nfs/sm /var/lib/nfs/sm.bak
+fi
+if [ "$MODE" = reboot ]; then
+	# a booting client tells the servers it had locks with that it has rebooted
+	sm-notify -f -d >/tmp/sm-notify.log 2>&1 &
+	notify=$!
+	sleep 3
+	ls /var/lib/nfs/sm.bak | grep -q . && echo "not ok - $ROLE: sm-notify notified $SERVER" ||
+		echo "ok - $ROLE: sm-notify notified $SERVER after the reset"
+	kill "$notify" 2>/dev/null
+fi
 rpc.statd --no-notify || echo "not ok - $ROLE: rpc.statd starts"
 sleep 1
 

@@ -27,6 +27,17 @@
  *      (a reclaimed, but stays silent), then refuses it: a's lock came back. A free range is
  *      then granted at once, and an F_SETLKW of byte 50 waits for a's unlock     -> sync/b-done
  *
+ * `guest_lock a|b DIR reset`, then `guest_lock a DIR reboot`: guest a is reset (its qemu killed)
+ * while it holds a lock that b waits for, and boots again (run-kclient-lock.sh --reset):
+ *
+ *   a: locks bytes 0-99 exclusive                                       -> sync/a-locked
+ *   b: waits (F_SETLKW) for byte 50                                     -> sync/b-waiting
+ *   a: "# lock host reset" on the console: the host kills a's qemu and boots it again; a's
+ *      sm-notify (its state directory survived on a second export) tells the server, which
+ *      releases what a held
+ *   b: granted                                                          -> sync/b-granted
+ *   a (rebooted): byte 50 is b's now                                    -> sync/a-back
+ *
  * Every check prints a TAP line ("ok - NAME" / "not ok - NAME"), prefixed with the role. */
 #include <errno.h>
 #include <fcntl.h>
@@ -238,11 +249,60 @@ static void recover_b(void)
 	close(fd);
 }
 
+static void reset_a(void)
+{
+	int fd = open_file("locked");
+	if (fd < 0)
+		return;
+	tap(set_lock(fd, F_SETLK, F_WRLCK, 0, 100) == 0, "exclusive lock of bytes 0-99 before the reset");
+	mark("a-locked");
+	if (!wait_mark("b-waiting"))
+		return;
+	sleep(1);
+	printf("# lock host reset\n");
+	fflush(stdout);
+	pause(); /* the host kills this machine */
+}
+
+static void reset_b(void)
+{
+	if (!wait_mark("a-locked"))
+		return;
+	int fd = open_file("locked");
+	if (fd < 0)
+		return;
+	mark("b-waiting");
+	double t0 = now_ms();
+	int rc = set_lock(fd, F_SETLKW, F_WRLCK, 50, 1);
+	tap(rc == 0, "F_SETLKW is granted once the other client, reset, notifies the server (%.0f ms)",
+	    now_ms() - t0);
+	mark("b-granted");
+	wait_mark("a-back");
+	close(fd);
+}
+
+static void reboot_a(void)
+{
+	if (!wait_mark("b-granted"))
+		return;
+	int fd = open_file("locked");
+	if (fd < 0)
+		return;
+	int rc = set_lock(fd, F_SETLK, F_WRLCK, 50, 1);
+	tap(rc != 0 && (errno == EAGAIN || errno == EACCES),
+	    "after its reset the lock it held is gone and byte 50 is the other's");
+	tap(set_lock(fd, F_SETLK, F_WRLCK, 0, 10) == 0, "the rest of its old range is free");
+	mark("a-back");
+	close(fd);
+}
+
 int main(int argc, char **argv)
 {
+	const char *mode = argc == 4 ? argv[3] : "";
 	if ((argc != 3 && argc != 4) || (strcmp(argv[1], "a") != 0 && strcmp(argv[1], "b") != 0) ||
-	    (argc == 4 && strcmp(argv[3], "recover") != 0)) {
-		fprintf(stderr, "usage: guest_lock a|b DIR [recover]\n");
+	    (argc == 4 && strcmp(mode, "recover") != 0 && strcmp(mode, "reset") != 0 &&
+	     strcmp(mode, "reboot") != 0)) {
+		fprintf(stderr, "usage: guest_lock a|b DIR [recover|reset|reboot]\n");
 		return 2;
 	}
 	role = argv[1];
@@ -250,7 +310,11 @@ int main(int argc, char **argv)
 	char sync[512];
 	snprintf(sync, sizeof(sync), "%s/sync", dir);
 	(void)mkdir(sync, 0777);
-	if (argc == 4)
+	if (strcmp(mode, "reboot") == 0)
+		reboot_a();
+	else if (strcmp(mode, "reset") == 0)
+		role[0] == 'a' ? reset_a() : reset_b();
+	else if (argc == 4)
 		role[0] == 'a' ? recover_a() : recover_b();
 	else if (role[0] == 'a')
 		role_a();

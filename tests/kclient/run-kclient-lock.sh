@@ -13,6 +13,9 @@
 #   (--grace 15); a, the client that held a lock, is notified (SM_NOTIFY, to its rpc.statd) and
 #   its kernel reclaims the lock in the grace period, b's request waits out grace and is then refused (the
 #   lock came back), and b's F_SETLKW is woken by a's unlock after the restart.
+#   With --reset: guest a is reset (its qemu killed) while it holds a lock b waits for, and boots
+#   again; its sm-notify tells the server (its NSM state directory lives on a second export, so it
+#   outlives the machine), the server releases what a held, and b is granted.
 #
 # How it works
 #   The script re-runs itself in a private network namespace with a bridge (10.77.0.1/24, the
@@ -22,8 +25,8 @@
 #   kclient image, prepare.sh) also holds Debian's rpcbind and rpc.statd with the libraries they
 #   load, which the kernel's lockd needs on the client side; guest-lock-init.sh starts them.
 #
-# Usage: run-kclient-lock.sh --shale PATH [--backend posix|pool] [--recover] [--cache DIR]
-#        [--work DIR]
+# Usage: run-kclient-lock.sh --shale PATH [--backend posix|pool] [--recover | --reset]
+#        [--cache DIR] [--work DIR]
 # Needs root; installs nfs-common (rpc.statd) and rpcbind from Debian when missing.
 set -uo pipefail
 
@@ -33,6 +36,7 @@ top=$(cd "$here/../.." && pwd)
 shale=${SHALE:-}
 backend=posix
 recover=0
+reset=0
 cache=${KCLIENT_CACHE:-$top/build-cache/kclient}
 work=
 guest_timeout=420
@@ -44,6 +48,7 @@ while [ $# -gt 0 ]; do
 	--shale) shale=$2; shift 2 ;;
 	--backend) backend=$2; shift 2 ;;
 	--recover) recover=1; shift ;;
+	--reset) reset=1; shift ;;
 	--cache) cache=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
 	--timeout) guest_timeout=$2; shift 2 ;;
@@ -86,7 +91,7 @@ if [ "$in_netns" -eq 0 ]; then
 	# The client side of locking, with every library it loads and the files it reads.
 	extra="$work/extra"
 	mkdir -p "$extra/etc" "$extra/sbin"
-	for bin in /usr/sbin/rpcbind /usr/sbin/rpc.statd; do
+	for bin in /usr/sbin/rpcbind /usr/sbin/rpc.statd /usr/sbin/sm-notify; do
 		cp "$bin" "$extra/sbin/"
 		for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
 			mkdir -p "$extra$(dirname "$lib")"
@@ -143,6 +148,13 @@ else
 	guest_export=$work/export
 	echo "$work/export 10.77.0.0/24(rw,no_root_squash,insecure)" >"$exports_file"
 fi
+cstate_arg=
+if [ "$reset" -eq 1 ]; then
+	# each client's NSM state directory, on an export of its own, so that it outlives a reset
+	mkdir -p "$work/cstate/a" "$work/cstate/b"
+	echo "$work/cstate 10.77.0.0/24(rw,no_root_squash,insecure)" >>"$exports_file"
+	cstate_arg=kccstate=$work/cstate
+fi
 serve_args=()
 [ "$recover" -eq 1 ] && serve_args=(--grace 15)
 start_server() { # the pid goes to $work/server.pid; 0 once it is ready
@@ -167,23 +179,42 @@ pids+=("$server_pid")
 ok "shale serve on $server_addr with NLM and NSM ($(grep -o 'portmap=[a-z]*' "$work/ready"))"
 
 # ---- the guests ---------------------------------------------------------------------------------
-boot() { # $1: role, $2: tap, $3: address, $4: mac
+boot() { # $1: role, $2: tap, $3: address, $4: mac, $5: console name (default the role)
+	local name=${5:-$1}
 	timeout --kill-after=10 "$guest_timeout" qemu-system-x86_64 -accel tcg -cpu max -m 512 -smp 1 \
-		-nographic -no-reboot \
+		-nographic -no-reboot -pidfile "$work/qemu-$name.pid" \
 		-netdev "tap,id=n0,ifname=$2,script=no,downscript=no" \
 		-device "virtio-net-pci,netdev=n0,mac=$4" \
 		-kernel "$work/image/vmlinuz" -initrd "$work/image/initrd.img" \
-		-append "console=ttyS0 quiet panic=-1 kcrole=$1 kcaddr=$3 kcserver=$server_addr kcexport=$guest_export $kcmode" \
-		</dev/null >"$work/console-$1.log" 2>"$work/qemu-$1.err"
+		-append "console=ttyS0 quiet panic=-1 kcrole=$1 kcaddr=$3 kcserver=$server_addr kcexport=$guest_export $kcmode $cstate_arg" \
+		</dev/null >"$work/console-$name.log" 2>"$work/qemu-$name.err"
 }
 kcmode=
 [ "$recover" -eq 1 ] && kcmode=kcmode=recover
+[ "$reset" -eq 1 ] && kcmode=kcmode=reset
+# --reset: guest a says when to reset it (it holds its lock, b waits); its qemu is killed, as a
+# power cut would, and it boots again (console a2).
+reset_when_asked() { # $1: guest a's boot pid
+	while kill -0 "$1" 2>/dev/null; do
+		if [ -f "$work/console-a.log" ] &&
+			tr -d '\r' <"$work/console-a.log" | grep -q '^# lock host reset'; then
+			kill -9 "$(cat "$work/qemu-a.pid")"
+			wait "$1" 2>/dev/null
+			echo "# reset guest a (its qemu killed) while it holds its lock; booting it again"
+			kcmode=kcmode=reboot
+			boot a tap0 10.77.0.2 52:54:00:77:00:02 a2
+			return
+		fi
+		sleep 0.1
+	done
+}
 # --recover: guest a says when to kill the server (it holds its lock then); the server is killed
 # and started again on the same state directory.
 crash_when_asked() { # in this shell, so that the new server is its child; $1: guest a's pid
 	local old
 	while kill -0 "$1" 2>/dev/null; do
-		if tr -d '\r' <"$work/console-a.log" 2>/dev/null | grep -q '^# lock host kill'; then
+		if [ -f "$work/console-a.log" ] &&
+			tr -d '\r' <"$work/console-a.log" | grep -q '^# lock host kill'; then
 			old=$(cat "$work/server.pid")
 			kill -9 "$old"
 			echo "# killed the server (pid $old) while guest a holds its lock" >"$work/crash.log"
@@ -195,25 +226,34 @@ crash_when_asked() { # in this shell, so that the new server is its child; $1: g
 }
 note "booting two guests (TCG), timeout ${guest_timeout}s"
 start=$(date +%s)
-boot a tap0 10.77.0.2 52:54:00:77:00:02 &
+boot a tap0 10.77.0.2 52:54:00:77:00:02 2>/dev/null & # (with --reset, bash would report its kill)
 qa=$!
 boot b tap1 10.77.0.3 52:54:00:77:00:03 &
 qb=$!
 pids+=("$qa" "$qb")
 [ "$recover" -eq 1 ] && crash_when_asked "$qa"
-wait "$qa"
-rc_a=$?
+if [ "$reset" -eq 1 ]; then
+	reset_when_asked "$qa"
+	rc_a=$?
+else
+	wait "$qa"
+	rc_a=$?
+fi
 wait "$qb"
 rc_b=$?
 note "guests ran $(($(date +%s) - start))s (qemu exits $rc_a, $rc_b)"
-for role in a b; do
+roles=(a b)
+[ "$reset" -eq 1 ] && roles=(a a2 b)
+for role in "${roles[@]}"; do
 	console="$work/console-$role.log"
 	tr -d '\r' <"$console" | grep -E '^(ok|not ok) - ' | while IFS= read -r line; do
 		echo "$line"
 	done
 	pass_count=$((pass_count + $(tr -d '\r' <"$console" | grep -c '^ok - ')))
 	fail_count=$((fail_count + $(tr -d '\r' <"$console" | grep -c '^not ok - ')))
-	if tr -d '\r' <"$console" | grep -q '^# kclient: guest done'; then
+	if [ "$role" = a ] && [ "$reset" -eq 1 ]; then
+		: # reset on purpose: it never completes
+	elif tr -d '\r' <"$console" | grep -q '^# kclient: guest done'; then
 		ok "guest $role ran to completion"
 	else
 		notok "guest $role ran to completion"
