@@ -12,15 +12,16 @@
  * Blocked locks. A LOCK with block set that conflicts is queued in the table with a struct
  * nlm_block (its user pointer), which keeps what the GRANTED callback needs: the request's
  * address and transport, its version, cookie and lock. The reply says BLOCKED. When the table
- * grants it (on the thread of the UNLOCK that freed it) the block goes to the callback thread,
- * which finds the client's NLM port through the portmapper at the request's address (callbacks
+ * grants it (on the thread of the UNLOCK that freed it) the block goes to the callback threads
+ * (NLM_CALLBACK_THREADS of them, so that a client that does not answer holds up one), one of which
+ * finds the client's NLM port through the portmapper at the request's address (callbacks
  * go nowhere else), and calls GRANTED. The client's answer decides: GRANTED keeps the lock;
  * DENIED (it no longer waits: it cancelled, or gave up) unlocks it; no answer is tried again
  * NLM_CALLBACK_TRIES times, NLM_CALLBACK_RETRY_MS apart, and then the grant is withdrawn
  * (unlocked). While a GRANTED is in flight the block is on ns_granting: a CANCEL that finds no
  * waiting request there finds it, and unlocks the grant at once (the client's answer to the
  * GRANTED will be DENIED). The _MSG procedures work as their plain forms, reply nothing in their
- * RPC reply (a void result), and send the result as a _RES call through the same thread.
+ * RPC reply (a void result), and send the result as a _RES call through the same threads.
  *
  * The state number and recovery (NSM's model, as statd and knfsd keep it):
  *
@@ -43,7 +44,7 @@
  *      DENIED_GRACE_PERIOD; LOCK and SHARE with reclaim set are served only for a client of
  *      hosts.prev (by address), otherwise DENIED. After grace, reclaims get DENIED_GRACE_PERIOD
  *      (as knfsd). UNLOCK, CANCEL, reads and writes go on.
- *   R3 At start the callback thread sends SM_NOTIFY (our name, the new state) to each client of
+ *   R3 At start the callback threads send SM_NOTIFY (our name, the new state) to each client of
  *      hosts.prev, whose kernel then reclaims its locks.
  *   R4 Grace ends at its time, or as soon as every client of hosts.prev is done: it sent a
  *      request without reclaim (a kernel client sends none while it reclaims), or freed all
@@ -54,7 +55,7 @@
  *
  * Concurrency. Procedures run on the rpc loops, any of them. ns_lock guards the hosts, the
  * callback queue, ns_granting and the grace state; the lock table has its own mutex (a leaf, and
- * its callbacks run without it: they take ns_lock). The callback thread makes blocking RPC calls
+ * its callbacks run without it: they take ns_lock). The callback threads make blocking RPC calls
  * with no lock held. */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -82,6 +83,8 @@
 #define NLM_JOBS_MAX 4096u           /* _RES and NOTIFY calls waiting to be sent */
 #define NLM_CALLBACK_TRIES 5u        /* tries of one callback before it is given up */
 #define NLM_CALLBACK_RETRY_MS 2000u  /* between tries; also each try's timeout */
+#define NLM_CALLBACK_THREADS 4u      /* callbacks in flight at once: a client that does not answer
+                                      * holds one thread for a try's timeout, not every grant */
 #define NLM_PMAP_PORT 111u
 #define NLM_PREV_MAX 65536u          /* clients of hosts.prev read at start */
 #define NLM_ADDR_LEN 16u
@@ -153,7 +156,7 @@ struct nlm_service {
 	uint16_t ns_pmap_port; /* where clients' portmappers answer: 111, or a test's port */
 
 	pthread_mutex_t ns_lock;
-	pthread_cond_t ns_cv; /* the callback thread waits here for jobs */
+	pthread_cond_t ns_cv; /* the callback threads wait here for jobs */
 	struct nlm_host *ns_hosts[NLM_HOST_SLOTS];
 	uint64_t ns_nhosts;
 	uint64_t ns_next_host_id;
@@ -167,9 +170,9 @@ struct nlm_service {
 	bool ns_grace;
 	uint64_t ns_grace_end_ns;
 	bool ns_prev_forgotten; /* hosts.prev emptied, grace being over */
-	bool ns_started;
 	bool ns_stopping;
-	pthread_t ns_thread;
+	unsigned ns_nthreads; /* callback threads started */
+	pthread_t ns_threads[NLM_CALLBACK_THREADS];
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -672,7 +675,7 @@ static void nlm_block_free(struct nlm_service *svc, struct nlm_block *b)
 	mem_free(b);
 }
 
-/* Under ns_lock: queues a job for the callback thread. */
+/* Under ns_lock: queues a job for the callback threads. */
 static void nlm_job_push_locked(struct nlm_service *svc, struct nlm_job *j)
 {
 	j->nj_next = NULL;
@@ -732,7 +735,7 @@ static void nlm_table_dropped(void *ctx, void *user)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The callback thread */
+ * The callback threads */
 
 /* The port prog/vers/transport has at addr's portmapper, or 0. */
 static uint16_t nlm_getport(uint16_t pmap_port, const char *addr, uint32_t prog, uint32_t vers,
@@ -1343,6 +1346,11 @@ int nlm_service_create(const struct nlm_service_config *config, struct nlm_servi
 	svc->ns_nfs = config->nlc_nfs;
 	svc->ns_grace_s = config->nlc_grace_s ? config->nlc_grace_s : NLM_GRACE_DEFAULT_S;
 	svc->ns_jobs_tail = &svc->ns_jobs;
+	/* Grace from the start of serving (R2): the rpc server answers before nlm_service_start has
+	 * set grace's end, and no new lock may be granted before the clients of the runs before have
+	 * been able to reclaim theirs. */
+	svc->ns_grace = true;
+	svc->ns_grace_end_ns = UINT64_MAX;
 	/* A test plays several clients' portmappers on one port of its own (tests/proto/proto_nlm.c) */
 	const char *pmap = getenv("SHALE_NLM_PORTMAP_PORT");
 	long pmap_port = pmap ? strtol(pmap, NULL, 10) : 0;
@@ -1416,8 +1424,8 @@ int nlm_service_start(struct nlm_service *svc, const char *listen_addr)
 {
 	const char *name = svc->ns_server_name ? svc->ns_server_name : listen_addr;
 	pthread_mutex_lock(&svc->ns_lock);
-	svc->ns_grace = true;
-	svc->ns_grace_end_ns = nlm_now_ns() + (uint64_t)svc->ns_grace_s * 1000000000ull;
+	if (svc->ns_grace) /* not ended already: every client of the runs before is done */
+		svc->ns_grace_end_ns = nlm_now_ns() + (uint64_t)svc->ns_grace_s * 1000000000ull;
 	/* R3: every client of the runs before hears of the restart */
 	for (size_t i = 0; i < svc->ns_nprev; i++) {
 		struct nlm_prev *p = &svc->ns_prev[i];
@@ -1443,9 +1451,12 @@ int nlm_service_start(struct nlm_service *svc, const char *listen_addr)
 	}
 	(void)nlm_grace_locked(svc);
 	pthread_mutex_unlock(&svc->ns_lock);
-	int rc = -pthread_create(&svc->ns_thread, NULL, nlm_thread, svc);
-	if (rc == 0)
-		svc->ns_started = true;
+	int rc = 0;
+	for (unsigned i = 0; i < NLM_CALLBACK_THREADS && rc == 0; i++) {
+		rc = -pthread_create(&svc->ns_threads[i], NULL, nlm_thread, svc);
+		if (rc == 0)
+			svc->ns_nthreads++;
+	}
 	log_info("lock manager: NSM state %d; %zu client%s to notify; grace %u s", svc->ns_state,
 	         svc->ns_nprev, svc->ns_nprev == 1 ? "" : "s", svc->ns_grace_s);
 	return rc;
@@ -1460,13 +1471,12 @@ void nlm_service_destroy(struct nlm_service *svc)
 {
 	if (!svc)
 		return;
-	if (svc->ns_started) {
-		pthread_mutex_lock(&svc->ns_lock);
-		svc->ns_stopping = true;
-		pthread_cond_broadcast(&svc->ns_cv);
-		pthread_mutex_unlock(&svc->ns_lock);
-		pthread_join(svc->ns_thread, NULL);
-	}
+	pthread_mutex_lock(&svc->ns_lock);
+	svc->ns_stopping = true;
+	pthread_cond_broadcast(&svc->ns_cv);
+	pthread_mutex_unlock(&svc->ns_lock);
+	for (unsigned i = 0; i < svc->ns_nthreads; i++)
+		pthread_join(svc->ns_threads[i], NULL);
 	/* jobs not sent: a GRANTED's block leaves ns_granting and is freed (the lock stays with
 	 * the table, which goes next) */
 	while (svc->ns_jobs) {
@@ -1480,7 +1490,7 @@ void nlm_service_destroy(struct nlm_service *svc)
 	}
 	lock_table_destroy(svc->ns_locks);
 	pthread_mutex_lock(&svc->ns_lock);
-	bool forget = svc->ns_started && !svc->ns_prev_forgotten && !nlm_grace_locked(svc);
+	bool forget = svc->ns_nthreads > 0 && !svc->ns_prev_forgotten && !nlm_grace_locked(svc);
 	pthread_mutex_unlock(&svc->ns_lock);
 	if (forget)
 		nlm_prev_forget(svc);
