@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,8 @@
 enum { GRANTED = 0, DENIED = 1, DENIED_NOLOCKS = 2, BLOCKED = 3, GRACE = 4, STALE_FH = 7 };
 
 static struct ts_server ts;
-static uint8_t file_fh[64], file2_fh[64];
-static uint32_t file_fh_len, file2_fh_len;
+static uint8_t file_fh[64], file2_fh[64], other_fh[64];
+static uint32_t file_fh_len, file2_fh_len, other_fh_len;
 static uint32_t next_xid = 0x4e4c0001u;
 
 /* ---------------------------------------------------------------------------------------------
@@ -526,6 +527,62 @@ static void test_free_all_and_notify(void)
 	CHECK(nlm_test(&alpha, 4, true, &a1, &tr) == GRANTED);
 }
 
+/* Rewrites the server's exports file (keeping its first `keep` lines) and makes it reload. */
+static int reexport(const char *saved, unsigned keep)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/exports", ts.ts_root);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return -1;
+	const char *p = saved;
+	for (unsigned i = 0; i < keep && *p; i++) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p + 1) : strlen(p);
+		fwrite(p, 1, n, f);
+		p += n;
+	}
+	if (fclose(f) != 0)
+		return -1;
+	return kill(ts.ts_pid, SIGHUP);
+}
+
+/* Waits up to 5 s for beta's TEST of the other export's file to say stale (want_stale) or not. */
+static int test_other_until(bool want_stale)
+{
+	struct lk o = {.svid = 111, .oh = "beta-111", .off = 0, .len = 1, .fh = other_fh,
+	               .fh_len = other_fh_len};
+	struct test_res tr;
+	int st = -1;
+	for (int i = 0; i < 100; i++) {
+		st = nlm_test(&beta, 4, true, &o, &tr);
+		if ((st == STALE_FH) == want_stale)
+			return st;
+		usleep(50000);
+	}
+	return st;
+}
+
+/* An export removed by a reload takes its locks with it: back again, the file is free. */
+static void test_export_removal(void)
+{
+	struct lk a1 = {.svid = 110, .oh = "alpha-110", .off = 0, .len = 0, .fh = other_fh,
+	                .fh_len = other_fh_len};
+	CHECK(nlm_lock(&alpha, 4, false, true, &a1) == GRANTED);
+	CHECK(test_other_until(false) == DENIED);
+	char path[512], saved[2048] = "";
+	snprintf(path, sizeof(path), "%s/exports", ts.ts_root);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(saved, 1, sizeof(saved) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	saved[n] = '\0';
+	CHECK(n > 0 && reexport(saved, 1) == 0);
+	CHECK(test_other_until(true) == STALE_FH); /* the export is gone */
+	CHECK(reexport(saved, 2) == 0);
+	CHECK(test_other_until(false) == GRANTED); /* back, and alpha's lock went with it */
+}
+
 /* SM_NOTIFY on client c's callback socket: the server's name and a state above the first. */
 static bool notified(struct client *c)
 {
@@ -664,18 +721,22 @@ int main(void)
 	char port[16];
 	snprintf(port, sizeof(port), "%u", alpha.cl_cb_port);
 	setenv("SHALE_NLM_PORTMAP_PORT", port, 1);
-	static const char *const lines[] = {"%s *(rw,insecure,no_root_squash)"};
-	if (ts_start(&ts, lines, 1) != 0)
+	static const char *const lines[] = {"%s *(rw,insecure,no_root_squash)",
+	                                    "%s *(rw,insecure,no_root_squash)"};
+	if (ts_start(&ts, lines, 2) != 0)
 		return tap_finish();
-	uint8_t root[64];
-	uint32_t root_len = 0;
+	uint8_t root[64], root1[64];
+	uint32_t root_len = 0, root1_len = 0;
 	bool ready = rr_mount(ts.ts_port, ts.ts_export_path[0], root, &root_len) == 0 &&
 	             rr_nfs_make(ts.ts_port, root, root_len, "locked", "x", 0666, file_fh,
 	                         &file_fh_len) == 0 &&
 	             rr_nfs_make(ts.ts_port, root, root_len, "shared", "y", 0666, file2_fh,
 	                         &file2_fh_len) == 0 &&
+	             rr_mount(ts.ts_port, ts.ts_export_path[1], root1, &root1_len) == 0 &&
+	             rr_nfs_make(ts.ts_port, root1, root1_len, "other", "z", 0666, other_fh,
+	                         &other_fh_len) == 0 &&
 	             client_connect(&alpha) == 0 && client_connect(&beta) == 0;
-	if (tap_check(ready, "mount, two files, two clients")) {
+	if (tap_check(ready, "mount, three files in two exports, two clients")) {
 		TAP_RUN(test_null_and_stat);
 		TAP_RUN(test_lock_test_unlock);
 		TAP_RUN(test_blocking_and_grant);
@@ -683,6 +744,7 @@ int main(void)
 		TAP_RUN(test_share);
 		TAP_RUN(test_free_all_and_notify);
 		TAP_RUN(test_garbage);
+		TAP_RUN(test_export_removal);
 		TAP_RUN(test_recovery);
 		TAP_RUN(test_bounds);
 	}
